@@ -1,0 +1,1 @@
+"""Dataset loaders producing the shared record types."""

