@@ -59,7 +59,12 @@ def run_job(cfg: DictConfig) -> dict:
         done = {r["id"] for r in predictions.read() if not r.get("failed")}
         todo = [item for item in items if item.id not in done]
         if todo:
-            predict(cfg, todo, prompts, predictions)
+            try:
+                predict(cfg, todo, prompts, predictions)
+            except (KeyboardInterrupt, SystemExit):
+                kept = len(predictions.read())
+                log.error("interrupted: %d predictions kept in %s; rerun with resume=true", kept, output_dir)
+                raise
         records = latest_records(predictions, items)
         metrics = mcq_metrics(items, [r["parsed"] for r in records])
         metrics["n_failed"] = sum(1 for r in records if r.get("failed"))

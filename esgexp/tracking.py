@@ -52,7 +52,7 @@ def mlflow_run(tracking_cfg: DictConfig, experiment_name: str, run_name: str, pa
     try:
         mlflow.log_params({k: str(v)[:MAX_PARAM_LENGTH] for k, v in params.items()})
         yield run
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):  # Lightning turns Ctrl-C into SystemExit
         mlflow.end_run(status="KILLED")
         raise
     except BaseException:

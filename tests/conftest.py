@@ -1,0 +1,91 @@
+"""Shared fixtures: composed configs pointed at temporary folders, a tiny random Llama, the shared data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import esgexp  # noqa: F401  (sets HF_HUB_OFFLINE, registers resolvers)
+from esgexp.config import BUNDLED_DIR, CONF_DIR
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_SAMPLES = REPO.parent / "shared" / "data" / "samples"
+SAMPLE_CSV = BUNDLED_DIR / "esg_mcq_sample.csv"
+
+
+def compose_config(root: Path, *overrides: str, name: str = "config"):
+    """The project config with every path under ``root`` and no progress bar."""
+    base = [f"paths.root_dir={root}", f"paths.output_dir={root}/run", "trainer.progress_bar=false"]
+    if name == "leaderboard":
+        base = [f"paths.root_dir={root}"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose(name, overrides=[*base, *overrides])
+
+
+@pytest.fixture
+def make_cfg(tmp_path):
+    return lambda *overrides: compose_config(tmp_path, *overrides)
+
+
+@pytest.fixture
+def shared_samples() -> Path:
+    if not SHARED_SAMPLES.is_dir():
+        pytest.skip(f"../shared benchmark samples not present at {SHARED_SAMPLES}")
+    return SHARED_SAMPLES
+
+
+def build_tiny_llama(directory: Path) -> Path:
+    """A byte-level BPE tokenizer trained on the bundled sample and a random 2-layer Llama, saved."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator([SAMPLE_CSV.read_text(encoding="utf-8")], trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    tokenizer.chat_template = "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def tiny_cfg(make_cfg, tiny_model_dir):
+    """Config for the tiny random Llama (model=local) on the bundled sample."""
+    return lambda *overrides: make_cfg("model=local", f"model.path={tiny_model_dir}", *overrides)
+
+
+@pytest.fixture
+def clean_env():
+    """Environment for CLI subprocesses: offline, no inherited Hydra error mode."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env

@@ -1,0 +1,148 @@
+"""Model layer on a tiny random Llama: loading, letter tokens, batched scoring, OOM retry."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from esgexp.errors import UserError
+from esgexp.models.inference import InferenceModule, PromptDataModule, run_inference
+from esgexp.models.loading import load_model_and_tokenizer, resolve_model_dir, torch_dtype
+from esgexp.models.scoring import GenerateScorer, LogprobScorer, letter_token_ids
+
+PROMPTS = [
+    "Question: Which GRI disclosure covers Scope 2?\nAnswer:",
+    "Question: Under IFRS S2, when did reporting start for annual periods, and how is relief given?\nAnswer:",
+    "Question: SDG 13?\nAnswer:",
+]
+
+
+def model_cfg(path, **extra):
+    return OmegaConf.create({"name": "tiny", "path": str(path), "gguf": None, "hub_id": None, "dtype": "float32", **extra})
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_model_and_tokenizer(model_cfg(tiny_model_dir), cache_dir="/nonexistent", on_gpu=False)
+
+
+def collect(model, scorer, tokenizer, prompts, batch_size):
+    written = []
+    data = PromptDataModule([str(i) for i in range(len(prompts))], prompts, tokenizer, batch_size)
+    run_inference(model, scorer, data, written.extend, accelerator="cpu", progress_bar=False)
+    return {r["id"]: r for r in written}
+
+
+def test_loaded_model_is_in_eval_mode_with_left_padding(tiny):
+    model, tokenizer = tiny
+    assert not model.training and tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+
+
+def test_batches_are_length_sorted_and_left_padded(tiny):
+    _, tokenizer = tiny
+    data = PromptDataModule(["a", "b", "c"], PROMPTS, tokenizer, batch_size=2)
+    batch = next(iter(data.predict_dataloader()))
+    assert batch["ids"] == ["b", "a"]  # longest first
+    mask = batch["attention_mask"]
+    assert mask[0].all() and mask[1, 0] == 0 and mask[1, -1] == 1
+
+
+def test_letter_tokens_follow_the_prompt(tiny):
+    _, tokenizer = tiny
+    ids = letter_token_ids(tokenizer, PROMPTS[0], ["A", "B", "C", "D"])
+    for letter, token in ids.items():
+        full = tokenizer(PROMPTS[0] + " " + letter)["input_ids"]
+        plain = tokenizer(PROMPTS[0] + letter)["input_ids"]
+        assert token in (full[-1], plain[-1]) and tokenizer.decode([token]).strip() == letter
+
+
+def test_logprob_batched_equals_one_by_one(tiny):
+    model, tokenizer = tiny
+    scorer = LogprobScorer(letter_token_ids(tokenizer, PROMPTS[0], list("ABCD")))
+    batched = collect(model, scorer, tokenizer, PROMPTS, batch_size=3)
+    for i, prompt in enumerate(PROMPTS):
+        ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+        with torch.inference_mode():
+            logprobs = torch.log_softmax(model(input_ids=ids).logits[0, -1].float(), -1)
+        for letter, token in scorer.letter_ids.items():
+            assert batched[str(i)]["scores"][letter] == pytest.approx(logprobs[token].item(), abs=1e-4)
+        assert batched[str(i)]["output"] in "ABCD"
+
+
+def test_generate_batched_equals_one_by_one(tiny):
+    model, tokenizer = tiny
+    scorer = GenerateScorer(tokenizer, max_new_tokens=5)
+    batched = collect(model, scorer, tokenizer, PROMPTS, batch_size=3)
+    single = collect(model, scorer, tokenizer, PROMPTS, batch_size=1)
+    assert {k: v["output"] for k, v in batched.items()} == {k: v["output"] for k, v in single.items()}
+    assert all(isinstance(v["output"], str) for v in batched.values())
+
+
+class FlakyScorer:
+    """Runs out of memory on any batch larger than ``limit``; fails item '1' always."""
+
+    def __init__(self, limit):
+        self.limit, self.sizes = limit, []
+
+    def __call__(self, model, input_ids, attention_mask):
+        self.sizes.append(len(input_ids))
+        if len(input_ids) > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return [{"output": "A"} for _ in input_ids]
+
+
+def test_out_of_memory_batch_is_retried_in_halves():
+    scorer = FlakyScorer(limit=1)
+    module = InferenceModule(torch.nn.Linear(1, 1), scorer)
+    results = module.score(["1", "2", "3", "4"], torch.zeros(4, 2), torch.ones(4, 2))
+    assert [r["id"] for r in results] == ["1", "2", "3", "4"]
+    assert all(r["output"] == "A" and not r.get("failed") for r in results)
+    assert scorer.sizes[:3] == [4, 2, 1]
+
+
+def test_item_that_fails_alone_is_recorded_not_dropped():
+    module = InferenceModule(torch.nn.Linear(1, 1), FlakyScorer(limit=0))
+    results = module.score(["x", "y"], torch.zeros(2, 2), torch.ones(2, 2))
+    assert [r["id"] for r in results] == ["x", "y"]
+    assert all(r["failed"] and "out of memory" in r["error"] for r in results)
+
+
+def test_other_errors_are_not_swallowed():
+    def broken(model, input_ids, attention_mask):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        InferenceModule(torch.nn.Linear(1, 1), broken).score(["x"], torch.zeros(1, 2), torch.ones(1, 2))
+
+
+def test_dtype_choice():
+    assert torch_dtype("auto", on_gpu=True) == torch.float16
+    assert torch_dtype("auto", on_gpu=False) == torch.float32
+    assert torch_dtype("bfloat16", on_gpu=False) == torch.bfloat16
+    with pytest.raises(UserError, match="model.dtype must be one of"):
+        torch_dtype("fp8", on_gpu=False)
+
+
+def test_bf16_model_loads_and_scores(tiny_model_dir):
+    model, tokenizer = load_model_and_tokenizer(model_cfg(tiny_model_dir, dtype="bfloat16"), "/nonexistent", False)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    scorer = LogprobScorer(letter_token_ids(tokenizer, PROMPTS[0], list("ABCD")))
+    assert len(collect(model, scorer, tokenizer, PROMPTS, batch_size=2)) == 3
+
+
+def test_uncached_hub_id_fails_at_once_naming_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    cfg = OmegaConf.create({"name": "qwen2.5-14b", "path": None, "gguf": None, "hub_id": "Qwen/Qwen2.5-14B"})
+    with pytest.raises(UserError, match=r"Qwen/Qwen2.5-14B is not in the local Hugging Face cache.*hf download"):
+        resolve_model_dir(cfg, tmp_path)
+
+
+def test_bad_local_path_is_named(tmp_path):
+    with pytest.raises(UserError, match="is not a model folder"):
+        resolve_model_dir(model_cfg(tmp_path / "missing"), tmp_path)
+
+
+def test_missing_weights_package_is_named(tmp_path):
+    cfg = OmegaConf.create({"name": "x", "path": None, "hub_id": None, "gguf": {"package": "no_such_pkg_xyz", "file": "m.gguf"}})
+    with pytest.raises(UserError, match="package 'no_such_pkg_xyz'.*not installed"):
+        resolve_model_dir(cfg, tmp_path)

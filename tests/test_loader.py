@@ -1,0 +1,99 @@
+import csv
+
+import pytest
+
+from esgexp.data.esgenius import ESGeniusCSV
+from esgexp.errors import UserError
+
+from conftest import SAMPLE_CSV
+
+HEADER = ["query_id", "new_id", "query", "answer", "A", "B", "C", "D", "Z"]
+
+
+def write_csv(path, rows, header=HEADER):
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_ALL)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def row(qid, answer="A", **options):
+    texts = {letter: options.get(letter, f"option {letter}") for letter in "ABCD"}
+    return [qid, qid, f"Question {qid}?", answer, texts["A"], texts["B"], texts["C"], texts["D"], "Not sure"]
+
+
+def test_bundled_sample_is_ours_and_complete():
+    loaded = ESGeniusCSV(name="esg_sample", path=str(SAMPLE_CSV)).load()
+    assert len(loaded.items) >= 40 and not loaded.skipped
+    answers = [item.answer for item in loaded.items]
+    assert set(answers) == set("ABCD")
+    assert answers[:8] != list("ABCDABCD")  # shuffled positions, not the ESGenius cycle
+    assert all(item.context and item.meta["ref_doc"] for item in loaded.items)
+
+
+def test_shared_esgenius_sample_loads(shared_samples):
+    loaded = ESGeniusCSV(name="esgenius", path=str(shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv")).load()
+    assert len(loaded.items) == 40 and not loaded.skipped
+    first = loaded.items[0]
+    assert first.id == "1119" and first.answer == "B" and first.meta["new_id"] == "6"
+    assert first.context == ()  # this file has no source_text column
+
+
+def test_full_esgenius_file_loads_with_cycling_answers(shared_samples):
+    loaded = ESGeniusCSV(name="esgenius", path=str(shared_samples / "esgenius" / "ESGenius_1136q.csv")).load()
+    assert len(loaded.items) == 1136 and not loaded.skipped
+    assert "".join(item.answer for item in loaded.items[:8]) == "ABCDABCD"
+
+
+def test_w_ref_columns_become_context_and_meta(tmp_path):
+    header = HEADER + ["ref_page", "ref_doc", "source_text"]
+    path = write_csv(tmp_path / "w_ref.csv", [row("7") + ["12", "GRI 305: Emissions 2016", "line one\nline two"]], header)
+    item = ESGeniusCSV(name="x", path=str(path)).load().items[0]
+    assert item.context == ("line one\nline two",)
+    assert item.meta == {"new_id": "7", "ref_doc": "GRI 305: Emissions 2016", "ref_page": "12"}
+
+
+def test_limit_takes_a_seeded_shuffle(tmp_path):
+    path = write_csv(tmp_path / "q.csv", [row(str(i)) for i in range(1, 21)])
+    first = [i.id for i in ESGeniusCSV(name="x", path=str(path), limit=5, seed=42).load().items]
+    again = [i.id for i in ESGeniusCSV(name="x", path=str(path), limit=5, seed=42).load().items]
+    other = [i.id for i in ESGeniusCSV(name="x", path=str(path), limit=5, seed=7).load().items]
+    assert first == again and len(first) == 5
+    assert first != ["1", "2", "3", "4", "5"] and first != other
+
+
+def test_missing_file_names_the_path(tmp_path):
+    with pytest.raises(UserError, match="dataset file not found: .*nope.csv"):
+        ESGeniusCSV(name="x", path=str(tmp_path / "nope.csv")).load()
+
+
+def test_missing_column_names_file_and_column(tmp_path):
+    path = write_csv(tmp_path / "q.csv", [["1", "1", "q", "A", "a", "b", "c", "Not sure"]],
+                     header=["query_id", "new_id", "query", "answer", "A", "B", "C", "Z"])
+    with pytest.raises(UserError, match=r"q\.csv: missing column\(s\) D"):
+        ESGeniusCSV(name="x", path=str(path)).load()
+
+
+def test_bad_rows_are_listed_and_skipped(tmp_path):
+    rows = [row("1"), row("2", B=""), row("3", answer="E"), row("4", answer="AZ"), row("5", answer="b"), row("1")]
+    loaded = ESGeniusCSV(name="x", path=str(write_csv(tmp_path / "q.csv", rows))).load()
+    assert [i.id for i in loaded.items] == ["1", "5"]
+    assert loaded.items[1].answer == "B"  # lower-case gold letters are normalised
+    assert len(loaded.skipped) == 4
+    assert "q.csv, row 2: field 'B': empty option (id 2)" in loaded.skipped[0]
+    assert "row 3: field 'answer': 'E'" in loaded.skipped[1]
+    assert "row 4: field 'answer'" in loaded.skipped[2]
+    assert "row 6: field 'query_id': duplicate id '1'" in loaded.skipped[3]
+
+
+def test_file_without_any_usable_row_is_an_error(tmp_path):
+    path = write_csv(tmp_path / "q.csv", [row("1", A="")])
+    with pytest.raises(UserError, match="no usable question"):
+        ESGeniusCSV(name="x", path=str(path)).load()
+
+
+def test_hub_id_offline_fails_at_once_with_advice(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match="could not load hub dataset 'someone/ESGenius'.*HF_HUB_OFFLINE=0"):
+        ESGeniusCSV(name="x", hf_id="someone/ESGenius").load()

@@ -1,0 +1,134 @@
+"""End-to-end jobs on the tiny random Llama: run folder, MLflow run, resume, interruption, leaderboard."""
+
+import json
+import signal
+
+import mlflow
+import pytest
+from omegaconf import OmegaConf
+
+import esgexp.run
+from esgexp.eval.mcq import parse_answer
+from esgexp.leaderboard import export
+from esgexp.run import run_job
+
+from conftest import compose_config
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_job_writes_run_folder_and_mlflow_run(tiny_cfg, tmp_path, capsys):
+    cfg = tiny_cfg("scoring=logprob", "dataset.limit=12")
+    metrics = run_job(cfg)
+    run_dir = tmp_path / "run"
+
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    assert saved == metrics
+    for key in ("n_items", "accuracy", "invalid_rate", "abstention_rate", "baseline/random", "baseline/longest_option"):
+        assert key in saved
+    assert saved["n_items"] == 12 and saved["invalid_rate"] == 0.0  # logprob never returns INVALID
+    assert any(key.startswith("accuracy/framework/") for key in saved)
+
+    records = read_jsonl(run_dir / "predictions.jsonl")
+    assert len(records) == 12 and len({r["id"] for r in records}) == 12
+    for r in records:
+        assert set(r["scores"]) == set("ABCD") and r["output"] == max(r["scores"], key=r["scores"].get)
+        assert r["parsed"] == parse_answer(r["output"]) and r["correct"] == (r["parsed"] == r["gold"])
+    assert saved["accuracy"] == pytest.approx(sum(r["correct"] for r in records) / 12)
+    assert OmegaConf.load(run_dir / "config.yaml").model.path == cfg.model.path
+
+    mlflow.set_tracking_uri(cfg.tracking.uri)
+    [run] = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["dataset"] == "esg_sample" and run.data.tags["scoring"] == "logprob"
+    assert run.data.tags["model"] == "local" and "git_commit" in run.data.tags
+    assert run.data.params["strategy.name"] == "zero_shot" and run.data.params["seed"] == "42"
+    assert run.data.metrics["accuracy"] == pytest.approx(saved["accuracy"])
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "predictions.jsonl", "metrics.json"} <= artifacts
+
+    out = capsys.readouterr().out
+    assert "accuracy" in out and "baseline: longest option" in out and run.info.run_id in out and str(run_dir) in out
+
+
+def test_same_config_gives_same_predictions(tiny_cfg, tmp_path):
+    outputs = []
+    for name in ("a", "b"):
+        run_job(tiny_cfg("dataset.limit=6", f"paths.output_dir={tmp_path}/{name}", "scoring.max_new_tokens=4"))
+        outputs.append([r["output"] for r in read_jsonl(tmp_path / name / "predictions.jsonl")])
+    assert outputs[0] == outputs[1]
+
+
+def test_context_strategy_on_data_without_passages_is_refused(tiny_cfg, tmp_path, shared_samples):
+    path = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
+    with pytest.raises(Exception, match="needs each question's source passage"):
+        run_job(tiny_cfg("strategy=context", f"dataset.path={path}"))
+
+
+def test_resume_reuses_finished_predictions(tiny_cfg, tmp_path, monkeypatch):
+    first = tiny_cfg("scoring=logprob", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t1")
+    run_job(first)
+    done = read_jsonl(tmp_path / "runs/esg_sample/d/t1/predictions.jsonl")
+    # Simulate an interrupted run: 10 finished lines, one failure and a line cut short.
+    partial = tmp_path / "runs/esg_sample/d/t2"
+    partial.mkdir(parents=True)
+    (partial / "config.yaml").write_text((tmp_path / "runs/esg_sample/d/t1/config.yaml").read_text())
+    lines = [json.dumps(r) for r in done[:10]] + [json.dumps({**done[10], "failed": True}), '{"id": "cut']
+    (partial / "predictions.jsonl").write_text("\n".join(lines))
+
+    asked = []
+    real_predict = esgexp.run.predict
+    monkeypatch.setattr(esgexp.run, "predict", lambda cfg, items, *a: (asked.extend(items), real_predict(cfg, items, *a)))
+    metrics = run_job(tiny_cfg("scoring=logprob", "resume=true", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t3"))
+    assert metrics["n_resumed"] == 10
+    assert len(asked) == len(done) - 10  # the failed and the cut item are redone
+    final = read_jsonl(tmp_path / "runs/esg_sample/d/t3/predictions.jsonl")
+    assert sorted(r["id"] for r in final) == sorted(r["id"] for r in done)
+    assert {r["id"]: r["output"] for r in final} == {r["id"]: r["output"] for r in done}
+
+
+def test_resume_ignores_runs_of_another_config(tiny_cfg, tmp_path):
+    run_job(tiny_cfg("dataset.limit=5", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t1", "scoring=logprob"))
+    metrics = run_job(tiny_cfg("dataset.limit=5", "resume=true", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t2",
+                               "scoring.max_new_tokens=2"))
+    assert metrics["n_resumed"] == 0
+
+
+def test_interrupted_job_keeps_finished_batches(tiny_cfg, tmp_path, monkeypatch):
+    from esgexp.models import scoring
+
+    calls = []
+    real_call = scoring.LogprobScorer.__call__
+
+    def interrupt_third_batch(self, model, input_ids, attention_mask):
+        calls.append(len(input_ids))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_call(self, model, input_ids, attention_mask)
+
+    monkeypatch.setattr(scoring.LogprobScorer, "__call__", interrupt_third_batch)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises((KeyboardInterrupt, SystemExit)):
+            run_job(tiny_cfg("scoring=logprob", "trainer.batch_size=4"))
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning ignores Ctrl-C after catching one
+    assert len(read_jsonl(tmp_path / "run" / "predictions.jsonl")) == 8
+    mlflow.set_tracking_uri(compose_config(tmp_path).tracking.uri)
+    [run] = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert run.info.status == "KILLED"
+
+
+def test_leaderboard_lists_every_finished_run(tiny_cfg, tmp_path):
+    run_job(tiny_cfg("scoring=logprob", "dataset.limit=4", f"paths.output_dir={tmp_path}/r1"))
+    run_job(tiny_cfg("strategy=context", "dataset.limit=4", "scoring.max_new_tokens=2", f"paths.output_dir={tmp_path}/r2"))
+    cfg = compose_config(tmp_path, name="leaderboard")
+    markdown = export(cfg.tracking.uri, tmp_path / "board")
+    csv_lines = (tmp_path / "board" / "leaderboard.csv").read_text().splitlines()
+    assert csv_lines[0] == "dataset,model,family,size_b,instruct,strategy,scoring,n,accuracy,invalid_rate,run_id"
+    assert len(csv_lines) == 3
+    assert {line.split(",")[5] + "/" + line.split(",")[6] for line in csv_lines[1:]} == {"zero_shot/logprob", "context/generate"}
+    assert all(line.split(",")[7] == "4" for line in csv_lines[1:])
+    assert markdown.count("\n") == 4 and (tmp_path / "board" / "leaderboard.md").read_text() == markdown
