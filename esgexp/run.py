@@ -15,6 +15,7 @@ from esgexp import tracking
 from esgexp.config import flatten
 from esgexp.errors import UserError
 from esgexp.eval.mcq import INVALID, mcq_metrics, parse_answer, strip_reasoning
+from esgexp.models.loading import resolve_model_dir
 from esgexp.outputs import PredictionLog, write_atomic, write_json
 from esgexp.records import MCQItem
 
@@ -26,6 +27,9 @@ IDENTITY_KEYS = ("dataset", "model", "strategy", "template", "scoring", "seed")
 
 def run_job(cfg: DictConfig) -> dict:
     """Run one evaluation job end to end and return its metrics."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
     output_dir = Path(cfg.paths.output_dir)
     seed_everything(cfg.seed)
     loaded = instantiate(cfg.dataset).load()
@@ -54,13 +58,15 @@ def run_job(cfg: DictConfig) -> dict:
         "git_commit": tracking.git_commit(cfg.paths.root_dir),
         "run_dir": str(output_dir),
     }
+    done = {r["id"] for r in predictions.read() if not r.get("failed")}
+    todo = [item for item in items if item.id not in done]
+    # Find the weights before the run starts: a wrong model config fails here, not mid-run.
+    model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir) if todo else None
     run_name = f"{cfg.model.name}/{cfg.strategy.name}/{cfg.scoring.name}"
     with tracking.mlflow_run(cfg.tracking, cfg.experiment_name, run_name, flatten(cfg), tags) as run:
-        done = {r["id"] for r in predictions.read() if not r.get("failed")}
-        todo = [item for item in items if item.id not in done]
         if todo:
             try:
-                predict(cfg, todo, prompts, predictions)
+                predict(cfg, model_source, todo, prompts, predictions)
             except (KeyboardInterrupt, SystemExit):
                 kept = len(predictions.read())
                 log.error("interrupted: %d predictions kept in %s; rerun with resume=true", kept, output_dir)
@@ -87,19 +93,25 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def predict(cfg: DictConfig, items: list[MCQItem], prompts: dict[str, str], predictions: PredictionLog) -> None:
-    """Load the model, score ``items`` and append one record per item to ``predictions``."""
+def predict(
+    cfg: DictConfig, model_source: str, items: list[MCQItem], prompts: dict[str, str], predictions: PredictionLog
+) -> None:
+    """Load the model from ``model_source``, score ``items`` and append one record per item to ``predictions``."""
     import torch
 
     from esgexp.models.inference import PromptDataModule, run_inference
     from esgexp.models.loading import load_model_and_tokenizer
-    from esgexp.models.scoring import GenerateScorer, LogprobScorer, letter_token_ids
+    from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
 
     on_gpu = cfg.trainer.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    model, tokenizer = load_model_and_tokenizer(cfg.model, cfg.paths.cache_dir, on_gpu)
+    model, tokenizer = load_model_and_tokenizer(model_source, cfg.model, on_gpu)
     texts = {item.id: model_input(prompts[item.id], tokenizer, cfg.model.chat_template) for item in items}
+    ids = [item.id for item in items]
+    data = PromptDataModule(ids, [texts[i] for i in ids], tokenizer, cfg.trainer.batch_size)
     if cfg.scoring.name == "logprob":
-        scorer = LogprobScorer(letter_token_ids(tokenizer, texts[items[0].id], list(cfg.scoring.letters)))
+        letters = letter_token_ids(tokenizer, texts[ids[0]], list(cfg.scoring.letters))
+        prefix = common_prefix([tokens for _, tokens in data.examples]) if cfg.scoring.prefix_cache else []
+        scorer = LogprobScorer(letters, prefix)
     elif cfg.scoring.name == "generate":
         scorer = GenerateScorer(tokenizer, cfg.scoring.max_new_tokens)
     else:
@@ -109,8 +121,6 @@ def predict(cfg: DictConfig, items: list[MCQItem], prompts: dict[str, str], pred
     def write(results: list[dict]) -> None:
         predictions.append([to_record(r, by_id[r["id"]], texts[r["id"]], cfg.model.reasoning) for r in results])
 
-    ids = [item.id for item in items]
-    data = PromptDataModule(ids, [texts[i] for i in ids], tokenizer, cfg.trainer.batch_size)
     run_inference(model, scorer, data, write, cfg.trainer.accelerator, cfg.trainer.progress_bar)
 
 

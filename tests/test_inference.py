@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from esgexp.errors import UserError
 from esgexp.models.inference import InferenceModule, PromptDataModule, run_inference
 from esgexp.models.loading import load_model_and_tokenizer, resolve_model_dir, torch_dtype
-from esgexp.models.scoring import GenerateScorer, LogprobScorer, letter_token_ids
+from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
 
 PROMPTS = [
     "Question: Which GRI disclosure covers Scope 2?\nAnswer:",
@@ -22,7 +22,7 @@ def model_cfg(path, **extra):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    return load_model_and_tokenizer(model_cfg(tiny_model_dir), cache_dir="/nonexistent", on_gpu=False)
+    return load_model_and_tokenizer(str(tiny_model_dir), model_cfg(tiny_model_dir), on_gpu=False)
 
 
 def collect(model, scorer, tokenizer, prompts, batch_size):
@@ -123,7 +123,7 @@ def test_dtype_choice():
 
 
 def test_bf16_model_loads_and_scores(tiny_model_dir):
-    model, tokenizer = load_model_and_tokenizer(model_cfg(tiny_model_dir, dtype="bfloat16"), "/nonexistent", False)
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), model_cfg(tiny_model_dir, dtype="bfloat16"), False)
     assert next(model.parameters()).dtype == torch.bfloat16
     scorer = LogprobScorer(letter_token_ids(tokenizer, PROMPTS[0], list("ABCD")))
     assert len(collect(model, scorer, tokenizer, PROMPTS, batch_size=2)) == 3
@@ -146,3 +146,23 @@ def test_missing_weights_package_is_named(tmp_path):
     cfg = OmegaConf.create({"name": "x", "path": None, "hub_id": None, "gguf": {"package": "no_such_pkg_xyz", "file": "m.gguf"}})
     with pytest.raises(UserError, match="package 'no_such_pkg_xyz'.*not installed"):
         resolve_model_dir(cfg, tmp_path)
+
+
+def test_prefix_cache_gives_the_same_scores(tiny):
+    model, tokenizer = tiny
+    shared = "You are an expert in ESG. Answer with one letter.\n\n"
+    prompts = [shared + p for p in PROMPTS]
+    letters = letter_token_ids(tokenizer, prompts[0], list("ABCD"))
+    prefix = common_prefix(tokenizer(prompts)["input_ids"])
+    assert len(prefix) >= 8 and all(t[: len(prefix)] == prefix for t in tokenizer(prompts)["input_ids"])
+    plain = collect(model, LogprobScorer(letters), tokenizer, prompts, batch_size=2)
+    cached = collect(model, LogprobScorer(letters, prefix), tokenizer, prompts, batch_size=2)
+    for key in plain:
+        for letter in "ABCD":
+            assert cached[key]["scores"][letter] == pytest.approx(plain[key]["scores"][letter], abs=1e-4)
+
+
+def test_common_prefix_leaves_a_token_of_each():
+    assert common_prefix([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3]]) == [1, 2]
+    assert common_prefix([[1, 2], [3]]) == []
+    assert common_prefix([]) == []

@@ -106,11 +106,10 @@ def torch_dtype(name: str, on_gpu: bool):
     return getattr(torch, name)
 
 
-def load_model_and_tokenizer(model_cfg: DictConfig, cache_dir: str | Path, on_gpu: bool):
-    """Load the causal LM (eval mode, in its dtype) and a left-padding tokenizer."""
+def load_model_and_tokenizer(source: str, model_cfg: DictConfig, on_gpu: bool):
+    """Load the causal LM at ``source`` (eval mode, in the config's dtype) and a left-padding tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = resolve_model_dir(model_cfg, cache_dir)
     dtype = torch_dtype(model_cfg.dtype, on_gpu)
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.padding_side = "left"

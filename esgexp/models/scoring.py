@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from esgexp.errors import UserError
 
@@ -48,17 +49,38 @@ class GenerateScorer:
         return [{"output": text} for text in texts]
 
 
+def common_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
+    """The longest token prefix shared by all sequences, leaving at least one token of each."""
+    if not sequences:
+        return []
+    limit = min(len(s) for s in sequences) - 1
+    first = sequences[0]
+    length = 0
+    while length < limit and all(s[length] == first[length] for s in sequences):
+        length += 1
+    return list(first[:length])
+
+
 @dataclass
 class LogprobScorer:
-    """One forward pass; the answer is the letter whose next token is most probable."""
+    """One forward pass; the answer is the letter whose next token is most probable.
+
+    With ``prefix_ids`` (the tokens every prompt starts with, e.g. the instruction), the prefix's
+    key/value cache is computed once and each batch runs only the rest of its prompts.
+    """
 
     letter_ids: dict[str, int]
+    prefix_ids: list[int] = field(default_factory=list)
+    _prefix_cache: object = field(default=None, init=False, repr=False)
 
     def __call__(self, model, input_ids, attention_mask) -> list[dict]:
         import torch
 
-        # Left padding puts every prompt's last token in the last position; only it needs logits.
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1).logits[:, -1, :]
+        if self.prefix_ids:
+            logits = self.last_logits_after_prefix(model, input_ids, attention_mask)
+        else:
+            # Left padding puts every prompt's last token last; only that position needs logits.
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1).logits[:, -1, :]
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         letters = list(self.letter_ids)
         chosen = logprobs[:, [self.letter_ids[letter] for letter in letters]].tolist()
@@ -67,3 +89,24 @@ class LogprobScorer:
             scores = dict(zip(letters, row))
             results.append({"output": max(letters, key=lambda letter: scores[letter]), "scores": scores})
         return results
+
+    def last_logits_after_prefix(self, model, input_ids, attention_mask):
+        """Next-token logits of each prompt, running only the part after the cached prefix."""
+        import torch
+
+        prefix = torch.tensor(self.prefix_ids, device=input_ids.device)
+        rows = [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask)]
+        if any(not torch.equal(row[: len(prefix)], prefix) for row in rows):
+            raise RuntimeError("a prompt does not start with the cached prefix")
+        suffixes = [row[len(prefix) :] for row in rows]
+        lengths = torch.tensor([len(s) for s in suffixes], device=input_ids.device)
+        # Right padding: the cache positions stay contiguous and causal attention never sees the pads.
+        batch = torch.zeros(len(rows), int(lengths.max()), dtype=input_ids.dtype, device=input_ids.device)
+        for i, suffix in enumerate(suffixes):
+            batch[i, : len(suffix)] = suffix
+        if self._prefix_cache is None:
+            self._prefix_cache = model(input_ids=prefix[None], use_cache=True).cache
+        cache = copy.deepcopy(self._prefix_cache)
+        cache.batch_repeat_interleave(len(rows))
+        last = (lengths - 1)[:, None]
+        return model(input_ids=batch, cache=cache, use_cache=True, logits_to_keep=last).logits[:, 0, :]

@@ -1,0 +1,51 @@
+"""Config composition: every experiment and model file, and the user-facing override surface."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from esgexp.config import CONF_DIR, flatten
+
+from conftest import compose_config
+
+EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+MODEL_KEYS = {"name", "hub_id", "path", "gguf", "family", "size_b", "instruct", "reasoning", "dtype", "chat_template", "generation"}
+
+
+def test_default_config_is_the_embedded_default(tmp_path):
+    cfg = compose_config(tmp_path)
+    assert (cfg.dataset.name, cfg.model.name, cfg.strategy.name, cfg.scoring.name) == ("esg_sample", "smollm2-135m", "zero_shot", "generate")
+    assert Path(cfg.dataset.path).is_file()
+    assert cfg.tracking.uri == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert cfg.scoring.max_new_tokens == cfg.model.generation.max_new_tokens
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes(tmp_path, experiment):
+    cfg = compose_config(tmp_path, f"experiment={experiment}")
+    assert cfg.experiment_name == experiment
+    flat = flatten(cfg)  # resolves every interpolation
+    assert flat["dataset._target_"].startswith("esgexp.")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_file_has_the_model_keys(tmp_path, model):
+    raw = yaml.safe_load((CONF_DIR / "model" / f"{model}.yaml").read_text())
+    assert set(raw) == MODEL_KEYS and raw["name"] == model
+    assert raw["dtype"] in ("auto", "float32", "bfloat16", "float16")
+    assert sum(bool(raw[k]) for k in ("hub_id", "path", "gguf")) == 1
+    assert raw["size_b"] is None or raw["size_b"] > 0
+    cfg = compose_config(tmp_path, f"model={model}", "model.dtype=float32")
+    assert cfg.model.dtype == "float32"
+
+
+def test_model_table_covers_the_esgenius_families():
+    families = {yaml.safe_load((CONF_DIR / "model" / f"{m}.yaml").read_text())["family"] for m in MODELS}
+    assert {"Qwen2.5", "Qwen2.5-1M", "Qwen3", "QwQ", "Llama-3.1", "Gemma-3", "DeepSeek-R1-Distill"} <= families
+    assert "qwen2.5-14b" in MODELS and "qwen2.5-14b-instruct" in MODELS
+
+
+def test_flatten_gives_dotted_keys():
+    assert flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None}) == {"a.b": 1, "a.c.d": [1, 2], "e": None}
