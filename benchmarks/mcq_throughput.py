@@ -117,7 +117,11 @@ def set_threads(threads: int | None) -> int:
 
 
 def run_ours(job: dict) -> dict:
-    """Load the model as esgexp does, then score every question as ``esgexp.run.predict`` does."""
+    """Load the model as esgexp does, then score every question as ``esgexp.run.predict`` does.
+
+    The model folder is resolved once in the parent (``model_dir``), as ``esgexp.run.run_job``
+    resolves it before ``predict``; lm-eval loads the very same folder.
+    """
     from omegaconf import OmegaConf
 
     from esgexp.models.inference import PromptDataModule, run_inference
@@ -131,7 +135,7 @@ def run_ours(job: dict) -> dict:
     model_cfg.dtype = job["dtype"]
 
     start = time.perf_counter()
-    model, tokenizer = load_model_and_tokenizer(model_cfg, cache_dir(), on_gpu=False)
+    model, tokenizer = load_model_and_tokenizer(job["model_dir"], model_cfg, on_gpu=False)
     load_s = time.perf_counter() - start
 
     start = time.perf_counter()

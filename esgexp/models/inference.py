@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 
 import lightning as L
 import torch
 
 log = logging.getLogger(__name__)
+# Lightning sets its logger to INFO on import (device banners, tips); keep only its warnings.
+logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+# Lightning's own pytree helper trips a torch deprecation on every batch; it is not ours to fix.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=Warning)
 
 PRECISION_OF_DTYPE = {torch.float32: "32-true", torch.bfloat16: "bf16-true", torch.float16: "16-true"}
 
