@@ -26,6 +26,9 @@ def item(qid, answer, question="Plain question?", ref_doc="", options=None):
         ("Under IFRS S2, which TCFD pillar ...", "IFRS/ISSB"),  # the framework named first wins
         ("According to ISO 14064-1 ...", "other"),
         ("The GRIP on emissions", "other"),
+        ("IFRS_S2_Climate-related_Disclosures.pdf", "IFRS/ISSB"),
+        ("gri-305-emissions-2016.pdf", "GRI"),
+        ("SDGs report", "SDG"),
     ],
 )
 def test_detect_framework(text, expected):

@@ -46,14 +46,19 @@ def longest_option(options: dict[str, str]) -> str:
     return max(letters, key=lambda letter: (len(options[letter]), -letters.index(letter)))
 
 
+def _acronyms(*names: str) -> str:
+    """Whole acronyms, bounded by non-letters (so ``IFRS_S2`` and ``GRI-305`` match, ``GRIP`` does not)."""
+    return "|".join(rf"(?<![a-z]){name}(?![a-z])" for name in names)
+
+
 _FRAMEWORK_PATTERNS = {
-    "GRI": r"\bGRI\b",
-    "SASB": r"\bSASB\b",
-    "IFRS/ISSB": r"\bIFRS\b|\bISSB\b",
-    "TCFD": r"\bTCFD\b|Task Force on Climate[- ]related Financial Disclosures",
-    "CDP": r"\bCDP\b",
-    "IPCC": r"\bIPCC\b|\bAR6\b|Climate Change 202[1-3]",
-    "SDG": r"\bSDGs?\b|Sustainable Development Goals?|2030 Agenda",
+    "GRI": _acronyms("gri"),
+    "SASB": _acronyms("sasb"),
+    "IFRS/ISSB": _acronyms("ifrs", "issb"),
+    "TCFD": _acronyms("tcfd") + r"|task force on climate[- ]related financial disclosures",
+    "CDP": _acronyms("cdp"),
+    "IPCC": _acronyms("ipcc", "ar6") + r"|climate change 202[1-3]",
+    "SDG": _acronyms("sdgs?") + r"|sustainable development goals?|2030 agenda",
 }
 OTHER_FRAMEWORK = "other"
 
@@ -62,7 +67,7 @@ def detect_framework(text: str) -> str:
     """The framework named earliest in ``text`` (GRI, SASB, IFRS/ISSB, TCFD, CDP, IPCC, SDG) or ``other``."""
     found = []
     for name, pattern in _FRAMEWORK_PATTERNS.items():
-        match = re.search(pattern, text)
+        match = re.search(pattern, text, flags=re.IGNORECASE)
         if match:
             found.append((match.start(), name))
     return min(found)[1] if found else OTHER_FRAMEWORK
