@@ -9,25 +9,26 @@ accuracy and (against lm-eval) per-question agreement, prints a table and writes
 * lm-eval: lm-evaluation-harness, ``hf`` backend, on the same questions through a local task YAML
            whose Jinja prompt is derived from conf/template/esgenius.yaml. ``logprob`` is its
            ``multiple_choice`` task (argmax of the log-likelihood of " A" .. " D"); ``generate`` is
-           ``generate_until`` with the same 16-token greedy budget. Every prompt lm-eval built is
-           checked to be identical to ours.
+           ``generate_until`` with the same 16-token greedy budget (stops at end of turn). Every
+           prompt lm-eval built is checked to be identical to ours ("prompts identical").
 
-Both sides get the raw prompt (no chat template: the paper protocol), the same model folder
-(the packaged GGUF converted once to safetensors) and the same dtype. Each measurement runs in
-a fresh subprocess, so peak memory (ru_maxrss) is per configuration and nothing is shared
-warm. Model loading is timed apart from inference; q/s = questions / inference seconds.
-lm-eval's inference time is its ``simple_evaluate`` call (which includes its own per-run
-setup: building the dataset, contexts and requests); the time inside its model calls alone is
-reported too ("core").
+Both sides get the raw prompt (no chat template: the paper protocol; --chat-template wraps it as
+one user turn on both sides), the same model folder (the packaged GGUF converted once to
+safetensors) and the same dtype. Each measurement runs in a fresh subprocess, so peak memory
+(ru_maxrss) is per configuration and nothing is shared warm. Model loading is timed apart from
+inference; q/s = questions / inference seconds. lm-eval's inference time is its
+``simple_evaluate`` call, which includes its own per-run setup (building the dataset, contexts
+and requests); the time inside its model calls alone is reported too ("core").
 
-Run (from the repository root, offline):
+Run from the repository root, offline, on an otherwise idle machine (busy CPUs make torch's
+threads wait on each other and the timings meaningless; the script warns when the load is high):
 
-    make bench                                   # = python benchmarks/mcq_throughput.py
+    make bench            # = .venv/bin/python benchmarks/mcq_throughput.py: the bundled sample
     .venv/bin/python benchmarks/mcq_throughput.py \\
         --data esgexp/data/bundled/esg_mcq_sample.csv /work/shared/data/samples/esgenius/ESGenius_1136q.csv
     .venv/bin/python benchmarks/mcq_throughput.py --limit 16 --dtypes float32   # a quick check
 
-Needs the ``bench`` extra (``pip install -e ".[bench]"``: lm-eval, psutil) unless --no-lmeval.
+Needs the ``bench`` extra (``pip install -e ".[bench]"``: lm-eval) unless --no-lmeval.
 Results go to benchmarks/mcq_throughput.json (--json PATH). This is a benchmark, not a test.
 """
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import resource
@@ -92,6 +94,13 @@ def build_prompts(items: list) -> list[str]:
     return [prompter.build(item) for item in items]
 
 
+def model_inputs(prompts: list[str], tokenizer, chat_template: bool) -> list[str]:
+    """What the model reads: the raw prompt, or (--chat-template) one user turn, as esgexp.run does."""
+    from esgexp.run import model_input
+
+    return [model_input(prompt, tokenizer, chat_template) for prompt in prompts]
+
+
 def parsed_answers(outputs: list[str | None]) -> list[str]:
     """esgexp's strict parse of each raw output (None, a failed item, is INVALID)."""
     from esgexp.eval.mcq import parse_answer
@@ -127,6 +136,7 @@ def run_ours(job: dict) -> dict:
     from esgexp.models.inference import PromptDataModule, run_inference
     from esgexp.models.loading import load_model_and_tokenizer
     from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
+    from esgexp.run import model_input  # noqa: F401  imported before the clock starts (model_inputs uses it)
 
     threads = set_threads(job["threads"])
     items = load_items(job["data"], job["limit"])
@@ -140,9 +150,10 @@ def run_ours(job: dict) -> dict:
 
     start = time.perf_counter()
     ids = [item.id for item in items]
-    data = PromptDataModule(ids, prompts, tokenizer, job["batch_size"])
+    texts = model_inputs(prompts, tokenizer, job["chat_template"])
+    data = PromptDataModule(ids, texts, tokenizer, job["batch_size"])
     if job["mode"] == "logprob":
-        letters = letter_token_ids(tokenizer, prompts[0], list(LETTERS))
+        letters = letter_token_ids(tokenizer, texts[0], list(LETTERS))
         prefix = common_prefix([tokens for _, tokens in data.examples])
         scorer = LogprobScorer(letters, prefix)
     else:
@@ -154,6 +165,7 @@ def run_ours(job: dict) -> dict:
 
     by_id = {r["id"]: r for r in results}
     outputs = [None if by_id[i].get("failed") else by_id[i]["output"] for i in ids]
+    scores = [[by_id[i]["scores"][letter] for letter in LETTERS] if "scores" in by_id[i] else None for i in ids]
     return {
         "load_s": load_s,
         "infer_s": infer_s,
@@ -161,6 +173,7 @@ def run_ours(job: dict) -> dict:
         "torch_threads": threads,
         "prefix_tokens": len(prefix),
         "n_failed": sum(1 for r in results if r.get("failed")),
+        "letter_logprobs": scores if job["mode"] == "logprob" else None,
         "outputs": outputs,
         "answers": parsed_answers(outputs),
     }
@@ -258,9 +271,14 @@ def timed(method, totals: dict):
 
 def run_lmeval(job: dict) -> dict:
     """The same questions through lm-eval's hf backend with the same prompt and dtype."""
-    folder = Path(tempfile.mkdtemp(prefix="esgexp-bench-lmeval-"))
-    # A private datasets cache: no warm state from an earlier run, nothing left in the user's cache.
-    os.environ["HF_DATASETS_CACHE"] = str(folder / "hf_datasets")
+    with tempfile.TemporaryDirectory(prefix="esgexp-bench-lmeval-") as folder:
+        # A private datasets cache: no warm state from an earlier run, nothing left in the user's cache.
+        os.environ["HF_DATASETS_CACHE"] = str(Path(folder) / "hf_datasets")
+        return run_lmeval_in(Path(folder), job)
+
+
+def run_lmeval_in(folder: Path, job: dict) -> dict:
+    """``run_lmeval`` with its task YAML, CSV and datasets cache in ``folder``."""
     threads = set_threads(job["threads"])
     items = load_items(job["data"], job["limit"])
     prompts = build_prompts(items)
@@ -290,18 +308,23 @@ def run_lmeval(job: dict) -> dict:
         device="cpu",
         log_samples=True,
         bootstrap_iters=0,
+        apply_chat_template=job["chat_template"],
     )
     infer_s = time.perf_counter() - start
 
+    expected = model_inputs(prompts, lm.tokenizer, job["chat_template"])
     samples = sorted(results["samples"][TASK_NAME], key=lambda s: s["doc_id"])
     if len(samples) != len(items):
         raise RuntimeError(f"lm-eval logged {len(samples)} samples for {len(items)} questions")
     contexts = [sample["arguments"][0][0] for sample in samples]
+    ties, scores = 0, None
     if job["mode"] == "logprob":
-        outputs = [LETTERS[max(range(len(LETTERS)), key=lambda i: s["filtered_resps"][i][0])] for s in samples]
+        scores = [[resp[0] for resp in s["filtered_resps"]] for s in samples]
+        outputs = [LETTERS[row.index(max(row))] for row in scores]  # first on ties, as lm-eval's argmax
+        ties = sum(row.count(max(row)) > 1 for row in scores)
     else:
         outputs = [s["filtered_resps"][0] for s in samples]
-    mismatches = [i for i, (ctx, prompt) in enumerate(zip(contexts, prompts)) if ctx != prompt]
+    mismatches = [i for i, (ctx, text) in enumerate(zip(contexts, expected)) if ctx != text]
     metric = "acc,none" if job["mode"] == "logprob" else "exact_match,none"
     return {
         "load_s": load_s,
@@ -312,11 +335,13 @@ def run_lmeval(job: dict) -> dict:
         "torch_threads": threads,
         "contexts_identical": len(items) - len(mismatches),
         "first_context_mismatch": (
-            {"id": items[mismatches[0]].id, "ours": prompts[mismatches[0]], "lm_eval": contexts[mismatches[0]]}
+            {"id": items[mismatches[0]].id, "ours": expected[mismatches[0]], "lm_eval": contexts[mismatches[0]]}
             if mismatches
             else None
         ),
         "lm_eval_metric": results["results"][TASK_NAME].get(metric),
+        "tied_top_choices": ties,  # questions whose best log-likelihood is tied (bf16 log_softmax)
+        "letter_logprobs": scores,
         "task_yaml": task,
         "outputs": outputs,
         "answers": parsed_answers(outputs),
@@ -341,8 +366,8 @@ def run_worker(job: dict, verbose: bool) -> dict:
         job_path = str(Path(folder) / "job.json")
         Path(job_path).write_text(json.dumps(job))
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", job_path]
-        stderr = None if verbose else subprocess.PIPE
-        done = subprocess.run(command, cwd=ROOT, env=env, stdout=stderr, stderr=stderr, text=True)
+        pipe = None if verbose else subprocess.PIPE  # the workers' chatter is shown only when one fails
+        done = subprocess.run(command, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
         if done.returncode != 0:
             tail = "" if verbose else "\n".join((done.stderr or "").splitlines()[-40:])
             raise SystemExit(f"worker failed ({job['side']} {job['mode']} {job['dtype']}):\n{tail}")
@@ -360,6 +385,7 @@ def measure(args, data: str, items: list, model_dir: str, mode: str, dtype: str,
         "batch_size": batch_size,
         "threads": args.threads,
         "model_dir": model_dir,
+        "chat_template": args.chat_template,
     }
     label = f"{side:<7} {mode:<8} {dtype:<8} {Path(data).name} ({len(items)} q, batch {batch_size})"
     print(f"running {label} ...", file=sys.stderr, flush=True)
@@ -386,6 +412,27 @@ def agreement(ours: list[str], theirs: list[str]) -> float:
     return sum(a == b for a, b in zip(ours, theirs, strict=True)) / len(ours)
 
 
+def max_logprob_diff(ours: list[list[float]] | None, theirs: list[list[float]] | None) -> float | None:
+    """Largest difference between the two sides' letter log-probabilities, each renormalised over A-D.
+
+    Renormalising cancels what the letter choice does not depend on (with --chat-template lm-eval
+    also scores the newline before the letter), so this compares the distributions themselves.
+    """
+    if not ours or not theirs or None in ours:
+        return None
+    return max(
+        abs(a - b)
+        for row_ours, row_theirs in zip(ours, theirs, strict=True)
+        for a, b in zip(renormalised(row_ours), renormalised(row_theirs), strict=True)
+    )
+
+
+def renormalised(logprobs: list[float]) -> list[float]:
+    top = max(logprobs)
+    total = top + math.log(sum(math.exp(x - top) for x in logprobs))
+    return [x - total for x in logprobs]
+
+
 def comparison_row(data: str, n: int, mode: str, dtype: str, ours: dict, lmeval: dict | None) -> dict:
     """One table row: our numbers, lm-eval's and how they compare."""
     row = {
@@ -407,6 +454,8 @@ def comparison_row(data: str, n: int, mode: str, dtype: str, ours: dict, lmeval:
             speed_ratio=ours["qps"] / lmeval["qps"],
             speed_ratio_core=ours["qps"] / lmeval["core_qps"],
             agreement=agreement(ours["answers"], lmeval["answers"]),
+            identical_outputs=sum(a == b for a, b in zip(ours["outputs"], lmeval["outputs"], strict=True)),
+            max_logprob_diff=max_logprob_diff(ours["letter_logprobs"], lmeval["letter_logprobs"]),
             lmeval_peak_mib=lmeval["peak_mib"],
             lmeval_accuracy=lmeval["accuracy"],
             contexts_identical=lmeval["contexts_identical"],
@@ -428,6 +477,7 @@ COLUMNS = [
     ("ours acc", "ours_accuracy", "{:.3f}"),
     ("lm-eval acc", "lmeval_accuracy", "{:.3f}"),
     ("ratio (core)", "speed_ratio_core", "{:.2f}x"),
+    ("max dlogp", "max_logprob_diff", "{:.1e}"),
     ("prompts identical", "contexts_identical", "{}"),
 ]
 
@@ -440,17 +490,21 @@ def format_table(rows: list[dict]) -> str:
     lines = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths)) for line in cells]
     lines.insert(1, "  ".join("-" * width for width in widths))
     notes = [
-        "q/s: questions / inference seconds (model load excluded). lm-eval q/s: its whole simple_evaluate call;",
+        "q/s: questions / inference seconds (model load excluded); lm-eval's is its whole simple_evaluate call.",
         "ratio (core): ours vs the time inside lm-eval's model calls only. agreement: same parsed answer, same dtype.",
+        "max dlogp: largest difference of a letter's log-probability (renormalised over A-D) between the two sides.",
     ]
+    for row in rows:
+        if row["ours_invalid_rate"] >= 0.5:
+            notes.append(
+                f"note: {row['data']} {row['mode']} {row['dtype']}: {row['ours_invalid_rate']:.0%} of our answers are "
+                "INVALID (with raw prompts SmolLM2 ends its turn at once; see --chat-template)"
+            )
     return "\n".join(lines + [""] + notes)
 
 
 def machine_info(threads: int | None) -> dict:
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-        platform.processor(),
-    ) if Path("/proc/cpuinfo").is_file() else platform.processor()
+    """Where and with what the numbers were taken."""
     versions = {}
     for package in ("torch", "transformers", "lightning", "lm_eval", "datasets", "esgexp"):
         try:
@@ -460,11 +514,29 @@ def machine_info(threads: int | None) -> dict:
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "cpu_model": cpu,
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "threads_option": threads,
+        "load_average_at_start": os.getloadavg(),
         "versions": versions,
     }
+
+
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def warn_if_busy() -> None:
+    """Other busy processes ruin CPU timings (torch's OpenMP threads then wait on each other)."""
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: other processes are busy, timings will be noisy",
+              file=sys.stderr)
 
 
 def model_dir() -> str:
@@ -487,6 +559,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-lmeval", action="store_true", help="measure esgexp only")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help=f"where to write the raw numbers (default {DEFAULT_JSON.relative_to(ROOT)})")
     parser.add_argument("--threads", type=int, default=None, help="torch threads in each worker (default: torch's own)")
+    parser.add_argument(
+        "--chat-template",
+        action="store_true",
+        help="wrap each prompt as one user turn of SmolLM2's chat template on both sides (default: raw prompts, "
+        "the paper protocol; raw prompts make this chat model stop at once in generate mode)",
+    )
     parser.add_argument("--verbose", action="store_true", help="show the workers' own output")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -506,7 +584,9 @@ def main(argv: list[str] | None = None) -> None:
             metadata.version("lm_eval")
         except metadata.PackageNotFoundError:
             raise SystemExit('lm-eval is not installed: pip install -e ".[bench]" (or pass --no-lmeval)') from None
+    warn_if_busy()
     started = datetime.datetime.now(datetime.timezone.utc)
+    machine = machine_info(args.threads)
     folder = model_dir()
     rows, runs = [], []
     for data in args.data:
@@ -517,14 +597,21 @@ def main(argv: list[str] | None = None) -> None:
                 lmeval = None if args.no_lmeval else measure(args, data, items, folder, mode, dtype, "lm-eval")
                 rows.append(comparison_row(data, len(items), mode, dtype, ours, lmeval))
                 runs += [ours] + ([lmeval] if lmeval else [])
+    finished = datetime.datetime.now(datetime.timezone.utc)
     report = {
         "date": started.isoformat(timespec="seconds"),
-        "seconds": (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(),
-        "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
-        "machine": {**machine_info(args.threads), "torch_threads": runs[0]["torch_threads"]},
+        "seconds": (finished - started).total_seconds(),
+        "command": [str(Path(sys.argv[0])), *(argv if argv is not None else sys.argv[1:])],
+        "machine": {**machine, "torch_threads": runs[0]["torch_threads"], "load_average_at_end": os.getloadavg()},
         "model_dir": folder,
-        "settings": {"batch_size": args.batch_size, "lmeval_batch_size": args.lmeval_batch_size, "limit": args.limit,
-                     "max_new_tokens": MAX_NEW_TOKENS, "prompt": "raw esgenius template, no chat template"},
+        "settings": {
+            "batch_size": args.batch_size,
+            "lmeval_batch_size": args.lmeval_batch_size,
+            "limit": args.limit,
+            "max_new_tokens": MAX_NEW_TOKENS,
+            "chat_template": args.chat_template,
+            "prefix_cache": True,
+        },
         "rows": rows,
         "runs": runs,
     }
