@@ -31,7 +31,7 @@ def run_job(cfg: DictConfig) -> dict:
     if missing:
         raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
     output_dir = Path(cfg.paths.output_dir)
-    seed_everything(cfg.seed)
+    random.seed(cfg.seed)
     loaded = instantiate(cfg.dataset).load()
     items = loaded.items
     prompter = instantiate(cfg.strategy, template=cfg.template.text)
@@ -42,11 +42,11 @@ def run_job(cfg: DictConfig) -> dict:
         )
     prompts = {item.id: prompter.build(item) for item in items}
 
+    predictions = PredictionLog(output_dir / "predictions.jsonl")
+    n_resumed = resume_predictions(cfg, output_dir, predictions)
     write_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if loaded.skipped:
         write_atomic(output_dir / "skipped_rows.txt", "\n".join(loaded.skipped) + "\n")
-    predictions = PredictionLog(output_dir / "predictions.jsonl")
-    n_resumed = resume_predictions(cfg, output_dir, predictions) if cfg.resume else 0
 
     tags = {
         "dataset": cfg.dataset.name,
@@ -84,15 +84,6 @@ def run_job(cfg: DictConfig) -> dict:
     return metrics
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    try:
-        import torch
-    except ImportError:
-        return
-    torch.manual_seed(seed)
-
-
 def predict(
     cfg: DictConfig, model_source: str, items: list[MCQItem], prompts: dict[str, str], predictions: PredictionLog
 ) -> None:
@@ -103,6 +94,7 @@ def predict(
     from esgexp.models.loading import load_model_and_tokenizer
     from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
 
+    torch.manual_seed(cfg.seed)
     on_gpu = cfg.trainer.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     model, tokenizer = load_model_and_tokenizer(model_source, cfg.model, on_gpu)
     texts = {item.id: model_input(prompts[item.id], tokenizer, cfg.model.chat_template) for item in items}
@@ -163,22 +155,35 @@ def job_identity(cfg: DictConfig) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def same_job(cfg: DictConfig, run_dir: Path) -> bool:
+    config_file = run_dir / "config.yaml"
+    return config_file.is_file() and job_identity(OmegaConf.load(config_file)) == job_identity(cfg)
+
+
 def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: PredictionLog) -> int:
-    """Copy the finished predictions of the latest earlier run of the same config into this run."""
-    identity = job_identity(cfg)
-    runs_root = Path(cfg.paths.runs_dir) / cfg.experiment_name
-    candidates = sorted(runs_root.glob("**/predictions.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for candidate in candidates:
-        if candidate.parent.resolve() == output_dir.resolve():
-            continue
-        config_file = candidate.parent / "config.yaml"
-        if config_file.is_file() and job_identity(OmegaConf.load(config_file)) == identity:
-            kept = [r for r in PredictionLog(candidate).read() if not r.get("failed")]
-            predictions.rewrite(kept)
-            log.info("resuming from %s: %d predictions reused", candidate.parent, len(kept))
-            return len(kept)
-    log.info("resume=true but no earlier run of this config under %s: starting from scratch", runs_root)
-    return 0
+    """With resume=true, keep the finished predictions of this folder, or else copy those of the latest
+    earlier run of the same config; return how many. Never mixes the predictions of two configs."""
+    if predictions.path.exists():
+        if not cfg.resume or not same_job(cfg, output_dir):
+            raise UserError(
+                f"run folder {output_dir} already holds predictions.jsonl"
+                + (" of another config" if cfg.resume else ": pass resume=true to continue it")
+            )
+        source = predictions
+    elif cfg.resume:
+        runs_root = Path(cfg.paths.runs_dir) / cfg.experiment_name
+        candidates = sorted(runs_root.glob("**/predictions.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
+        earlier = [PredictionLog(p) for p in candidates if same_job(cfg, p.parent)]
+        if not earlier:
+            log.info("resume=true but no earlier run of this config under %s: starting from scratch", runs_root)
+            return 0
+        source = earlier[0]
+    else:
+        return 0
+    kept = [r for r in source.read() if not r.get("failed")]
+    predictions.rewrite(kept)
+    log.info("resuming from %s: %d predictions reused", source.path.parent, len(kept))
+    return len(kept)
 
 
 def summary(cfg: DictConfig, metrics: dict, output_dir: Path, run_id: str) -> str:

@@ -132,3 +132,12 @@ def test_leaderboard_lists_every_finished_run(tiny_cfg, tmp_path):
     assert {line.split(",")[5] + "/" + line.split(",")[6] for line in csv_lines[1:]} == {"zero_shot/logprob", "context/generate"}
     assert all(line.split(",")[7] == "4" for line in csv_lines[1:])
     assert markdown.count("\n") == 4 and (tmp_path / "board" / "leaderboard.md").read_text() == markdown
+
+
+def test_a_folder_with_predictions_is_never_overwritten_silently(tiny_cfg, tmp_path):
+    run_job(tiny_cfg("scoring=logprob", "dataset.limit=3"))
+    with pytest.raises(Exception, match="already holds predictions.jsonl: pass resume=true"):
+        run_job(tiny_cfg("scoring=logprob", "dataset.limit=3"))
+    with pytest.raises(Exception, match="already holds predictions.jsonl of another config"):
+        run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", "seed=7", "resume=true"))
+    assert run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", "resume=true"))["n_resumed"] == 3
