@@ -49,3 +49,18 @@ def test_model_table_covers_the_esgenius_families():
 
 def test_flatten_gives_dotted_keys():
     assert flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None}) == {"a.b": 1, "a.c.d": [1, 2], "e": None}
+
+
+def test_composing_and_help_import_no_heavy_library(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, esgexp.__main__, esgexp.run, esgexp.leaderboard\n"
+        "heavy = [m for m in ('torch', 'transformers', 'lightning', 'mlflow', 'datasets') if m in sys.modules]\n"
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
+    help_text = subprocess.run([sys.executable, "-m", "esgexp", "--help"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert help_text.returncode == 0 and "model: " in help_text.stdout
