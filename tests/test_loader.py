@@ -97,3 +97,14 @@ def test_hub_id_offline_fails_at_once_with_advice(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError, match="could not load hub dataset 'someone/ESGenius'.*HF_HUB_OFFLINE=0"):
         ESGeniusCSV(name="x", hf_id="someone/ESGenius").load()
+
+
+def test_real_esgenius_questions_name_their_framework(shared_samples):
+    from collections import Counter
+
+    from esgexp.eval.mcq import item_framework
+
+    items = ESGeniusCSV(name="esgenius", path=str(shared_samples / "esgenius" / "ESGenius_1136q.csv")).load().items
+    counts = Counter(item_framework(item) for item in items)
+    assert set(counts) == {"GRI", "SASB", "IFRS/ISSB", "TCFD", "CDP", "IPCC", "SDG", "other"}
+    assert counts["other"] <= 10  # only questions that name no source ("... in the text?")

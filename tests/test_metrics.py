@@ -29,6 +29,12 @@ def item(qid, answer, question="Plain question?", ref_doc="", options=None):
         ("IFRS_S2_Climate-related_Disclosures.pdf", "IFRS/ISSB"),
         ("gri-305-emissions-2016.pdf", "GRI"),
         ("SDGs report", "SDG"),
+        ("as outlined in the Coal Operations – Sustainability Accounting Standard?", "SASB"),
+        ("described in The Ocean and Cryosphere in a Changing Climate: A Special Report", "IPCC"),
+        ("according to the Intergovernmental Panel on Climate Change", "IPCC"),
+        ("in the SUSTAINABLE DEVELOPMENTAL GOALS Briefing Book 2023", "SDG"),
+        ("as outlined in the Progress on Corporate Climate-related Disclosures—2024 Report", "IFRS/ISSB"),
+        ("according to the implications in the text?", "other"),
     ],
 )
 def test_detect_framework(text, expected):

@@ -52,13 +52,17 @@ def _acronyms(*names: str) -> str:
 
 
 _FRAMEWORK_PATTERNS = {
-    "GRI": _acronyms("gri"),
-    "SASB": _acronyms("sasb"),
-    "IFRS/ISSB": _acronyms("ifrs", "issb"),
+    "GRI": _acronyms("gri") + r"|global reporting initiative",
+    # SASB's industry standards are titled "<Industry> - Sustainability Accounting Standard".
+    "SASB": _acronyms("sasb") + r"|sustainability accounting standard",
+    # The IFRS Foundation also wrote "Progress on Corporate Climate-related Disclosures - 2024 Report".
+    "IFRS/ISSB": _acronyms("ifrs", "issb") + r"|progress on corporate climate[- ]related disclosures",
     "TCFD": _acronyms("tcfd") + r"|task force on climate[- ]related financial disclosures",
-    "CDP": _acronyms("cdp"),
-    "IPCC": _acronyms("ipcc", "ar6") + r"|climate change 202[1-3]",
-    "SDG": _acronyms("sdgs?") + r"|sustainable development goals?|2030 agenda",
+    "CDP": _acronyms("cdp") + r"|carbon disclosure project",
+    "IPCC": _acronyms("ipcc", "ar6")
+    + r"|intergovernmental panel on climate change|climate change 20(?:1[4-9]|2[0-9])"
+    + r"|ocean and cryosphere in a changing climate|global warming of 1\.5|climate change and land",
+    "SDG": _acronyms("sdgs?") + r"|sustainable development(?:al)? goals?|2030 agenda",
 }
 OTHER_FRAMEWORK = "other"
 
