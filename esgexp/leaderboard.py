@@ -27,16 +27,28 @@ COLUMNS = [
 ]
 
 
-def collect_rows(tracking_uri: str) -> list[dict]:
-    """One row per finished run of every experiment, best accuracy first within each dataset."""
+def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
+    """One row per finished run of every experiment, best accuracy first within each dataset.
+
+    With ``latest_only`` a config run several times (same ``config_hash`` tag) shows its newest run only.
+    """
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri)
     runs = mlflow.search_runs(
-        search_all_experiments=True, filter_string="attributes.status = 'FINISHED'", output_format="list"
+        search_all_experiments=True,
+        filter_string="attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        output_format="list",
     )
+    seen: set[str] = set()
     rows = []
     for run in runs:
+        config_hash = run.data.tags.get("config_hash")
+        if latest_only and config_hash:
+            if config_hash in seen:
+                continue
+            seen.add(config_hash)
         flat = {"run_id": run.info.run_id}
         flat.update({f"tags.{k}": v for k, v in run.data.tags.items()})
         flat.update({f"params.{k}": v for k, v in run.data.params.items()})
@@ -67,9 +79,9 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def export(tracking_uri: str, out_dir: Path) -> str:
+def export(tracking_uri: str, out_dir: Path, latest_only: bool = True) -> str:
     """Write leaderboard.csv and leaderboard.md into ``out_dir``; return the Markdown."""
-    rows = collect_rows(tracking_uri)
+    rows = collect_rows(tracking_uri, latest_only)
     markdown = to_markdown(rows)
     write_atomic(out_dir / "leaderboard.csv", to_csv(rows))
     write_atomic(out_dir / "leaderboard.md", markdown)
@@ -80,7 +92,7 @@ def main(overrides: list[str]) -> None:
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("leaderboard", overrides=overrides)
     out_dir = Path(cfg.out_dir)
-    print(export(cfg.tracking.uri, out_dir), end="")
+    print(export(cfg.tracking.uri, out_dir, cfg.latest_only), end="")
     print(f"written: {out_dir / 'leaderboard.csv'}, {out_dir / 'leaderboard.md'}")
 
 

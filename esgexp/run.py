@@ -55,6 +55,7 @@ def run_job(cfg: DictConfig) -> dict:
         "scoring": cfg.scoring.name,
         "template": cfg.template.name,
         "task": "mcq",
+        "config_hash": job_identity(cfg)[:16],
         "git_commit": tracking.git_commit(cfg.paths.root_dir),
         "run_dir": str(output_dir),
     }
@@ -95,6 +96,8 @@ def predict(
     from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
 
     torch.manual_seed(cfg.seed)
+    if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise UserError(f"trainer.accelerator={cfg.trainer.accelerator} but no CUDA GPU is visible; use auto or cpu")
     on_gpu = cfg.trainer.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     model, tokenizer = load_model_and_tokenizer(model_source, cfg.model, on_gpu)
     texts = {item.id: model_input(prompts[item.id], tokenizer, cfg.model.chat_template) for item in items}

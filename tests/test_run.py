@@ -141,3 +141,15 @@ def test_a_folder_with_predictions_is_never_overwritten_silently(tiny_cfg, tmp_p
     with pytest.raises(Exception, match="already holds predictions.jsonl of another config"):
         run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", "seed=7", "resume=true"))
     assert run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", "resume=true"))["n_resumed"] == 3
+
+
+def test_leaderboard_shows_the_newest_run_of_a_repeated_config(tiny_cfg, tmp_path):
+    for name in ("first", "second"):
+        run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", f"paths.output_dir={tmp_path}/{name}"))
+    uri = compose_config(tmp_path, name="leaderboard").tracking.uri
+    mlflow.set_tracking_uri(uri)
+    newest = mlflow.search_runs(search_all_experiments=True, order_by=["attributes.start_time DESC"], output_format="list")[0]
+    latest = export(uri, tmp_path / "latest")
+    everything = export(uri, tmp_path / "all", latest_only=False)
+    assert latest.count("\n") == 3 and newest.info.run_id in latest
+    assert everything.count("\n") == 4
