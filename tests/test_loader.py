@@ -108,3 +108,14 @@ def test_real_esgenius_questions_name_their_framework(shared_samples):
     counts = Counter(item_framework(item) for item in items)
     assert set(counts) == {"GRI", "SASB", "IFRS/ISSB", "TCFD", "CDP", "IPCC", "SDG", "other"}
     assert counts["other"] <= 10  # only questions that name no source ("... in the text?")
+
+
+def test_hf_id_loads_through_datasets(tmp_path):
+    # A local folder stands in for the hub: the same datasets.load_dataset path, no network.
+    folder = tmp_path / "esgenius_hub_copy"
+    folder.mkdir()
+    write_csv(folder / "train.csv", [row("11", answer="C"), row("12", answer="D")])
+    loaded = ESGeniusCSV(name="x", hf_id=str(folder), split="train").load()
+    assert [(i.id, i.answer) for i in loaded.items] == [("11", "C"), ("12", "D")]
+    with pytest.raises(UserError, match="split 'test'"):
+        ESGeniusCSV(name="x", hf_id=str(folder), split="test").load()
