@@ -135,7 +135,7 @@ def run_ours(job: dict) -> dict:
 
     from esgexp.models.inference import PromptDataModule, run_inference
     from esgexp.models.loading import load_model_and_tokenizer
-    from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
+    from esgexp.models.scoring import LogprobScorer, make_scorer
     from esgexp.run import model_input  # noqa: F401  imported before the clock starts (model_inputs uses it)
 
     threads = set_threads(job["threads"])
@@ -152,13 +152,8 @@ def run_ours(job: dict) -> dict:
     ids = [item.id for item in items]
     texts = model_inputs(prompts, tokenizer, job["chat_template"])
     data = PromptDataModule(ids, texts, tokenizer, job["batch_size"])
-    if job["mode"] == "logprob":
-        letters = letter_token_ids(tokenizer, texts[0], list(LETTERS))
-        prefix = common_prefix([tokens for _, tokens in data.examples])
-        scorer = LogprobScorer(letters, prefix)
-    else:
-        prefix = []
-        scorer = GenerateScorer(tokenizer, MAX_NEW_TOKENS)
+    scoring = {"name": job["mode"], "letters": list(LETTERS), "prefix_cache": True, "max_new_tokens": MAX_NEW_TOKENS}
+    scorer = make_scorer(scoring, tokenizer, texts, [tokens for _, tokens in data.examples])
     results: list[dict] = []
     run_inference(model, scorer, data, results.extend, accelerator="cpu", progress_bar=False)
     infer_s = time.perf_counter() - start
@@ -171,7 +166,7 @@ def run_ours(job: dict) -> dict:
         "infer_s": infer_s,
         "peak_mib": peak_mib(),
         "torch_threads": threads,
-        "prefix_tokens": len(prefix),
+        "prefix_tokens": len(scorer.prefix_ids) if isinstance(scorer, LogprobScorer) else 0,
         "n_failed": sum(1 for r in results if r.get("failed")),
         "letter_logprobs": scores if job["mode"] == "logprob" else None,
         "outputs": outputs,

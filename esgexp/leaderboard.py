@@ -58,9 +58,13 @@ def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
     return rows
 
 
-def format_value(value) -> str:
+RATE_COLUMNS = {"accuracy", "invalid_rate"}
+
+
+def format_value(name: str, value) -> str:
+    """Rates with four decimals, counts as integers, the rest as MLflow stored them."""
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() and value > 1 else f"{value:.4f}"
+        return f"{value:.4f}" if name in RATE_COLUMNS else str(int(value))
     return str(value)
 
 
@@ -68,14 +72,14 @@ def to_csv(rows: list[dict]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([name for name, _ in COLUMNS])
-    writer.writerows([[format_value(row[name]) for name, _ in COLUMNS] for row in rows])
+    writer.writerows([[format_value(name, row[name]) for name, _ in COLUMNS] for row in rows])
     return buffer.getvalue()
 
 
 def to_markdown(rows: list[dict]) -> str:
     names = [name for name, _ in COLUMNS]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
-    lines += ["| " + " | ".join(format_value(row[name]) for name in names) + " |" for row in rows]
+    lines += ["| " + " | ".join(format_value(name, row[name]) for name in names) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 

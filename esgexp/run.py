@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -31,7 +30,6 @@ def run_job(cfg: DictConfig) -> dict:
     if missing:
         raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
     output_dir = Path(cfg.paths.output_dir)
-    random.seed(cfg.seed)
     loaded = instantiate(cfg.dataset).load()
     items = loaded.items
     prompter = instantiate(cfg.strategy, template=cfg.template.text)
@@ -43,7 +41,7 @@ def run_job(cfg: DictConfig) -> dict:
     prompts = {item.id: prompter.build(item) for item in items}
 
     predictions = PredictionLog(output_dir / "predictions.jsonl")
-    n_resumed = resume_predictions(cfg, output_dir, predictions)
+    done = {record["id"] for record in resume_predictions(cfg, output_dir, predictions)}
     write_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if loaded.skipped:
         write_atomic(output_dir / "skipped_rows.txt", "\n".join(loaded.skipped) + "\n")
@@ -59,7 +57,6 @@ def run_job(cfg: DictConfig) -> dict:
         "git_commit": tracking.git_commit(cfg.paths.root_dir),
         "run_dir": str(output_dir),
     }
-    done = {r["id"] for r in predictions.read() if not r.get("failed")}
     todo = [item for item in items if item.id not in done]
     # Find the weights before the run starts: a wrong model config fails here, not mid-run.
     model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir) if todo else None
@@ -76,7 +73,7 @@ def run_job(cfg: DictConfig) -> dict:
         metrics = mcq_metrics(items, [r["parsed"] for r in records])
         metrics["n_failed"] = sum(1 for r in records if r.get("failed"))
         metrics["n_skipped_rows"] = len(loaded.skipped)
-        metrics["n_resumed"] = n_resumed
+        metrics["n_resumed"] = len(done)
         write_json(output_dir / "metrics.json", metrics)
         files = ["config.yaml", "predictions.jsonl", "metrics.json", "skipped_rows.txt"]
         tracking.log_results(metrics, [output_dir / name for name in files])
@@ -93,7 +90,7 @@ def predict(
 
     from esgexp.models.inference import PromptDataModule, run_inference
     from esgexp.models.loading import load_model_and_tokenizer
-    from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
+    from esgexp.models.scoring import make_scorer
 
     torch.manual_seed(cfg.seed)
     if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
@@ -102,15 +99,9 @@ def predict(
     model, tokenizer = load_model_and_tokenizer(model_source, cfg.model, on_gpu)
     texts = {item.id: model_input(prompts[item.id], tokenizer, cfg.model.chat_template) for item in items}
     ids = [item.id for item in items]
-    data = PromptDataModule(ids, [texts[i] for i in ids], tokenizer, cfg.trainer.batch_size)
-    if cfg.scoring.name == "logprob":
-        letters = letter_token_ids(tokenizer, texts[ids[0]], list(cfg.scoring.letters))
-        prefix = common_prefix([tokens for _, tokens in data.examples]) if cfg.scoring.prefix_cache else []
-        scorer = LogprobScorer(letters, prefix)
-    elif cfg.scoring.name == "generate":
-        scorer = GenerateScorer(tokenizer, cfg.scoring.max_new_tokens)
-    else:
-        raise UserError(f"scoring must be generate or logprob, got {cfg.scoring.name!r}")
+    inputs = [texts[i] for i in ids]
+    data = PromptDataModule(ids, inputs, tokenizer, cfg.trainer.batch_size)
+    scorer = make_scorer(cfg.scoring, tokenizer, inputs, [tokens for _, tokens in data.examples])
     by_id = {item.id: item for item in items}
 
     def write(results: list[dict]) -> None:
@@ -163,9 +154,9 @@ def same_job(cfg: DictConfig, run_dir: Path) -> bool:
     return config_file.is_file() and job_identity(OmegaConf.load(config_file)) == job_identity(cfg)
 
 
-def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: PredictionLog) -> int:
+def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: PredictionLog) -> list[dict]:
     """With resume=true, keep the finished predictions of this folder, or else copy those of the latest
-    earlier run of the same config; return how many. Never mixes the predictions of two configs."""
+    earlier run of the same config; return them. Never mixes the predictions of two configs."""
     if predictions.path.exists():
         if not cfg.resume or not same_job(cfg, output_dir):
             raise UserError(
@@ -179,14 +170,14 @@ def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: Predictio
         earlier = [PredictionLog(p) for p in candidates if same_job(cfg, p.parent)]
         if not earlier:
             log.info("resume=true but no earlier run of this config under %s: starting from scratch", runs_root)
-            return 0
+            return []
         source = earlier[0]
     else:
-        return 0
+        return []
     kept = [r for r in source.read() if not r.get("failed")]
     predictions.rewrite(kept)
     log.info("resuming from %s: %d predictions reused", source.path.parent, len(kept))
-    return len(kept)
+    return kept
 
 
 def summary(cfg: DictConfig, metrics: dict, output_dir: Path, run_id: str) -> str:

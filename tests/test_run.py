@@ -8,6 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import esgexp.run
+from esgexp.errors import UserError
 from esgexp.eval.mcq import parse_answer
 from esgexp.leaderboard import export
 from esgexp.run import run_job
@@ -63,7 +64,7 @@ def test_same_config_gives_same_predictions(tiny_cfg, tmp_path):
 
 def test_context_strategy_on_data_without_passages_is_refused(tiny_cfg, tmp_path, shared_samples):
     path = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
-    with pytest.raises(Exception, match="needs each question's source passage"):
+    with pytest.raises(UserError, match="needs each question's source passage"):
         run_job(tiny_cfg("strategy=context", f"dataset.path={path}"))
 
 
@@ -131,14 +132,15 @@ def test_leaderboard_lists_every_finished_run(tiny_cfg, tmp_path):
     assert len(csv_lines) == 3
     assert {line.split(",")[5] + "/" + line.split(",")[6] for line in csv_lines[1:]} == {"zero_shot/logprob", "context/generate"}
     assert all(line.split(",")[7] == "4" for line in csv_lines[1:])
+    assert all(len(line.split(",")[8]) == 6 for line in csv_lines[1:])  # accuracy as 0.xxxx, even 0 or 1
     assert markdown.count("\n") == 4 and (tmp_path / "board" / "leaderboard.md").read_text() == markdown
 
 
 def test_a_folder_with_predictions_is_never_overwritten_silently(tiny_cfg, tmp_path):
     run_job(tiny_cfg("scoring=logprob", "dataset.limit=3"))
-    with pytest.raises(Exception, match="already holds predictions.jsonl: pass resume=true"):
+    with pytest.raises(UserError, match="already holds predictions.jsonl: pass resume=true"):
         run_job(tiny_cfg("scoring=logprob", "dataset.limit=3"))
-    with pytest.raises(Exception, match="already holds predictions.jsonl of another config"):
+    with pytest.raises(UserError, match="already holds predictions.jsonl of another config"):
         run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", "seed=7", "resume=true"))
     assert run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", "resume=true"))["n_resumed"] == 3
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from esgexp.errors import UserError
@@ -110,3 +110,15 @@ class LogprobScorer:
         cache.batch_repeat_interleave(len(rows))
         last = (lengths - 1)[:, None]
         return model(input_ids=batch, cache=cache, use_cache=True, logits_to_keep=last).logits[:, 0, :]
+
+
+def make_scorer(scoring: Mapping, tokenizer, prompts: Sequence[str], token_ids: Sequence[Sequence[int]]):
+    """The scorer that a scoring config (``conf/scoring/*.yaml``) asks for, fitted to these prompts:
+    the letters' tokens after them and, for logprob, the token prefix they all share."""
+    if scoring["name"] == "logprob":
+        letters = letter_token_ids(tokenizer, prompts[0], list(scoring["letters"]))
+        prefix = common_prefix(token_ids) if scoring["prefix_cache"] else []
+        return LogprobScorer(letters, prefix)
+    if scoring["name"] == "generate":
+        return GenerateScorer(tokenizer, scoring["max_new_tokens"])
+    raise UserError(f"scoring must be generate or logprob, got {scoring['name']!r}")
