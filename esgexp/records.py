@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,3 +20,64 @@ class MCQItem:
     answer: str
     context: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QAItem:
+    """One open question.
+
+    ``answers`` holds the reference answers (usually one text; a factoid answer may list several
+    spans separated by commas or semicolons inside one text); ``qtype`` is ``factoid``,
+    ``non_factoid`` or ``table``; ``context`` holds the item's own passage(s); ``meta`` keeps
+    benchmark fields such as ``category``, ``report``, ``page`` and ``evidence_pages`` (0-based).
+    """
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    qtype: str
+    context: tuple[str, ...] = ()
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A retrievable chunk of one document with its 1-based page span (``page_start`` to ``page_end``)."""
+
+    id: str
+    doc_id: str
+    text: str
+    page_start: int
+    page_end: int
+    kind: str = "text"
+
+    @property
+    def page_span(self) -> str:
+        """``12`` or ``12-13``, as printed in citations."""
+        if self.page_end == self.page_start:
+            return str(self.page_start)
+        return f"{self.page_start}-{self.page_end}"
+
+    @property
+    def page_indexes(self) -> range:
+        """The 0-based page indexes the passage covers (ESGBench counts pages this way)."""
+        return range(self.page_start - 1, self.page_end)
+
+
+@dataclass(frozen=True)
+class RetrievalQuery:
+    """A query with graded relevance (0-3) per passage id; ``doc_scope`` limits the search to one document."""
+
+    id: str
+    text: str
+    relevance: dict[str, int]
+    doc_scope: str | None = None
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class LoadedDataset:
+    """The usable items and one message per skipped row or record (file, row, field, reason)."""
+
+    items: list[Any]
+    skipped: list[str] = field(default_factory=list)

@@ -10,11 +10,11 @@ import csv
 import logging
 import random
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from esgexp.errors import UserError
-from esgexp.records import MCQItem
+from esgexp.records import LoadedDataset, MCQItem
 
 log = logging.getLogger(__name__)
 
@@ -22,14 +22,6 @@ REQUIRED_COLUMNS = ("query", "answer", "A", "B", "C", "D")
 ID_COLUMNS = ("query_id", "new_id")
 OPTION_LETTERS = "ABCD"
 VALID_ANSWER_LETTERS = set("ABCDZ")
-
-
-@dataclass
-class LoadedDataset:
-    """The usable items and one message per skipped row."""
-
-    items: list[MCQItem]
-    skipped: list[str] = field(default_factory=list)
 
 
 @dataclass
