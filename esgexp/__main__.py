@@ -13,11 +13,11 @@ log = logging.getLogger("esgexp")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> dict:
     from esgexp.run import run_job
 
     try:
-        return run_job(cfg)["accuracy"]
+        return run_job(cfg)
     except (UserError, OmegaConfBaseException) as error:
         log.error("%s", error)
         print(f"error: {error}", file=sys.stderr)

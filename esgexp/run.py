@@ -1,91 +1,118 @@
-"""One job: dataset -> prompts -> model -> parsed answers -> metrics -> run folder + MLflow run."""
+"""One job: dataset -> prompts -> model -> parsed outputs -> metrics -> run folder + MLflow run.
+
+``task`` picks the job: ``mcq`` and ``qa`` generate with a model (this module);
+``retrieval`` and ``esgbench_score`` run without one (their own modules).
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from pathlib import Path
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from esgexp import tracking
-from esgexp.config import flatten
 from esgexp.errors import UserError
-from esgexp.eval.mcq import INVALID, mcq_metrics, parse_answer, strip_reasoning
+from esgexp.jobs import check_config, finish, job_tags, same_job, save_inputs, summary_table, tracked_run
 from esgexp.models.loading import resolve_model_dir
-from esgexp.outputs import PredictionLog, write_atomic, write_json
-from esgexp.records import MCQItem
+from esgexp.outputs import PredictionLog
 
 log = logging.getLogger(__name__)
 
-# The config groups that decide a job's predictions: equal values make a run resumable from another.
-IDENTITY_KEYS = ("dataset", "model", "strategy", "template", "scoring", "seed")
+TASKS = ("mcq", "qa", "retrieval", "esgbench_score")
 
 
 def run_job(cfg: DictConfig) -> dict:
-    """Run one evaluation job end to end and return its metrics."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
-    output_dir = Path(cfg.paths.output_dir)
+    """Run one job end to end and return its metrics."""
+    output_dir = check_config(cfg)
+    if cfg.task not in TASKS:
+        raise UserError(f"task must be one of {', '.join(TASKS)}, got {cfg.task!r}")
+    if cfg.task == "retrieval":
+        from esgexp.tasks.retrieval import run_retrieval
+
+        return run_retrieval(cfg, output_dir)
+    if cfg.task == "esgbench_score":
+        from esgexp.tasks.esgbench_score import run_scoring
+
+        return run_scoring(cfg, output_dir)
+    return run_generation(cfg, output_dir, make_task(cfg))
+
+
+def make_task(cfg: DictConfig):
+    if cfg.task == "mcq":
+        from esgexp.tasks.mcq import MCQTask
+
+        return MCQTask(cfg)
+    from esgexp.tasks.qa import QATask
+
+    return QATask(cfg)
+
+
+def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
+    """Prompt a model with every item, keep each output as it comes, then score them all."""
     loaded = instantiate(cfg.dataset).load()
     items = loaded.items
-    prompter = instantiate(cfg.strategy, template=cfg.template.text)
-    if prompter.context and not any(item.context for item in items):
-        raise UserError(
-            f"strategy={prompter.name} needs each question's source passage (column source_text), "
-            f"and dataset {cfg.dataset.name!r} has none: use the _w_ref file or strategy=zero_shot"
-        )
-    prompts = {item.id: prompter.build(item) for item in items}
+    if not items:
+        raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(loaded.skipped)})")
+    task.check(items)
+    passages, retrieval = retrieve(cfg, items)
+    prompts = {item.id: task.prompt(item, passages.get(item.id)) for item in items}
 
     predictions = PredictionLog(output_dir / "predictions.jsonl")
     done = {record["id"] for record in resume_predictions(cfg, output_dir, predictions)}
-    write_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    if loaded.skipped:
-        write_atomic(output_dir / "skipped_rows.txt", "\n".join(loaded.skipped) + "\n")
-
-    tags = {
-        "dataset": cfg.dataset.name,
-        "model": cfg.model.name,
-        "strategy": cfg.strategy.name,
-        "scoring": cfg.scoring.name,
-        "template": cfg.template.name,
-        "task": "mcq",
-        "config_hash": job_identity(cfg)[:16],
-        "git_commit": tracking.git_commit(cfg.paths.root_dir),
-        "run_dir": str(output_dir),
-    }
+    save_inputs(cfg, output_dir, loaded.skipped)
+    tags = job_tags(
+        cfg,
+        output_dir,
+        model=cfg.model.name,
+        strategy=cfg.strategy.name,
+        scoring=cfg.scoring.name,
+        template=cfg.template.name,
+        retriever=cfg.retriever.name if cfg.strategy.name == "rag" else None,
+        finetuned_from=cfg.model.get("adapter") and cfg.model.name,
+    )
     todo = [item for item in items if item.id not in done]
     # Find the weights before the run starts: a wrong model config fails here, not mid-run.
     model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir) if todo else None
     run_name = f"{cfg.model.name}/{cfg.strategy.name}/{cfg.scoring.name}"
-    with tracking.mlflow_run(cfg.tracking, cfg.experiment_name, run_name, flatten(cfg), tags) as run:
+    with tracked_run(cfg, run_name, tags) as run:
         if todo:
             try:
-                predict(cfg, model_source, todo, prompts, predictions)
+                predict(cfg, task, model_source, todo, prompts, retrieval, predictions)
             except (KeyboardInterrupt, SystemExit):
                 kept = len(predictions.read())
                 log.error("interrupted: %d predictions kept in %s; rerun with resume=true", kept, output_dir)
                 raise
-        records = latest_records(predictions, items)
-        metrics = mcq_metrics(items, [r["parsed"] for r in records])
+        records, metrics, info = task.score(items, latest_records(predictions, items))
+        predictions.rewrite(records)
+        if retrieval:
+            from esgexp.strategies.rag import attribution_metrics
+
+            metrics.update(attribution_metrics(records))
         metrics["n_failed"] = sum(1 for r in records if r.get("failed"))
         metrics["n_skipped_rows"] = len(loaded.skipped)
         metrics["n_resumed"] = len(done)
-        write_json(output_dir / "metrics.json", metrics)
-        files = ["config.yaml", "predictions.jsonl", "metrics.json", "skipped_rows.txt"]
-        tracking.log_results(metrics, [output_dir / name for name in files])
+        finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"], info)
         run_id = run.info.run_id
-    print(summary(cfg, metrics, output_dir, run_id))
+    rows = [("items", str(metrics["n_items"])), *task.summary_rows(metrics)]
+    rows += [(name, str(metrics[key])) for name, key in (("failed items", "n_failed"), ("skipped rows", "n_skipped_rows")) if metrics[key]]
+    title = f"{cfg.dataset.name} | {cfg.model.name} | {cfg.strategy.name} | {cfg.scoring.name}"
+    print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
     return metrics
 
 
-def predict(
-    cfg: DictConfig, model_source: str, items: list[MCQItem], prompts: dict[str, str], predictions: PredictionLog
-) -> None:
-    """Load the model from ``model_source``, score ``items`` and append one record per item to ``predictions``."""
+def retrieve(cfg: DictConfig, items: list) -> tuple[dict[str, list[str]], dict[str, dict]]:
+    """For strategy=rag: each item's formatted passages and what was retrieved; else nothing."""
+    if cfg.strategy.name != "rag":
+        return {}, {}
+    from esgexp.strategies.rag import retrieve_for_items
+
+    return retrieve_for_items(cfg, items)
+
+
+def predict(cfg: DictConfig, task, model_source: str, items: list, prompts: dict, retrieval: dict, predictions: PredictionLog) -> None:
+    """Load the model from ``model_source``, run ``items`` and append one record per item to ``predictions``."""
     import torch
 
     from esgexp.models.inference import PromptDataModule, run_inference
@@ -105,7 +132,17 @@ def predict(
     by_id = {item.id: item for item in items}
 
     def write(results: list[dict]) -> None:
-        predictions.append([to_record(r, by_id[r["id"]], texts[r["id"]], cfg.model.reasoning) for r in results])
+        records = []
+        for result in results:
+            item_id = result["id"]
+            record = {"id": item_id, "prompt_hash": hashlib.sha256(texts[item_id].encode()).hexdigest()[:16]}
+            record.update(task.to_record(result, by_id[item_id]))
+            if result.get("failed"):
+                record.update(failed=True, error=result["error"])
+            if item_id in retrieval:
+                record["retrieval"] = retrieval[item_id]
+            records.append(record)
+        predictions.append(records)
 
     run_inference(model, scorer, data, write, cfg.trainer.accelerator, cfg.trainer.progress_bar)
 
@@ -120,38 +157,13 @@ def model_input(prompt: str, tokenizer, chat_template: bool) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def to_record(result: dict, item: MCQItem, text: str, reasoning: bool) -> dict:
-    """A predictions.jsonl line: what went in (hash), what came out, the parse and the verdict."""
-    record = {"id": item.id, "prompt_hash": hashlib.sha256(text.encode()).hexdigest()[:16], "gold": item.answer}
-    if result.get("failed"):
-        return {**record, "output": None, "parsed": INVALID, "correct": False, "failed": True, "error": result["error"]}
-    output = result["output"]
-    parsed = parse_answer(strip_reasoning(output) if reasoning else output)
-    record.update(output=output, parsed=parsed, correct=parsed == item.answer)
-    if "scores" in result:
-        record["scores"] = result["scores"]
-    return record
-
-
-def latest_records(predictions: PredictionLog, items: list[MCQItem]) -> list[dict]:
+def latest_records(predictions: PredictionLog, items: list) -> list[dict]:
     """One record per item in item order; for an id written twice (a retried failure) the last wins."""
     by_id = {r["id"]: r for r in predictions.read()}
     missing = [item.id for item in items if item.id not in by_id]
     if missing:
         raise RuntimeError(f"no prediction for {len(missing)} item(s), e.g. {missing[:3]}")
     return [by_id[item.id] for item in items]
-
-
-def job_identity(cfg: DictConfig) -> str:
-    """A hash of what decides the predictions (dataset, model, strategy, template, scoring, seed)."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    key = {name: resolved.get(name) for name in IDENTITY_KEYS}
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def same_job(cfg: DictConfig, run_dir: Path) -> bool:
-    config_file = run_dir / "config.yaml"
-    return config_file.is_file() and job_identity(OmegaConf.load(config_file)) == job_identity(cfg)
 
 
 def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: PredictionLog) -> list[dict]:
@@ -178,23 +190,3 @@ def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: Predictio
     predictions.rewrite(kept)
     log.info("resuming from %s: %d predictions reused", source.path.parent, len(kept))
     return kept
-
-
-def summary(cfg: DictConfig, metrics: dict, output_dir: Path, run_id: str) -> str:
-    """The short table printed at the end of a job."""
-    rows = [
-        ("items", f"{metrics['n_items']}"),
-        ("accuracy", f"{metrics['accuracy']:.3f}"),
-        ("invalid rate", f"{metrics['invalid_rate']:.3f}"),
-        ("abstention rate", f"{metrics['abstention_rate']:.3f}"),
-        ("baseline: random", f"{metrics['baseline/random']:.3f}"),
-        ("baseline: longest option", f"{metrics['baseline/longest_option']:.3f}"),
-    ]
-    for name, value in (("failed items", metrics["n_failed"]), ("skipped rows", metrics["n_skipped_rows"])):
-        if value:
-            rows.append((name, str(value)))
-    title = f"{cfg.dataset.name} | {cfg.model.name} | {cfg.strategy.name} | {cfg.scoring.name}"
-    width = max(len(name) for name, _ in rows)
-    lines = [title, "-" * len(title)] + [f"{name:<{width}}  {value:>7}" for name, value in rows]
-    lines += [f"run folder: {output_dir}", f"mlflow run: {run_id} ({cfg.tracking.uri})"]
-    return "\n".join(lines)

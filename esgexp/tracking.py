@@ -61,12 +61,14 @@ def mlflow_run(tracking_cfg: DictConfig, experiment_name: str, run_name: str, pa
     mlflow.end_run(status="FINISHED")
 
 
-def log_results(metrics: dict, files: list[Path]) -> None:
-    """Log the numeric metrics and the given files as artifacts of the active run."""
+def log_results(metrics: dict, files: list[Path], info: dict[str, str]) -> None:
+    """Log the numeric metrics, ``info`` as tags and the given files as artifacts of the active run."""
     import mlflow
 
     numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     mlflow.log_metrics(numeric)
+    if info:
+        mlflow.set_tags(info)
     for path in files:
         if path.is_file():
             mlflow.log_artifact(str(path))

@@ -81,7 +81,7 @@ def test_resume_reuses_finished_predictions(tiny_cfg, tmp_path, monkeypatch):
 
     asked = []
     real_predict = esgexp.run.predict
-    monkeypatch.setattr(esgexp.run, "predict", lambda cfg, src, items, *a: (asked.extend(items), real_predict(cfg, src, items, *a)))
+    monkeypatch.setattr(esgexp.run, "predict", lambda cfg, task, src, items, *a: (asked.extend(items), real_predict(cfg, task, src, items, *a)))
     metrics = run_job(tiny_cfg("scoring=logprob", "resume=true", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t3"))
     assert metrics["n_resumed"] == 10
     assert len(asked) == len(done) - 10  # the failed and the cut item are redone

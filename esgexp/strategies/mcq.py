@@ -1,4 +1,4 @@
-"""Multiple-choice prompts: zero-shot, or the item's linked passage first (ESGenius "RAG")."""
+"""Multiple-choice prompts: zero-shot, the item's linked passage first (ESGenius "RAG"), or retrieved passages."""
 
 from __future__ import annotations
 
@@ -40,8 +40,12 @@ class MCQPrompter:
         if self.context not in CONTEXT_MODES:
             raise UserError(f"strategy.context must be one of full, best_line or null, got {self.context!r}")
 
-    def build(self, item: MCQItem) -> str:
+    def build(self, item: MCQItem, passages: list[str] | None = None) -> str:
+        """The prompt; with ``passages`` (retrieved, already formatted) they form the context."""
         prompt = self.fill(item)
+        if passages is not None:
+            joined = "\n".join(passages)
+            return f"Context:\n{joined}\n\n{prompt}" if passages else NO_CONTEXT + prompt
         if self.context is None:
             return prompt
         passage = "\n".join(item.context).strip()

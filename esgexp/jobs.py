@@ -1,0 +1,83 @@
+"""What every job shares: the config check, its identity, the run folder and one MLflow run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp import tracking
+from esgexp.config import flatten
+from esgexp.errors import UserError
+from esgexp.outputs import write_atomic, write_json
+
+# The config groups that decide a job's results: equal values make a run resumable from another.
+IDENTITY_KEYS = ("task", "dataset", "model", "strategy", "template", "scoring", "retriever", "query", "metrics", "seed")
+
+
+def check_config(cfg: DictConfig) -> Path:
+    """Fail early on a mandatory value left unset; return the run folder."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
+    return Path(cfg.paths.output_dir)
+
+
+def job_identity(cfg: DictConfig) -> str:
+    """A hash of what decides the results (task, dataset, model, strategy, template, scoring, retriever, ...)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    key = {name: resolved.get(name) for name in IDENTITY_KEYS}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def same_job(cfg: DictConfig, run_dir: Path) -> bool:
+    config_file = run_dir / "config.yaml"
+    return config_file.is_file() and job_identity(OmegaConf.load(config_file)) == job_identity(cfg)
+
+
+def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
+    """Tags every run carries (the leaderboard reads them), plus the task's own."""
+    tags = {
+        "task": cfg.task,
+        "dataset": cfg.dataset.name,
+        "config_hash": job_identity(cfg)[:16],
+        "git_commit": tracking.git_commit(cfg.paths.root_dir),
+        "run_dir": str(output_dir),
+    }
+    tags.update({k: str(v) for k, v in extra.items() if v is not None})
+    return tags
+
+
+def save_inputs(cfg: DictConfig, output_dir: Path, skipped: list[str]) -> None:
+    """config.yaml (resolved) and, when rows were skipped, skipped_rows.txt."""
+    write_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if skipped:
+        write_atomic(output_dir / "skipped_rows.txt", "\n".join(skipped) + "\n")
+
+
+@contextmanager
+def tracked_run(cfg: DictConfig, run_name: str, tags: dict):
+    """The job's MLflow run, with the flattened resolved config as params."""
+    with tracking.mlflow_run(cfg.tracking, cfg.experiment_name, run_name, flatten(cfg), tags) as run:
+        yield run
+
+
+def finish(output_dir: Path, metrics: dict, files: list[str], info: dict | None = None) -> None:
+    """Write metrics.json, then log metrics, ``info`` tags and the run-folder files to the active run."""
+    write_json(output_dir / "metrics.json", metrics)
+    tracking.log_results(metrics, [output_dir / name for name in ["config.yaml", "metrics.json", *files]], info or {})
+
+
+def summary_table(title: str, rows: list[tuple[str, str]], output_dir: Path, run_id: str, uri: str) -> str:
+    """The short table printed at the end of a job."""
+    width = max(len(name) for name, _ in rows)
+    lines = [title, "-" * len(title)] + [f"{name:<{width}}  {value:>7}" for name, value in rows]
+    lines += [f"run folder: {output_dir}", f"mlflow run: {run_id} ({uri})"]
+    return "\n".join(lines)
+
+
+def rate(value: float) -> str:
+    return f"{value:.3f}"
