@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,11 +62,18 @@ def mlflow_run(tracking_cfg: DictConfig, experiment_name: str, run_name: str, pa
     mlflow.end_run(status="FINISHED")
 
 
+def metric_name(key: str) -> str:
+    """``key`` as MLflow accepts it: ``@`` spelled ``_at_`` (``recall_at_5``), other refused characters ``_``."""
+    return re.sub(r"[^\w\-. /:]", "_", key.replace("@", "_at_"))
+
+
 def log_results(metrics: dict, files: list[Path], info: dict[str, str]) -> None:
     """Log the numeric metrics, ``info`` as tags and the given files as artifacts of the active run."""
     import mlflow
 
-    numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    numeric = {
+        metric_name(k): float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     mlflow.log_metrics(numeric)
     if info:
         mlflow.set_tags(info)
