@@ -1,4 +1,6 @@
-"""``python -m esgexp.leaderboard``: all finished MLflow runs as a CSV and a Markdown table."""
+"""``python -m esgexp.leaderboard``: all finished MLflow runs as a CSV and a Markdown table.
+
+One row per run: MCQ accuracy, open-QA main metrics and retrieval recall side by side."""
 
 from __future__ import annotations
 
@@ -12,19 +14,30 @@ from hydra import compose, initialize_config_dir
 from esgexp.config import CONF_DIR
 from esgexp.outputs import write_atomic
 
+# (column, where MLflow keeps it): the first source a run has fills the cell.
 COLUMNS = [
-    ("dataset", "tags.dataset"),
-    ("model", "tags.model"),
-    ("family", "params.model.family"),
-    ("size_b", "params.model.size_b"),
-    ("instruct", "params.model.instruct"),
-    ("strategy", "tags.strategy"),
-    ("scoring", "tags.scoring"),
-    ("n", "metrics.n_items"),
-    ("accuracy", "metrics.accuracy"),
-    ("invalid_rate", "metrics.invalid_rate"),
-    ("run_id", "run_id"),
+    ("dataset", ("tags.dataset",)),
+    ("task", ("tags.task",)),
+    ("model", ("tags.model",)),
+    ("family", ("params.model.family",)),
+    ("size_b", ("params.model.size_b",)),
+    ("instruct", ("params.model.instruct",)),
+    ("strategy", ("tags.strategy",)),
+    ("retriever", ("tags.retriever",)),
+    ("scoring", ("tags.scoring",)),
+    ("n", ("metrics.n_items", "metrics.n_queries")),
+    ("accuracy", ("metrics.accuracy",)),
+    ("invalid_rate", ("metrics.invalid_rate",)),
+    ("factoid_f1", ("metrics.factoid/f1",)),
+    ("nonfactoid_rouge_l", ("metrics.non_factoid/rouge_l",)),
+    ("nonfactoid_bertscore", ("metrics.non_factoid/bertscore_f1",)),
+    ("table_rouge_l", ("metrics.table/rouge_l",)),
+    ("esgbench_numeric_acc", ("metrics.esgbench/numeric_accuracy", "metrics.numeric_accuracy")),
+    ("recall@10", ("metrics.recall_at_10",)),
+    ("run_id", ("run_id",)),
 ]
+# The columns that rank rows within a dataset, in order of precedence.
+RANK_COLUMNS = ("accuracy", "factoid_f1", "nonfactoid_rouge_l", "table_rouge_l", "esgbench_numeric_acc", "recall@10")
 
 
 def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
@@ -53,12 +66,16 @@ def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
         flat.update({f"tags.{k}": v for k, v in run.data.tags.items()})
         flat.update({f"params.{k}": v for k, v in run.data.params.items()})
         flat.update({f"metrics.{k}": v for k, v in run.data.metrics.items()})
-        rows.append({name: flat.get(source, "") for name, source in COLUMNS})
-    rows.sort(key=lambda r: (r["dataset"], -float(r["accuracy"] or 0), r["model"]))
+        rows.append({name: next((flat[s] for s in sources if s in flat), "") for name, sources in COLUMNS})
+    rows.sort(key=lambda r: (r["dataset"], -rank_value(r), r["model"]))
     return rows
 
 
-RATE_COLUMNS = {"accuracy", "invalid_rate"}
+def rank_value(row: dict) -> float:
+    return next((float(row[name]) for name in RANK_COLUMNS if row[name] != ""), 0.0)
+
+
+RATE_COLUMNS = {"accuracy", "invalid_rate", *RANK_COLUMNS}
 
 
 def format_value(name: str, value) -> str:

@@ -55,7 +55,7 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
     items = loaded.items
     if not items:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(loaded.skipped)})")
-    task.check(items)
+    task.prepare(items)
     passages, retrieval = retrieve(cfg, items)
     prompts = {item.id: task.prompt(item, passages.get(item.id)) for item in items}
 
@@ -70,7 +70,6 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         scoring=cfg.scoring.name,
         template=cfg.template.name,
         retriever=cfg.retriever.name if cfg.strategy.name == "rag" else None,
-        finetuned_from=cfg.model.get("adapter") and cfg.model.name,
     )
     todo = [item for item in items if item.id not in done]
     # Find the weights before the run starts: a wrong model config fails here, not mid-run.

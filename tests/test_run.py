@@ -128,11 +128,15 @@ def test_leaderboard_lists_every_finished_run(tiny_cfg, tmp_path):
     cfg = compose_config(tmp_path, name="leaderboard")
     markdown = export(cfg.tracking.uri, tmp_path / "board")
     csv_lines = (tmp_path / "board" / "leaderboard.csv").read_text().splitlines()
-    assert csv_lines[0] == "dataset,model,family,size_b,instruct,strategy,scoring,n,accuracy,invalid_rate,run_id"
-    assert len(csv_lines) == 3
-    assert {line.split(",")[5] + "/" + line.split(",")[6] for line in csv_lines[1:]} == {"zero_shot/logprob", "context/generate"}
-    assert all(line.split(",")[7] == "4" for line in csv_lines[1:])
-    assert all(len(line.split(",")[8]) == 6 for line in csv_lines[1:])  # accuracy as 0.xxxx, even 0 or 1
+    assert csv_lines[0] == (
+        "dataset,task,model,family,size_b,instruct,strategy,retriever,scoring,n,accuracy,invalid_rate,"
+        "factoid_f1,nonfactoid_rouge_l,nonfactoid_bertscore,table_rouge_l,esgbench_numeric_acc,recall@10,run_id"
+    )
+    rows = [dict(zip(csv_lines[0].split(","), line.split(","))) for line in csv_lines[1:]]
+    assert len(rows) == 2
+    assert {row["strategy"] + "/" + row["scoring"] for row in rows} == {"zero_shot/logprob", "context/generate"}
+    assert all(row["n"] == "4" and row["task"] == "mcq" and row["factoid_f1"] == "" for row in rows)
+    assert all(len(row["accuracy"]) == 6 for row in rows)  # accuracy as 0.xxxx, even 0 or 1
     assert markdown.count("\n") == 4 and (tmp_path / "board" / "leaderboard.md").read_text() == markdown
 
 
