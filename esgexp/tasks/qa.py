@@ -1,0 +1,117 @@
+"""Open questions (SustainableQA, ESGBench): generated answers scored by the metrics of each question type."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.errors import UserError
+from esgexp.eval.mcq import strip_reasoning
+from esgexp.records import QAItem
+from esgexp.strategies.qa import QAPrompter, draw_examples
+
+log = logging.getLogger(__name__)
+
+ANSWER_LABEL = re.compile(r"^\s*answer\s*:\s*", flags=re.IGNORECASE)
+
+
+def clean_answer(output: str, reasoning: bool) -> str:
+    """The answer text: reasoning blocks dropped, a leading ``Answer:`` label and outer blanks removed."""
+    text = strip_reasoning(output) if reasoning else output
+    return ANSWER_LABEL.sub("", text.strip()).strip()
+
+
+class QATask:
+    """Prompts per strategy and template, cleans answers, scores them per question type (``metrics`` config)."""
+
+    name = "qa"
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.prompter = QAPrompter(template=OmegaConf.to_container(cfg.template), context=cfg.strategy.context)
+
+    def prepare(self, items: list) -> None:
+        """Check the dataset suits the strategy; draw the few-shot examples."""
+        if not isinstance(items[0], QAItem):
+            raise UserError(f"task=qa needs open questions; dataset {self.cfg.dataset.name!r} is multiple-choice (task=mcq)")
+        if self.prompter.context and not any(item.context for item in items):
+            raise UserError(f"strategy={self.cfg.strategy.name} needs each item's passage and dataset {self.cfg.dataset.name!r} has none")
+        missing = sorted({item.qtype for item in items} - set(self.cfg.metrics.by_qtype))
+        if missing:
+            raise UserError(f"metrics={self.cfg.metrics.name} has no metrics for question type(s) {', '.join(missing)}")
+        if self.cfg.strategy.shots:
+            self.prompter.examples = self._examples(items)
+
+    def _examples(self, items: list[QAItem]) -> dict[str, list[QAItem]]:
+        split = self.cfg.strategy.split
+        if split == "test":
+            raise UserError("few-shot examples never come from the test split: set strategy.split=train (or validation)")
+        loader = instantiate(self.cfg.dataset)
+        if not hasattr(loader, "load_split"):
+            raise UserError(f"dataset {self.cfg.dataset.name!r} has no train split to draw few-shot examples from")
+        pool = loader.load_split(split).items
+        exclude = {item.id for item in items} | {item.question for item in items}
+        examples = draw_examples(pool, self.cfg.strategy.shots, self.cfg.seed, exclude)
+        short = sorted({item.qtype for item in items} - {t for t, found in examples.items() if found})
+        if short:
+            raise UserError(f"the {split} split has no example of question type(s) {', '.join(short)} for few-shot prompts")
+        return examples
+
+    def prompt(self, item: QAItem, passages: list[str] | None) -> str:
+        return self.prompter.build(item, passages)
+
+    def to_record(self, result: dict, item: QAItem) -> dict:
+        record = {"qtype": item.qtype, "category": item.meta.get("category"), "references": list(item.answers)}
+        if result.get("failed"):
+            return {**record, "output": None, "answer": ""}
+        return {**record, "output": result["output"], "answer": clean_answer(result["output"], self.cfg.model.reasoning)}
+
+    def score(self, items: list[QAItem], records: list[dict]) -> tuple[list[dict], dict, dict]:
+        """Each question type scored by its metrics; per-item values go into the records."""
+        scorers = {name: instantiate(spec) for name, spec in self.cfg.metrics.scorers.items()}
+        positions: dict[str, list[int]] = defaultdict(list)
+        for index, item in enumerate(items):
+            positions[item.qtype].append(index)
+        metrics: dict = {"n_items": len(items)}
+        info: dict[str, str] = {}
+        records = [{**r, "metrics": {}} for r in records]
+        for qtype, where in sorted(positions.items()):
+            metrics[f"{qtype}/n"] = len(where)
+            for name in self.cfg.metrics.by_qtype[qtype]:
+                if name not in scorers:
+                    raise UserError(f"metrics.by_qtype.{qtype} names {name!r}, which is not in metrics.scorers")
+                result = scorers[name].score([records[i]["answer"] for i in where], [items[i].answers for i in where])
+                for i, values in zip(where, result.per_item):
+                    records[i]["metrics"].update(values)
+                metrics.update({f"{qtype}/{key}": value for key, value in result.summary.items()})
+                info.update(result.info)
+            metrics.update(category_breakdown(qtype, [items[i] for i in where], [records[i]["metrics"] for i in where]))
+        return records, metrics, info
+
+    def summary_rows(self, metrics: dict) -> list[tuple[str, str]]:
+        """Every run-level value that is not a breakdown."""
+        rows = []
+        for key, value in metrics.items():
+            if "/category/" in key or "/by_spans/" in key or key == "n_items":
+                continue
+            rows.append((key, f"{value:.3f}" if isinstance(value, float) else str(value)))
+        return rows
+
+
+def category_breakdown(qtype: str, items: list[QAItem], per_item: list[dict]) -> dict[str, float]:
+    """Mean of each per-item value and the count, per category (``<qtype>/category/<name>/<key>``)."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for item, values in zip(items, per_item):
+        groups[str(item.meta.get("category") or "unknown")].append(values)
+    out: dict[str, float] = {}
+    for category, rows in sorted(groups.items()):
+        prefix = f"{qtype}/category/{category}"
+        out[f"{prefix}/n"] = len(rows)
+        for key in sorted({k for row in rows for k, v in row.items() if isinstance(v, (int, float))}):
+            values = [row[key] for row in rows if isinstance(row.get(key), (int, float))]
+            out[f"{prefix}/{key}"] = sum(values) / len(values)
+    return out
