@@ -1,0 +1,371 @@
+"""ClimRetrieve (Schimanski et al., 2024): report-level retrieval data, expert-annotated sources, query texts.
+
+* Report level (``ClimRetrieve_ReportLevel_V1.csv``, columns ``,paragraph,report,question,relevant_text,
+  relevance,relevant_text_sim,sim_text_relevance``): one row per (paragraph, question) of a report with a grade
+  0-3. ``ClimRetrieveReportLevel`` makes one passage per distinct paragraph text of a report (id
+  ``<doc>#p<n>``, first-appearance order) and one query per (report, question) that grades every paragraph of
+  its report (a pair without a usable row counts as 0). The file has no pages: passages get page 0, which
+  means "unknown" (real pages are 1-based).
+* Base (``ClimRetrieve_base`` saved as CSV): expert-annotated sources. ``load_base_annotations`` reads them;
+  ``annotations_to_queries`` grades passages of the ingested report PDFs (doc id = PDF file stem). A passage
+  holds an annotated source when it contains the source text (both normalised: NFKC, straight quotes,
+  lower-case, collapsed whitespace), or, failing that, when its page span includes the annotated page and it
+  holds at least ``min_overlap`` of the source's distinct word tokens. A source with a blank page is matched
+  by containment only. The annotated pages are 1-based (the sample has no page 0); whether they are PDF page
+  numbers or printed page labels cannot be told from the CSV, which is why the page only gates the fuzzy match.
+* Core questions (``Core_Questions_with_Explanations``): ``query_texts`` builds the query formulations of the
+  paper's experiment for the 16 core questions (see ``QUERY_MODES``).
+
+Rows are numbered from 1 over data records (a quoted cell may span several file lines); the first, unnamed
+column is an old pandas index and is ignored. Bad rows are listed and skipped; a missing file or column is a
+UserError.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import random
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from esgexp.errors import UserError
+from esgexp.records import LoadedDataset, Passage, RetrievalQuery
+
+log = logging.getLogger(__name__)
+
+REPORT_LEVEL_COLUMNS = ("paragraph", "report", "question", "relevance")
+BASE_COLUMNS = ("Document", "Question", "Relevant", "Page", "Source From", "Source Relevance Score", "Core 16 Question")
+CORE_COLUMNS = ("question", "Definition", "Information Retrieval Background")
+QUERY_MODES = ("question", "definition", "concepts")
+MODE_COLUMNS = {"definition": "'Refined Definition' and 'Definition'", "concepts": "'Information Retrieval Background'"}
+UNKNOWN_PAGE = 0
+WORD = re.compile(r"\w+")
+QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+CONCEPT_MARKUP = re.compile(r"^\s*(?:\[\[C\d+\]\])?\s*(?:\|[\s|]*(?:Co|La)[\s|]*)?(?:\d+\.\s*)?")
+
+Rows = list[tuple[int, Mapping[str, str]]]
+
+
+@dataclass
+class RetrievalDataset:
+    """Passages to search, graded queries, the number of candidate passages per query, and skipped rows."""
+
+    passages: list[Passage]
+    queries: list[RetrievalQuery]
+    n_candidates: dict[str, int]
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClimRetrieveReportLevel:
+    """Loads the ClimRetrieve report-level CSV; ``limit`` keeps that many queries (drawn by a seeded shuffle,
+    kept in file order) and the passages of their reports."""
+
+    name: str
+    path: str
+    limit: int | None = None
+    seed: int = 42
+
+    def load(self) -> RetrievalDataset:
+        rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "ClimRetrieve report-level")
+        dataset = report_level_dataset(rows, str(self.path))
+        if self.limit is None:
+            return dataset
+        if self.limit < 1:
+            raise UserError(f"dataset.limit must be a positive number of queries, got {self.limit}")
+        shuffled = list(dataset.queries)
+        random.Random(self.seed).shuffle(shuffled)
+        keep = {query.id for query in shuffled[: self.limit]}
+        queries = [query for query in dataset.queries if query.id in keep]
+        docs = {query.doc_scope for query in queries}
+        return RetrievalDataset(
+            passages=[passage for passage in dataset.passages if passage.doc_id in docs],
+            queries=queries,
+            n_candidates={query.id: dataset.n_candidates[query.id] for query in queries},
+            skipped=dataset.skipped,
+        )
+
+
+def report_level_dataset(rows: Iterable[tuple[int, Mapping[str, str]]], source: str) -> RetrievalDataset:
+    """Passages and per-report queries from numbered report-level rows; conflicting grades keep the highest."""
+    skipped: list[str] = []
+    paragraphs: dict[str, dict[str, str]] = {}  # report -> paragraph text -> passage id
+    grades: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}  # (report, question) -> id -> (grade, row)
+    for number, row in rows:
+        try:
+            report, question, paragraph = (required_text(row, name) for name in ("report", "question", "paragraph"))
+            grade = parse_whole(row.get("relevance"), "relevance", 0, 3, "a grade 0-3")
+        except ValueError as problem:
+            note(skipped, f"{source}, row {number}: {problem}; row skipped")
+            continue
+        ids = paragraphs.setdefault(report, {})
+        passage_id = ids.setdefault(paragraph, f"{doc_id_for(report)}#p{len(ids) + 1}")
+        graded = grades.setdefault((report, question), {})
+        earlier = graded.get(passage_id)
+        if earlier is not None and earlier[0] != grade:
+            (low, low_row), (high, high_row) = sorted([earlier, (grade, number)])
+            note(skipped, f"{source}, row {low_row}: field 'relevance': grade {low} conflicts with grade {high} "
+                          f"in row {high_row} for the same paragraph and question; kept {high}")
+        graded[passage_id] = max(earlier or (grade, number), (grade, number))
+
+    passages = [
+        Passage(id=pid, doc_id=doc_id_for(report), text=text, page_start=UNKNOWN_PAGE, page_end=UNKNOWN_PAGE)
+        for report, ids in paragraphs.items()
+        for text, pid in ids.items()
+    ]
+    dataset = RetrievalDataset(passages=passages, queries=[], n_candidates={}, skipped=skipped)
+    numbers: dict[str, int] = {}
+    for (report, question), graded in grades.items():
+        doc_id = doc_id_for(report)
+        numbers[doc_id] = numbers.get(doc_id, 0) + 1
+        query_id = f"{doc_id}#q{numbers[doc_id]}"
+        relevance = {pid: graded[pid][0] if pid in graded else 0 for pid in paragraphs[report].values()}
+        dataset.queries.append(RetrievalQuery(
+            id=query_id, text=question, relevance=relevance, doc_scope=doc_id,
+            meta={"report": report, "question": question},
+        ))
+        dataset.n_candidates[query_id] = len(relevance)
+    if not dataset.queries:
+        raise UserError(f"{source}: no usable row (rows skipped: {len(skipped)})")
+    return dataset
+
+
+@dataclass(frozen=True)
+class SourceAnnotation:
+    """One expert-annotated source: ``relevant`` text of ``document`` for ``question``.
+
+    ``page`` is 1-based as annotated (None when blank), ``relevance`` 1-3, ``source`` text/table/graph,
+    ``core`` whether the question is one of the 16 core questions, ``where`` the file and row.
+    """
+
+    document: str
+    question: str
+    relevant: str
+    page: int | None
+    relevance: int
+    source: str
+    core: bool
+    where: str
+
+
+def load_base_annotations(path: str | Path) -> LoadedDataset:
+    """The usable annotations of a ClimRetrieve base CSV; a row without source text or score, or with a bad
+    number, is skipped (a blank page is kept as None)."""
+    loaded = LoadedDataset(items=[])
+    for number, row in read_rows(path, BASE_COLUMNS, "ClimRetrieve base"):
+        where = f"{path}, row {number}"
+        try:
+            loaded.items.append(parse_annotation(row, where))
+        except ValueError as problem:
+            note(loaded.skipped, f"{where}: {problem}; row skipped")
+    if not loaded.items:
+        raise UserError(f"{path}: no usable annotation (rows skipped: {len(loaded.skipped)})")
+    return loaded
+
+
+def parse_annotation(row: Mapping[str, str], where: str) -> SourceAnnotation:
+    """One base row to a SourceAnnotation; raises ValueError naming the bad field."""
+    document, question = required_text(row, "Document"), required_text(row, "Question")
+    relevant = required_text(row, "Relevant")
+    relevance = parse_whole(row.get("Source Relevance Score"), "Source Relevance Score", 1, 3, "a score 1-3")
+    page_text = (row.get("Page") or "").strip()
+    page = parse_whole(page_text, "Page", 1, None, "a page number (1 or more)") if page_text else None
+    core = parse_whole(row.get("Core 16 Question"), "Core 16 Question", 0, 1, "0 or 1") == 1
+    source = (row.get("Source From") or "").strip().lower()
+    return SourceAnnotation(document, question, relevant, page, relevance, source, core, where)
+
+
+class SourceMatcher:
+    """Whether a passage holds an annotated source (rule in the module docstring); caches passage text."""
+
+    def __init__(self, min_overlap: float = 0.5):
+        if not 0 < min_overlap <= 1:
+            raise UserError(f"min_overlap must be a fraction in (0, 1], got {min_overlap}")
+        self.min_overlap = min_overlap
+        self._texts: dict[str, tuple[str, set[str]]] = {}
+
+    def __call__(self, annotation: SourceAnnotation, passage: Passage) -> bool:
+        if passage.id not in self._texts:
+            text = normalise(passage.text)
+            self._texts[passage.id] = (text, set(WORD.findall(text)))
+        text, passage_words = self._texts[passage.id]
+        relevant = normalise(annotation.relevant)
+        if relevant in text:
+            return True
+        if annotation.page is None or not passage.page_start <= annotation.page <= passage.page_end:
+            return False
+        words = set(WORD.findall(relevant))
+        return bool(words) and len(words & passage_words) / len(words) >= self.min_overlap
+
+
+def annotations_to_queries(
+    annotations: Sequence[SourceAnnotation], passages: Sequence[Passage], min_overlap: float = 0.5
+) -> RetrievalDataset:
+    """One query per (document, question), grading each matching passage with its best annotation's score.
+
+    Only matched passages are listed in ``relevance`` (others count as 0). A document missing from the
+    passages' doc ids, an annotation that matches no passage and a query left with no match are reported.
+    """
+    matches = SourceMatcher(min_overlap)
+    by_doc: dict[str, list[Passage]] = {}
+    for passage in passages:
+        by_doc.setdefault(passage.doc_id, []).append(passage)
+    doc_ids = {normalise(doc_id): doc_id for doc_id in by_doc}
+    groups: dict[tuple[str, str], list[SourceAnnotation]] = {}
+    for annotation in annotations:
+        groups.setdefault((annotation.document.strip(), normalise(annotation.question)), []).append(annotation)
+
+    dataset = RetrievalDataset(passages=list(passages), queries=[], n_candidates={})
+    numbers: dict[str, int] = {}
+    for (document, _), group in groups.items():
+        first = group[0]
+        doc_id = doc_ids.get(normalise(doc_id_for(document)))
+        if doc_id is None:
+            note(dataset.skipped, f"{first.where}: document {document!r} is not in the corpus ({len(by_doc)} docs); "
+                                  f"question {first.question!r} skipped ({len(group)} annotation row(s))")
+            continue
+        relevance: dict[str, int] = {}
+        for annotation in group:
+            hits = [passage for passage in by_doc[doc_id] if matches(annotation, passage)]
+            if not hits:
+                note(dataset.skipped, f"{annotation.where}: field 'Relevant': no passage of {doc_id!r} holds the "
+                                      "annotated text; annotation unused")
+            for passage in hits:
+                relevance[passage.id] = max(relevance.get(passage.id, 0), annotation.relevance)
+        if not relevance:
+            note(dataset.skipped, f"{first.where}: question {first.question!r} of {document!r} has no matching "
+                                  "passage; query skipped")
+            continue
+        numbers[doc_id] = numbers.get(doc_id, 0) + 1
+        query_id = f"{doc_id}#q{numbers[doc_id]}"
+        dataset.queries.append(RetrievalQuery(
+            id=query_id, text=first.question, relevance=relevance, doc_scope=doc_id,
+            meta={"document": document, "core": any(a.core for a in group), "sources": len(group)},
+        ))
+        dataset.n_candidates[query_id] = len(by_doc[doc_id])
+    return dataset
+
+
+@dataclass(frozen=True)
+class CoreQuestion:
+    """A core question's definition ("Refined Definition", else "Definition") and cleaned concept lines."""
+
+    question: str
+    definition: str
+    concepts: tuple[str, ...]
+    where: str
+
+
+def load_core_questions(path: str | Path) -> dict[str, CoreQuestion]:
+    """The core-questions table by normalised question text; rows with a blank question are ignored."""
+    table: dict[str, CoreQuestion] = {}
+    for number, row in read_rows(path, CORE_COLUMNS, "ClimRetrieve core-questions"):
+        question = (row.get("question") or "").strip()
+        if not question:
+            continue
+        where = f"{path}, row {number}"
+        key = normalise(question)
+        if key in table:
+            raise UserError(f"{where}: question {question!r} repeats {table[key].where}")
+        definition = (row.get("Refined Definition") or "").strip() or (row.get("Definition") or "").strip()
+        background = (row.get("Information Retrieval Background") or "").splitlines()
+        concepts = tuple(filter(None, map(clean_concept, background)))
+        table[key] = CoreQuestion(question, " ".join(definition.split()), concepts, where)
+    return table
+
+
+def clean_concept(line: str) -> str:
+    """``[[C1]] ||Co|| 1. **Name**: text`` -> ``Name: text`` (level, core/latent tag, number and bold dropped)."""
+    return " ".join(CONCEPT_MARKUP.sub("", line).replace("**", "").split())
+
+
+def query_texts(
+    queries: Sequence[RetrievalQuery], mode: str, core_questions_path: str | Path | None = None
+) -> dict[str, str]:
+    """The text to search with for each query id, by ``mode`` (one of ``QUERY_MODES``).
+
+    ``question``: the question; ``definition``: question, newline, its definition; ``concepts``: question and
+    one concept per line. The last two look the question up in the core-questions table (normalised text)
+    and raise a UserError listing every question the table lacks: a silent fall-back to the bare question
+    would mix formulations within one run.
+    """
+    if mode not in QUERY_MODES:
+        raise UserError(f"query mode {mode!r} is not one of {', '.join(QUERY_MODES)}")
+    if mode == "question":
+        return {query.id: query.text for query in queries}
+    if not core_questions_path:
+        raise UserError(f"query mode {mode!r} needs the core-questions table: set query.core_questions=FILE")
+    table = load_core_questions(core_questions_path)
+    unknown = sorted({query.text for query in queries if normalise(query.text) not in table})
+    if unknown:
+        raise UserError(
+            f"{core_questions_path}: {len(unknown)} question(s) not in the core-questions table, which query mode "
+            f"{mode!r} needs: {'; '.join(map(repr, unknown))}. Keep only core questions or use query=question"
+        )
+    texts = {}
+    for query in queries:
+        entry = table[normalise(query.text)]
+        extra = entry.definition if mode == "definition" else "\n".join(entry.concepts)
+        if not extra:
+            raise UserError(
+                f"{entry.where}: {MODE_COLUMNS[mode]} empty for {entry.question!r}; query mode {mode!r} needs it"
+            )
+        texts[query.id] = f"{query.text}\n{extra}"
+    return texts
+
+
+def read_rows(path: str | Path, required: Sequence[str], what: str) -> Rows:
+    """The numbered data rows of a CSV file; a missing file or required column is a UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{what} file not found: {path}")
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        columns = [name for name in reader.fieldnames or [] if name]
+        missing = [name for name in required if name not in columns]
+        if missing:
+            raise UserError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
+        return list(enumerate(reader, start=1))
+
+
+def required_text(row: Mapping[str, str], name: str) -> str:
+    """The stripped cell ``name``; ValueError when blank."""
+    text = (row.get(name) or "").strip()
+    if not text:
+        raise ValueError(f"field {name!r}: empty")
+    return text
+
+
+def parse_whole(value: str | None, name: str, low: int, high: int | None, expected: str) -> int:
+    """A whole number in ``low..high`` (``2`` or ``2.0``); ValueError naming the field otherwise."""
+    text = (value or "").strip()
+    if not text:
+        raise ValueError(f"field {name!r}: empty")
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"field {name!r}: {text!r} is not a number") from None
+    if not number.is_integer() or number < low or (high is not None and number > high):
+        raise ValueError(f"field {name!r}: {text!r} is not {expected}")
+    return int(number)
+
+
+def normalise(text: str) -> str:
+    """NFKC, straight quotes, lower-case, whitespace runs collapsed: the form texts are compared in."""
+    return " ".join(unicodedata.normalize("NFKC", text).translate(QUOTES).lower().split())
+
+
+def doc_id_for(name: str) -> str:
+    """A report's doc id: its file name without ``.pdf``, stripped (the PDF's stem, up to outer spaces)."""
+    name = name.strip()
+    return name[:-4].strip() if name.lower().endswith(".pdf") else name
+
+
+def note(messages: list[str], message: str) -> None:
+    """Log ``message`` as a warning and keep it."""
+    log.warning(message)
+    messages.append(message)
