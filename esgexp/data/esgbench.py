@@ -1,0 +1,274 @@
+"""ESGBench JSONL loaders: the gold questions, a predictions file, and the join of the two.
+
+Gold lines hold ``doc_name``, ``question``, ``answer``, ``category`` (non-empty strings),
+optional ``company`` and ``kpi_name``, and ``evidence``: a non-empty list of objects with an
+integer ``evidence_page_num`` (0-based) and ``evidence_text``. Prediction lines hold
+``doc_name``, ``question``, ``pred`` and optionally ``retrieved_pages`` (0-based integers).
+Rows join on (doc_name, question), compared with outer spaces stripped. A bad line, or one
+repeating an earlier key, is reported as ``FILE line N: field 'x': reason`` and skipped (the first
+one is kept). Gold items without a prediction are left out of the scores and counted, since an
+absent answer is a pipeline gap rather than a wrong answer; prediction rows without a gold item
+are counted too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from esgexp.errors import UserError
+from esgexp.records import LoadedDataset, QAItem
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+@dataclass
+class ESGBenchGold:
+    """Loads ESGBench gold questions; ``limit`` keeps a seeded random subset."""
+
+    name: str
+    path: str | None = None
+    limit: int | None = None
+    seed: int = 42
+
+    def load(self) -> LoadedDataset:
+        if not self.path:
+            raise UserError("dataset.path is not set: give the ESGBench gold JSONL with dataset.path=FILE")
+        loaded = LoadedDataset(items=[])
+        first_line: dict[Key, int] = {}
+        for number, row in read_jsonl(self.path, loaded.skipped):
+            try:
+                item = row_to_item(row, number)
+                key = (item.meta["doc_name"], item.question)
+                if key in first_line:
+                    raise _repeated(first_line[key])
+            except ValueError as problem:
+                _skip(loaded.skipped, self.path, number, problem)
+                continue
+            first_line[key] = number
+            loaded.items.append(item)
+        if not loaded.items:
+            raise UserError(f"{self.path}: no usable question (lines skipped: {len(loaded.skipped)})")
+        if self.limit is not None:
+            if self.limit < 1:
+                raise UserError(f"dataset.limit must be a positive number of items, got {self.limit}")
+            random.Random(self.seed).shuffle(loaded.items)
+            loaded.items = loaded.items[: self.limit]
+        return loaded
+
+
+def row_to_item(row: dict, line: int) -> QAItem:
+    """One gold object to a QAItem, its id ``DOC_NAME#`` plus a hash of doc_name and question (stable
+    across line moves and runs); raises ValueError naming the bad field."""
+    doc_name, question = _key(row)
+    answer = _text(row, "answer")
+    category = _text(row, "category")
+    pages, texts = _evidence(row)
+    digest = hashlib.sha1(f"{doc_name}\n{question}".encode()).hexdigest()[:12]
+    meta = {
+        "doc_name": doc_name,
+        "company": _optional_text(row, "company"),
+        "category": category.strip(),
+        "kpi_name": _optional_text(row, "kpi_name"),
+        "evidence_pages": pages,
+        "line": line,
+    }
+    item_id = f"{doc_name}#{digest}"
+    return QAItem(id=item_id, question=question, answers=(answer,), qtype="esgbench", context=texts, meta=meta)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One prediction row: the answer text, the retrieved 0-based pages if given, its line number."""
+
+    text: str
+    retrieved_pages: tuple[int, ...] | None
+    line: int
+
+
+@dataclass
+class PredictionFile:
+    """The usable prediction rows by (doc_name, question), and one message per skipped line."""
+
+    path: str
+    by_key: dict[Key, Prediction]
+    skipped: list[str]
+
+
+def load_predictions(path: str | Path) -> PredictionFile:
+    """Read a predictions JSONL; bad or repeated lines are reported and skipped."""
+    loaded = PredictionFile(str(path), {}, [])
+    for number, row in read_jsonl(path, loaded.skipped):
+        try:
+            key = _key(row)
+            text = row.get("pred")
+            if not isinstance(text, str):
+                raise _bad_type("pred", row, "a string")
+            pages = _retrieved_pages(row)
+            if key in loaded.by_key:
+                raise _repeated(loaded.by_key[key].line)
+        except ValueError as problem:
+            _skip(loaded.skipped, path, number, problem)
+            continue
+        loaded.by_key[key] = Prediction(text, pages, number)
+    return loaded
+
+
+@dataclass
+class JoinResult:
+    """Predictions by gold item id; one message per prediction row without a gold item
+    (``unjoined``) and per gold item without a prediction (``missing``)."""
+
+    source: str
+    by_item: dict[str, Prediction]
+    unjoined: list[str]
+    missing: list[str]
+
+
+def join(items: Sequence[QAItem], predictions: PredictionFile, gold_source: str = "gold") -> JoinResult:
+    """Match prediction rows to gold items on (doc_name, question); ``gold_source`` (the gold file)
+    names where a missing prediction's question is."""
+    ids = {(item.meta["doc_name"], item.question): item.id for item in items}
+    result = JoinResult(predictions.path, {}, [], [])
+    for key, prediction in predictions.by_key.items():
+        if key in ids:
+            result.by_item[ids[key]] = prediction
+        else:
+            result.unjoined.append(
+                f"{predictions.path} line {prediction.line}: field 'question': no gold question with "
+                f"doc_name {key[0]!r} and question {_short(key[1])!r}"
+            )
+    result.missing = [
+        f"{gold_source} line {item.meta['line']}: no prediction in {predictions.path} for doc_name "
+        f"{item.meta['doc_name']!r} and question {_short(item.question)!r}"
+        for item in items
+        if item.id not in result.by_item
+    ]
+    for what, messages in (
+        ("prediction rows match no gold question", result.unjoined),
+        ("gold questions have no prediction", result.missing),
+    ):
+        if messages:
+            log.warning("%d %s (left out of the scores); first: %s", len(messages), what, messages[0])
+    return result
+
+
+def read_jsonl(path: str | Path, skipped: list[str]) -> Iterator[tuple[int, dict]]:
+    """The JSON objects of a JSONL file with their 1-based line numbers; a bad line goes to ``skipped``.
+
+    A missing, unreadable or empty file is a UserError at once."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"file not found: {path}")
+    try:
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text ({exc})") from None
+    if not any(line.strip() for line in lines):
+        raise UserError(f"{path} is empty: expected one JSON object per line")
+    return _objects(path, lines, skipped)
+
+
+def _objects(path: Path, lines: list[str], skipped: list[str]) -> Iterator[tuple[int, dict]]:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            _skip(skipped, path, number, f"invalid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if isinstance(row, dict):
+            yield number, row
+        else:
+            _skip(skipped, path, number, "not a JSON object")
+
+
+def _skip(skipped: list[str], path: str | Path, number: int, problem: object) -> None:
+    message = f"{path} line {number}: {problem}"
+    log.warning("%s; line skipped", message)
+    skipped.append(message)
+
+
+def _key(row: dict) -> Key:
+    return _text(row, "doc_name").strip(), _text(row, "question").strip()
+
+
+def _text(row: dict, field: str) -> str:
+    value = row.get(field)
+    if not isinstance(value, str):
+        raise _bad_type(field, row, "a string")
+    if not value.strip():
+        raise ValueError(f"field '{field}': empty")
+    return value
+
+
+def _optional_text(row: dict, field: str) -> str:
+    value = row.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _bad_type(field, row, "a string")
+    return value.strip()
+
+
+def _evidence(row: dict) -> tuple[list[int], tuple[str, ...]]:
+    """The evidence pages (0-based, first occurrence order) and the non-empty evidence texts."""
+    evidence = row.get("evidence")
+    if not isinstance(evidence, list) or not evidence:
+        raise _bad_type("evidence", row, "a non-empty list of objects")
+    pages, texts = [], []
+    for index, entry in enumerate(evidence):
+        if not isinstance(entry, dict):
+            raise ValueError(f"field 'evidence[{index}]': expected an object, got {type(entry).__name__}")
+        page = entry.get("evidence_page_num")
+        if not _is_page(page):
+            label = f"evidence[{index}].evidence_page_num"
+            raise _bad_type("evidence_page_num", entry, "a 0-based page number (an integer >= 0)", label=label)
+        text = entry.get("evidence_text")
+        if text is None:
+            text = ""
+        if not isinstance(text, str):
+            raise _bad_type("evidence_text", entry, "a string", label=f"evidence[{index}].evidence_text")
+        pages.append(page)
+        if text.strip():
+            texts.append(text)
+    return list(dict.fromkeys(pages)), tuple(texts)
+
+
+def _retrieved_pages(row: dict) -> tuple[int, ...] | None:
+    value = row.get("retrieved_pages")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(_is_page(page) for page in value):
+        raise _bad_type("retrieved_pages", row, "a list of 0-based page numbers")
+    return tuple(value)
+
+
+def _is_page(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _bad_type(field: str, row: dict, expected: str, label: str | None = None) -> ValueError:
+    """The error for ``row[field]`` missing or not of the ``expected`` kind; ``label`` names the field."""
+    label = label or field
+    if field not in row:
+        return ValueError(f"field '{label}': missing")
+    value = row[field]
+    found = "null" if value is None else f"{type(value).__name__} {value!r}"
+    return ValueError(f"field '{label}': expected {expected}, got {_short(found)}")
+
+
+def _repeated(first: int) -> ValueError:
+    return ValueError(f"field 'question': repeats line {first} (same doc_name and question)")
+
+
+def _short(text: str, width: int = 80) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -1,0 +1,206 @@
+"""ESGBench answer metrics: exact match, token F1, numeric accuracy, per-category accuracy.
+
+Numeric rule. The gold answer's first number is the target; gold without a number is not a
+numeric item (it counts as wrong in ``numeric_accuracy``, which runs over all items as the
+ESGBench paper reports it). When gold has a unit (known or not), the prediction's first number in
+that unit family is compared and a prediction with none (a bare number, another family) is wrong;
+when gold has no unit, the prediction's first number is compared whatever its unit. A number is
+right within 2% of gold (relative, in the base unit) or, for percentages, within 0.5 percentage
+points: either suffices, so a rounded percentage (12% for 12.4%, 3.3% off) passes while large
+percentages keep the relative rule.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from esgexp.data.esgbench import JoinResult
+from esgexp.errors import UserError
+from esgexp.eval.base import MetricResult
+from esgexp.eval.numbers import Quantity, find_quantities, parse_quantity
+from esgexp.eval.retrieval_metrics import page_recall_at_k
+from esgexp.records import QAItem
+
+log = logging.getLogger(__name__)
+
+RELATIVE_TOLERANCE = 0.02
+PERCENT_POINTS_TOLERANCE = 0.5
+_TOKEN = re.compile(r"[^\W_]+|[%/°]+")
+_METRIC_UNSAFE = re.compile(r"[^\w .\-]")
+
+
+def normalize(text: str) -> str:
+    """Lower-cased, with whitespace runs collapsed to one space and the ends stripped."""
+    return " ".join(text.lower().split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    """1.0 when the normalized texts are equal."""
+    return float(normalize(prediction) == normalize(gold))
+
+
+def tokens(text: str) -> list[str]:
+    """Runs of letters and digits (any script), and runs of ``%``, ``/`` and ``°``, lower-cased."""
+    return _TOKEN.findall(text.lower())
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """F1 of the token multisets; 1.0 when both are empty, 0.0 when only one is."""
+    predicted, expected = tokens(prediction), tokens(gold)
+    if not predicted or not expected:
+        return float(predicted == expected)
+    common = sum((Counter(predicted) & Counter(expected)).values())
+    if not common:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+@dataclass(frozen=True)
+class NumericVerdict:
+    """``item``: gold has a number; ``correct``: the prediction matches it; ``unknown_units``:
+    unit tokens the parser does not know among the compared numbers."""
+
+    item: bool
+    correct: bool
+    unknown_units: tuple[str, ...] = ()
+
+
+def numeric_verdict(prediction: str, gold: str) -> NumericVerdict:
+    """Judge ``prediction`` against the first number in ``gold`` (see the module rule)."""
+    target = parse_quantity(gold)
+    if target is None:
+        return NumericVerdict(item=False, correct=False)
+    family = _family(target)
+    found = find_quantities(prediction)
+    candidates = [q for q in found if _family(q) == family] if family else found
+    compared = candidates[0] if candidates else (found[0] if found else None)
+    correct = bool(candidates) and _close(candidates[0].value, target.value, target.unit == "%")
+    unknown = [q.unknown_unit for q in (target, compared) if q is not None and q.unknown_unit]
+    return NumericVerdict(item=True, correct=correct, unknown_units=tuple(dict.fromkeys(unknown)))
+
+
+def _family(quantity: Quantity) -> str | None:
+    """Known units by base unit; an unknown unit token is a family of its own."""
+    if quantity.unit:
+        return quantity.unit
+    return f"unknown:{quantity.unknown_unit}" if quantity.unknown_unit else None
+
+
+def _close(value: float, gold: float, percent: bool) -> bool:
+    bound = RELATIVE_TOLERANCE * abs(gold)
+    if percent:
+        bound = max(bound, PERCENT_POINTS_TOLERANCE)
+    return abs(value - gold) <= bound * (1 + 1e-9)
+
+
+class ESGBenchMetrics:
+    """EM, token F1 and numeric accuracy of answers against reference texts (best reference counts)."""
+
+    name = "esgbench"
+
+    def score(self, predictions: list[str], references: list[tuple[str, ...]]) -> MetricResult:
+        """Per item ``em``, ``f1``, ``numeric``, ``numeric_item``; summary ``em``, ``f1``,
+        ``numeric_accuracy`` (all items), ``numeric_accuracy/numeric_items`` (when any gold has a
+        number), ``n_numeric_items`` and ``n_unknown_unit`` (items warned about an unknown unit)."""
+        if len(predictions) != len(references):
+            raise ValueError(f"{len(predictions)} predictions for {len(references)} reference sets")
+        per_item, n_unknown = [], 0
+        for index, (prediction, golds) in enumerate(zip(predictions, references)):
+            verdicts = [numeric_verdict(prediction, gold) for gold in golds]
+            unknown = list(dict.fromkeys(unit for v in verdicts for unit in v.unknown_units))
+            if unknown:
+                n_unknown += 1
+                names = ", ".join(unknown)
+                log.warning("answer %d (gold %r): unit %s unknown to the number parser", index, golds[0], names)
+            per_item.append(
+                {
+                    "em": max(exact_match(prediction, gold) for gold in golds),
+                    "f1": max(token_f1(prediction, gold) for gold in golds),
+                    "numeric": float(any(v.correct for v in verdicts)),
+                    "numeric_item": float(any(v.item for v in verdicts)),
+                }
+            )
+        numeric_items = [values for values in per_item if values["numeric_item"]]
+        summary = {
+            "em": _mean(v["em"] for v in per_item),
+            "f1": _mean(v["f1"] for v in per_item),
+            "numeric_accuracy": _mean(v["numeric"] for v in per_item),
+            "n_numeric_items": len(numeric_items),
+            "n_unknown_unit": n_unknown,
+        }
+        if numeric_items:
+            summary["numeric_accuracy/numeric_items"] = _mean(v["numeric"] for v in numeric_items)
+        return MetricResult(per_item=per_item, summary=summary)
+
+
+def category_accuracy(per_item: Sequence[Mapping[str, float]], categories: Sequence[str]) -> dict[str, float]:
+    """``category/<name>/accuracy`` and ``category/<name>/n``, names sorted; an item is right when
+    its EM or numeric value is. Characters MLflow rejects in a metric name become ``_``."""
+    outcomes: dict[str, list[float]] = {}
+    for values, category in zip(per_item, categories, strict=True):
+        right = float(values["em"] == 1.0 or values["numeric"] == 1.0)
+        outcomes.setdefault(metric_safe(category), []).append(right)
+    summary: dict[str, float] = {}
+    for name in sorted(outcomes):
+        summary[f"category/{name}/accuracy"] = _mean(outcomes[name])
+        summary[f"category/{name}/n"] = len(outcomes[name])
+    return summary
+
+
+def metric_safe(name: str) -> str:
+    """``name`` usable as one level of an MLflow metric name (``&`` and ``/`` become ``_``)."""
+    safe = _METRIC_UNSAFE.sub("_", name).strip()
+    return safe if safe.strip(".") else "none"
+
+
+def score_esgbench(items: Sequence[QAItem], joined: JoinResult, k: int = 5) -> tuple[list[dict], dict[str, float]]:
+    """Score the gold items that have a prediction: one record per item and the run metrics.
+
+    ``recall@k`` (page recall of the gold evidence pages among the first ``k`` retrieved) is added
+    when predictions carry ``retrieved_pages``, over those items (``n_retrieval_items``)."""
+    if k < 1:
+        raise UserError(f"k must be a positive number of retrieved pages, got {k}")
+    scored = [item for item in items if item.id in joined.by_item]
+    if not scored:
+        raise UserError(
+            f"{joined.source}: no prediction matches a gold question (rows join on doc_name and question); "
+            f"{len(joined.unjoined)} prediction rows unmatched"
+        )
+    predictions = [joined.by_item[item.id] for item in scored]
+    result = ESGBenchMetrics().score([p.text for p in predictions], [item.answers for item in scored])
+    records = [
+        {
+            "id": item.id,
+            "doc_name": item.meta["doc_name"],
+            "category": item.meta["category"],
+            "question": item.question,
+            "answer": item.answers[0],
+            "prediction": prediction.text,
+            **values,
+        }
+        for item, prediction, values in zip(scored, predictions, result.per_item)
+    ]
+    metrics = {"n_items": len(scored), **result.summary}
+    with_pages = [i for i, prediction in enumerate(predictions) if prediction.retrieved_pages is not None]
+    if with_pages:
+        retrieved = [predictions[i].retrieved_pages for i in with_pages]
+        hits = page_recall_at_k(retrieved, [scored[i].meta["evidence_pages"] for i in with_pages], k)
+        for i, hit in zip(with_pages, hits):
+            records[i]["retrieved_pages"] = list(predictions[i].retrieved_pages)
+            records[i][f"recall@{k}"] = hit
+        metrics[f"recall@{k}"] = _mean(hits)
+        metrics["n_retrieval_items"] = len(with_pages)
+    metrics.update(category_accuracy(result.per_item, [item.meta["category"] for item in scored]))
+    metrics["n_unjoined_predictions"] = len(joined.unjoined)
+    metrics["n_missing_predictions"] = len(joined.missing)
+    return records, metrics
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
