@@ -323,12 +323,12 @@ def test_query_text_errors(tmp_path):
 
 @pytest.mark.parametrize("mode", ["question", "definition", "concepts"])
 def test_configs_compose_and_build_the_bundled_sample(make_cfg, mode):
-    cfg = make_cfg("dataset=climretrieve", f"+query={mode}", "dataset.limit=3",
+    cfg = make_cfg("dataset=climretrieve", f"query={mode}", "dataset.limit=3",
                    "dataset.path=${bundled:climretrieve/report_level_sample.csv}",
                    "query.core_questions=${bundled:climretrieve/core_questions_sample.csv}")
     assert cfg.query.mode == mode and cfg.dataset.seed == 42
     assert make_cfg("dataset=climretrieve").dataset.path.endswith("/data/climretrieve/ClimRetrieve_ReportLevel_V1.csv")
-    assert make_cfg("+query=concepts").query.core_questions.endswith(
+    assert make_cfg("query=concepts").query.core_questions.endswith(
         "/data/climretrieve/Core_Questions_with_Explanations.csv")
     data = instantiate(cfg.dataset).load()
     assert len(data.queries) == 3

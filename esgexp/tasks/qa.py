@@ -89,6 +89,12 @@ class QATask:
                     records[i]["metrics"].update(values)
                 metrics.update({f"{qtype}/{key}": value for key, value in result.summary.items()})
                 info.update(result.info)
+            verdict_keys = self.cfg.metrics.get("correct_when", {}).get(qtype)
+            if verdict_keys:
+                for i in where:
+                    records[i]["correct"] = any(records[i]["metrics"].get(key) for key in verdict_keys)
+                    records[i]["metrics"]["accuracy"] = float(records[i]["correct"])
+                metrics[f"{qtype}/accuracy"] = sum(records[i]["correct"] for i in where) / len(where)
             metrics.update(category_breakdown(qtype, [items[i] for i in where], [records[i]["metrics"] for i in where]))
         return records, metrics, info
 

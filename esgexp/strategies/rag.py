@@ -1,0 +1,112 @@
+"""Retrieval for strategy=rag: passages per item with citation markers, and what was retrieved.
+
+Each item's record keeps the retrieved passage ids, pages and scores and whether its gold evidence
+was among them, so a wrong answer can be put down to a retrieval miss or a generation miss.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from esgexp.errors import UserError
+from esgexp.records import Passage
+
+DOC_KEYS = ("doc_name", "report", "ref_doc")
+
+
+def item_doc(item) -> str | None:
+    """The report an item is about, from whichever field its dataset uses."""
+    return next((str(item.meta[key]) for key in DOC_KEYS if item.meta.get(key)), None)
+
+
+def dataset_passages(items: list) -> tuple[list[Passage], dict[str, list[str]]]:
+    """A corpus of the items' own passages (one passage per distinct text of a report) and each item's gold ids."""
+    passages: dict[tuple[str, str], Passage] = {}
+    gold: dict[str, list[str]] = {}
+    for item in items:
+        doc = item_doc(item) or "dataset"
+        page = item.meta.get("page") or item.meta.get("ref_page")
+        page = int(page) if str(page).isdigit() else 0
+        gold[item.id] = []
+        for text in item.context:
+            key = (doc, text.strip())
+            if not key[1]:
+                continue
+            if key not in passages:
+                passages[key] = Passage(f"{doc}#{len(passages)}", doc, key[1], page, page)
+            gold[item.id].append(passages[key].id)
+    if not passages:
+        raise UserError("strategy.corpus=dataset needs items with passages; this dataset has none (give an ingested corpus)")
+    return list(passages.values()), gold
+
+
+def corpus_passages(path: str, items: list) -> tuple[list[Passage], dict[str, list[str]]]:
+    """An ingested corpus; an item's gold are the passages on its evidence pages (0-based) of its report."""
+    from esgexp.data.corpus import Corpus
+
+    passages = Corpus.load(path).passages
+    by_doc: dict[str, list[Passage]] = {}
+    for passage in passages:
+        by_doc.setdefault(passage.doc_id, []).append(passage)
+    gold = {}
+    for item in items:
+        pages = set(item.meta.get("evidence_pages") or ())
+        doc_passages = by_doc.get(item_doc(item) or "", [])
+        gold[item.id] = [p.id for p in doc_passages if pages & set(p.page_indexes)]
+    return passages, gold
+
+
+def cite(passage: Passage, template: str) -> str:
+    """``[doc p.N] text``; passages without a known page (0) cite the document alone."""
+    if passage.page_start == 0:
+        return f"[{passage.doc_id}] {passage.text}"
+    return template.format(doc=passage.doc_id, pages=passage.page_span, text=passage.text)
+
+
+def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str]], dict[str, dict]]:
+    """Per item: the formatted top-k passages, and the record of what was retrieved."""
+    from esgexp.retrieval.cache import build_retriever
+
+    strategy = cfg.strategy
+    if strategy.corpus == "dataset":
+        passages, gold = dataset_passages(items)
+    else:
+        passages, gold = corpus_passages(strategy.corpus, items)
+    known_docs = {p.doc_id for p in passages}
+    scopes = [None] * len(items)
+    if strategy.scope == "doc":
+        scopes = [item_doc(item) for item in items]
+        lost = sorted({str(doc) for doc in scopes if doc not in known_docs})
+        if lost:
+            raise UserError(f"strategy.scope=doc: report(s) {', '.join(lost[:5])} not in the corpus ({len(known_docs)} docs)")
+    retriever = build_retriever(cfg.retriever, passages, cache_dir=Path(cfg.paths.cache_dir) / "indexes")
+    extra = {"gold": [gold[item.id] for item in items]} if retriever.needs_gold else {}
+    hits = retriever.search([item.question for item in items], strategy.top_k, scopes, **extra)
+    by_id = {p.id: p for p in passages}
+    texts, records = {}, {}
+    for item, found in zip(items, hits):
+        chosen = [by_id[hit.passage_id] for hit in found]
+        texts[item.id] = [cite(p, strategy.passage_format) for p in chosen]
+        records[item.id] = {
+            "passages": [{"id": p.id, "doc": p.doc_id, "pages": p.page_span, "score": hit.score} for p, hit in zip(chosen, found)],
+            "gold_retrieved": bool(set(gold[item.id]) & {p.id for p in chosen}) if gold[item.id] else None,
+        }
+    return texts, records
+
+
+def attribution_metrics(records: list[dict]) -> dict[str, float]:
+    """Over the items with gold evidence and a right/wrong verdict: how often the gold was retrieved,
+    and the share of items wrong with the gold missing (retrieval miss) or present (generation miss)."""
+    judged = [r for r in records if r.get("retrieval", {}).get("gold_retrieved") is not None]
+    out: dict[str, float] = {"rag/n_with_gold": len(judged)}
+    if not judged:
+        return out
+    out["rag/gold_retrieved_rate"] = sum(r["retrieval"]["gold_retrieved"] for r in judged) / len(judged)
+    verdicts = [r for r in judged if "correct" in r]
+    if verdicts:
+        wrong = [r for r in verdicts if not r["correct"]]
+        out["rag/retrieval_miss_rate"] = sum(not r["retrieval"]["gold_retrieved"] for r in wrong) / len(verdicts)
+        out["rag/generation_miss_rate"] = sum(r["retrieval"]["gold_retrieved"] for r in wrong) / len(verdicts)
+    return out

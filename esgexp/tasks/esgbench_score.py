@@ -1,0 +1,34 @@
+"""Score an external ESGBench predictions file against the gold set, without a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from esgexp.data.esgbench import join, load_predictions
+from esgexp.eval.esgbench_metrics import score_esgbench
+from esgexp.jobs import finish, job_tags, rate, save_inputs, summary_table, tracked_run
+from esgexp.outputs import PredictionLog
+
+
+def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
+    """Join predictions to gold on (doc_name, question); EM, F1, numeric accuracy, page recall, per category."""
+    loaded = instantiate(cfg.dataset).load()
+    predictions = load_predictions(cfg.predictions)
+    joined = join(loaded.items, predictions, gold_source=str(cfg.dataset.path))
+    problems = loaded.skipped + predictions.skipped + joined.unjoined + joined.missing
+    save_inputs(cfg, output_dir, problems)
+    tags = job_tags(cfg, output_dir, model="external", strategy="external", predictions=str(cfg.predictions))
+    with tracked_run(cfg, f"score/{Path(cfg.predictions).name}", tags) as run:
+        records, metrics = score_esgbench(loaded.items, joined, k=cfg.recall_k)
+        metrics["n_skipped_rows"] = len(loaded.skipped) + len(predictions.skipped)
+        PredictionLog(output_dir / "predictions.jsonl").rewrite(records)
+        finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"])
+        run_id = run.info.run_id
+    rows = [("items", str(metrics["n_items"]))]
+    rows += [(key, rate(metrics[key])) for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{cfg.recall_k}") if key in metrics]
+    rows += [(key.replace("_", " "), str(metrics[key])) for key in ("n_unjoined_predictions", "n_missing_predictions", "n_skipped_rows") if metrics.get(key)]
+    print(summary_table(f"{cfg.dataset.name} | {Path(cfg.predictions).name}", rows, output_dir, run_id, cfg.tracking.uri))
+    return metrics

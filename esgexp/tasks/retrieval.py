@@ -1,0 +1,118 @@
+"""Retrieval evaluation without generation: rank passages per query, score against graded or page-level gold.
+
+Two kinds of gold: graded relevance per passage (ClimRetrieve: ``dataset.load()`` gives passages,
+queries and candidate counts) and evidence pages (ESGBench gold over an ingested corpus: questions
+scoped to their report, Recall@K of the gold 0-based page among the retrieved chunks' pages).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from esgexp.errors import UserError
+from esgexp.eval.retrieval_metrics import page_recall_at_k, per_query_metrics, retrieval_metrics
+from esgexp.jobs import finish, job_tags, rate, save_inputs, summary_table, tracked_run
+from esgexp.outputs import PredictionLog
+from esgexp.records import Passage, QAItem
+
+log = logging.getLogger(__name__)
+
+
+def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
+    """Index the passages, search every query, write rankings.jsonl and metrics.json, track the run."""
+    loaded = instantiate(cfg.dataset).load()
+    ks = sorted(int(k) for k in cfg.retrieval.ks)
+    save_inputs(cfg, output_dir, loaded.skipped)
+    tags = job_tags(cfg, output_dir, retriever=cfg.retriever.name, query=cfg.query.mode if cfg.get("query") else None)
+    with tracked_run(cfg, f"{cfg.retriever.name}/{tags.get('query', 'question')}", tags) as run:
+        if hasattr(loaded, "queries"):
+            records, metrics = graded_retrieval(cfg, loaded, ks)
+        else:
+            records, metrics = page_retrieval(cfg, loaded.items, ks)
+        metrics["n_skipped_rows"] = len(loaded.skipped)
+        PredictionLog(output_dir / "rankings.jsonl").rewrite(records)
+        finish(output_dir, metrics, ["rankings.jsonl", "skipped_rows.txt"])
+        run_id = run.info.run_id
+    rows = [("queries", str(metrics["n_queries"]))]
+    rows += [(name, rate(metrics[name])) for name in summary_keys(metrics, ks)]
+    title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={tags.get('query', 'question')}"
+    print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
+    return metrics
+
+
+def summary_keys(metrics: dict, ks: list[int]) -> list[str]:
+    names = [f"{prefix}{name}@{k}" for k in ks for name, prefix in (("recall", ""), ("recall", "random/"), ("precision", ""), ("ndcg", ""))]
+    return [name for name in [*names, "mrr"] if name in metrics]
+
+
+def make_retriever(cfg: DictConfig, passages: list[Passage]):
+    from esgexp.retrieval.cache import build_retriever
+
+    return build_retriever(cfg.retriever, passages, cache_dir=Path(cfg.paths.cache_dir) / "indexes")
+
+
+def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], dict]:
+    """ClimRetrieve: each query searches its report; pooled, macro, nDCG, MRR and the random baseline."""
+    from esgexp.data.climretrieve import query_texts
+
+    if not data.queries:
+        raise UserError(f"dataset {cfg.dataset.name!r} has no usable queries (skipped rows: {len(data.skipped)})")
+    texts = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions)
+    retriever = make_retriever(cfg, data.passages)
+    search = {"gold": [ranked_gold(q.relevance) for q in data.queries]} if retriever.needs_gold else {}
+    hits = retriever.search([texts[q.id] for q in data.queries], max(ks), [q.doc_scope for q in data.queries], **search)
+    rankings = {q.id: [hit.passage_id for hit in found] for q, found in zip(data.queries, hits)}
+    qrels = {q.id: dict(q.relevance) for q in data.queries}
+    threshold = int(cfg.retrieval.threshold)
+    metrics = retrieval_metrics(rankings, qrels, data.n_candidates, ks, threshold)
+    per_query = per_query_metrics(rankings, qrels, ks, threshold)
+    records = [
+        {
+            "id": q.id,
+            "doc": q.doc_scope,
+            "query": texts[q.id],
+            "retrieved": [{"id": h.passage_id, "score": h.score, "grade": q.relevance.get(h.passage_id, 0)} for h in found],
+            "metrics": per_query[q.id],
+        }
+        for q, found in zip(data.queries, hits)
+    ]
+    return records, metrics
+
+
+def ranked_gold(relevance: dict[str, int]) -> list[str]:
+    """Passage ids with a grade above 0, highest grade first (the oracle's ranking)."""
+    return [pid for pid, grade in sorted(relevance.items(), key=lambda kv: (-kv[1], kv[0])) if grade > 0]
+
+
+def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple[list[dict], dict]:
+    """ESGBench: questions search their own report in an ingested corpus; Recall@K of the gold page."""
+    from esgexp.data.corpus import Corpus
+
+    corpus = Corpus.load(cfg.retrieval.corpus)
+    known = {p.doc_id for p in corpus.passages}
+    usable = [item for item in items if item.meta.get("doc_name") in known]
+    missing = sorted({str(item.meta.get("doc_name")) for item in items} - known)
+    for doc in missing:
+        log.warning("report %r is not in the corpus %s: its questions are not evaluated", doc, cfg.retrieval.corpus)
+    if not usable:
+        raise UserError(f"no question's report is in the corpus {cfg.retrieval.corpus} ({len(known)} docs, e.g. {sorted(known)[:3]})")
+    retriever = make_retriever(cfg, corpus.passages)
+    by_id = {p.id: p for p in corpus.passages}
+    hits = retriever.search([item.question for item in usable], max(ks), [item.meta["doc_name"] for item in usable])
+    gold = [item.meta["evidence_pages"] for item in usable]
+    metrics: dict = {"n_queries": len(usable), "n_missing_reports": len(items) - len(usable)}
+    for k in ks:
+        # The 0-based pages of the first k chunks, in rank order (a chunk over two pages gives both).
+        pages = [[i for hit in found[:k] for i in by_id[hit.passage_id].page_indexes] for found in hits]
+        values = page_recall_at_k(pages, gold, k=max(map(len, pages), default=0))
+        metrics[f"recall@{k}"] = sum(values) / len(values)
+    records = [
+        {"id": item.id, "doc": item.meta["doc_name"], "query": item.question, "gold_pages": item.meta["evidence_pages"],
+         "retrieved": [{"id": h.passage_id, "score": h.score, "pages": list(by_id[h.passage_id].page_indexes)} for h in found]}
+        for item, found in zip(usable, hits)
+    ]
+    return records, metrics

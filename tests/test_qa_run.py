@@ -1,0 +1,112 @@
+"""Open-QA jobs end to end on our SustainableQA sample with the tiny random Llama."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pytest
+
+from esgexp.errors import UserError
+from esgexp.run import run_job
+from esgexp.strategies.qa import QAPrompter, draw_examples
+from esgexp.records import QAItem
+from tests.conftest import compose_config
+
+FACTOID = ("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=6", "scoring.max_new_tokens=4")
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_factoid_job_scores_every_item_and_tracks_the_run(tiny_cfg, tmp_path, capsys):
+    metrics = run_job(tiny_cfg(*FACTOID, "strategy=zero_context"))
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert len(records) == 6 and metrics["n_items"] == 6 and metrics["factoid/n"] == 6
+    for record in records:
+        assert set(record) >= {"id", "prompt_hash", "output", "answer", "references", "metrics", "qtype", "correct"}
+        assert set(record["metrics"]) >= {"em", "precision", "recall", "f1", "accuracy"}
+    # Run-level values are the means of the per-item ones.
+    assert metrics["factoid/f1"] == pytest.approx(sum(r["metrics"]["f1"] for r in records) / 6)
+    assert any(key.startswith("factoid/category/") for key in metrics)
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["factoid/f1"] == pytest.approx(metrics["factoid/f1"])
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
+    assert run.data.tags["task"] == "qa" and run.data.tags["strategy"] == "zero_context"
+    assert run.data.metrics["factoid/f1"] == pytest.approx(metrics["factoid/f1"])
+    assert "sustainableqa_sample | local | zero_context" in capsys.readouterr().out
+
+
+def test_strategies_put_what_they_promise_in_the_prompt(tiny_cfg, tmp_path, monkeypatch):
+    seen = {}
+
+    def capture(cfg, task, source, items, prompts, *rest):
+        seen[cfg.strategy.name] = prompts
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("esgexp.run.predict", capture)
+    for index, strategy in enumerate(("zero_shot", "zero_context", "few_shot", "rag")):
+        with pytest.raises(KeyboardInterrupt):
+            run_job(tiny_cfg(*FACTOID, f"strategy={strategy}", f"paths.output_dir={tmp_path}/r{index}"))
+    item_id = sorted(seen["zero_shot"])[0]
+    assert "Context:" not in seen["zero_shot"][item_id]
+    assert "Context:" in seen["zero_context"][item_id]
+    assert seen["few_shot"][item_id].count("Question:") == 2  # one factoid example, then the question
+    assert "Context:\n[" in seen["rag"][item_id] and " p." in seen["rag"][item_id]
+
+
+def test_rag_records_what_was_retrieved_and_attributes_errors(tiny_cfg, tmp_path):
+    metrics = run_job(tiny_cfg(*FACTOID, "strategy=rag", "strategy.top_k=2", "retriever=bm25"))
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    for record in records:
+        assert len(record["retrieval"]["passages"]) == 2
+        assert {"id", "doc", "pages", "score"} <= set(record["retrieval"]["passages"][0])
+        assert isinstance(record["retrieval"]["gold_retrieved"], bool)
+    hit = sum(r["retrieval"]["gold_retrieved"] for r in records) / len(records)
+    assert metrics["rag/gold_retrieved_rate"] == pytest.approx(hit)
+    wrong = [r for r in records if not r["correct"]]
+    assert metrics["rag/retrieval_miss_rate"] + metrics["rag/generation_miss_rate"] == pytest.approx(len(wrong) / len(records))
+
+
+def test_oracle_rag_always_retrieves_the_gold_passage(tiny_cfg, tmp_path):
+    metrics = run_job(tiny_cfg(*FACTOID, "strategy=rag", "retriever=oracle", "strategy.top_k=1"))
+    assert metrics["rag/gold_retrieved_rate"] == 1.0
+
+
+def test_few_shot_examples_come_from_train_never_from_evaluated_items():
+    pool = [QAItem(f"train/c{i}/f0", f"q{i}", (f"a{i}",), "factoid") for i in range(5)]
+    pool.append(QAItem("train/c9/n0", "why?", ("because",), "non_factoid"))
+    drawn = draw_examples(pool, 2, seed=1, exclude={"q0", "q1", "q2"})
+    assert {e.question for e in drawn["factoid"]} == {"q3", "q4"} and len(drawn["non_factoid"]) == 1
+    assert draw_examples(pool, 2, seed=1, exclude=set()) == draw_examples(pool, 2, seed=1, exclude=set())
+
+
+def test_qa_prompt_layout():
+    template = compose_config(__import__("pathlib").Path("/tmp"), "template=qa").template
+    item = QAItem("x", "Which fuel?", ("gas",), "factoid", context=("The plant burns gas.",))
+    example = QAItem("e", "Which year?", ("2021",), "factoid", context=("Since 2021.",))
+    prompt = QAPrompter(dict(template), context="full", examples={"factoid": [example]}).build(item)
+    assert prompt.endswith("Context:\nThe plant burns gas.\n\nQuestion: Which fuel?\nAnswer:")
+    assert "Context:\nSince 2021.\n\nQuestion: Which year?\nAnswer: 2021\n\n" in prompt
+
+
+def test_few_shot_from_the_test_split_is_refused(tiny_cfg):
+    with pytest.raises(UserError, match="never come from the test split"):
+        run_job(tiny_cfg(*FACTOID, "strategy=few_shot", "strategy.split=test"))
+
+
+def test_mcq_dataset_under_the_qa_task_is_refused(tiny_cfg):
+    with pytest.raises(UserError, match="task=qa needs open questions"):
+        run_job(tiny_cfg("task=qa", "template=qa", "metrics=sustainableqa"))
+
+
+def test_esgbench_job_scores_numbers_per_category(tiny_cfg, tmp_path):
+    metrics = run_job(tiny_cfg("experiment=esgbench", "dataset=esgbench_sample", "strategy=zero_context", "scoring.max_new_tokens=3"))
+    assert metrics["esgbench/n"] == 13
+    assert {"esgbench/em", "esgbench/f1", "esgbench/numeric_accuracy", "esgbench/accuracy"} <= set(metrics)
+    categories = [k for k in metrics if k.startswith("esgbench/category/") and k.endswith("/accuracy")]
+    assert len(categories) == 3  # Environmental, Social, Governance
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert all(r["correct"] == bool(r["metrics"]["em"] or r["metrics"]["numeric"]) for r in records)
