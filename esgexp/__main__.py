@@ -1,13 +1,11 @@
 """``python -m esgexp [group=option ...] [key=value ...]``: one job, or a sweep with ``-m``."""
 
 import logging
-import sys
 
 import hydra
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 
-from esgexp.errors import UserError
+from esgexp.errors import exit_on_user_error
 
 log = logging.getLogger("esgexp")
 
@@ -16,12 +14,8 @@ log = logging.getLogger("esgexp")
 def main(cfg: DictConfig) -> dict:
     from esgexp.run import run_job
 
-    try:
+    with exit_on_user_error(log):
         return run_job(cfg)
-    except (UserError, OmegaConfBaseException) as error:
-        log.error("%s", error)
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

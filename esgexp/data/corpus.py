@@ -1,0 +1,244 @@
+"""The corpus store: a folder of documents -> one corpus folder, and ``Corpus.load`` to read it back.
+
+Layout of a corpus folder: ``pages.jsonl`` (doc_id, page, page_index, text), ``passages.jsonl``
+(``Passage`` fields), ``manifest.json`` (per document: file, sha256 of its bytes, counts or the skip
+reason; the chunker config) and ``report.json`` (counts, skipped files, seconds, chunker, corpus_hash).
+Re-ingesting reads only the documents whose bytes changed; the rest come from the stored files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from esgexp.data import pdf
+from esgexp.data.chunking import Chunker
+from esgexp.data.pdf import Page, UnreadableDocument
+from esgexp.errors import UserError
+from esgexp.outputs import write_atomic, write_json
+from esgexp.records import Passage
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".pdf", ".md", ".txt")
+INGEST_HINT = "build it with: python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=...]"
+
+
+def passages_hash(passages: list[Passage]) -> str:
+    """sha256 over the passages' fields in order: changes whenever any passage does."""
+    digest = hashlib.sha256()
+    for passage in passages:
+        digest.update((json.dumps(dataclasses.asdict(passage), sort_keys=True, ensure_ascii=False) + "\n").encode())
+    return digest.hexdigest()
+
+
+def read_document(path: Path) -> list[Page]:
+    """A PDF's page map, or a ``.md``/``.txt`` file as one page with its line breaks kept."""
+    if path.suffix.lower() == ".pdf":
+        return pdf.read_pages(path)
+    try:
+        text = pdf.clean_text(path.read_text(encoding="utf-8"), keep_lines=True)
+    except UnicodeDecodeError as error:
+        raise UnreadableDocument(f"not UTF-8 text ({error})") from error
+    if not text:
+        raise UnreadableDocument("no text")
+    return [Page(1, text)]
+
+
+def ingest(pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress: bool = True) -> dict:
+    """Read every PDF/Markdown/text file under ``pdf_dir``, chunk it, and write the corpus to ``out_dir``.
+
+    A file that cannot be read is skipped with a warning (and listed in the report); an unchanged file
+    (same sha256) reuses its stored pages and, under the same chunker config, its passages. Returns the report.
+    """
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    pdf_dir, out_dir = Path(pdf_dir).resolve(), Path(out_dir)
+    files = _find_files(pdf_dir)
+    config = chunker.config()
+    stored = _Stored.read(out_dir)
+    same_chunker = stored.manifest.get("chunker") == config
+    documents, pages, passages, skipped = {}, [], [], []
+    counts = {"n_parsed": 0, "n_reused": 0}
+    bar = tqdm(files, desc="ingest", unit="doc", disable=not progress)
+    for path in bar:
+        bar.set_postfix_str(path.name)
+        name = path.relative_to(pdf_dir).as_posix()
+        doc_id = name.rsplit(".", 1)[0]
+        entry, doc_pages, reused = _open(path, name, doc_id, documents, stored)
+        if "sha256" in entry:
+            counts["n_reused" if reused else "n_parsed"] += 1
+        if "skipped" in entry:
+            log.warning("skipped: %s: %s", path, entry["skipped"])
+            skipped.append({"file": name, "reason": entry["skipped"]})
+            documents.setdefault(doc_id, entry)
+            continue
+        doc_passages = stored.passages.get(doc_id, []) if reused and same_chunker else chunker.chunk(doc_id, doc_pages)
+        documents[doc_id] = {**entry, "n_pages": len(doc_pages), "n_chunks": len(doc_passages)}
+        pages += [(doc_id, page) for page in doc_pages]
+        passages += doc_passages
+    bar.close()
+    if not pages:
+        raise UserError(f"no readable document in {pdf_dir}: " + "; ".join(f"{s['file']}: {s['reason']}" for s in skipped))
+    report = {
+        "pdf_dir": str(pdf_dir),
+        "n_docs": sum("skipped" not in entry for entry in documents.values()),
+        "n_pages": len(pages),
+        "n_chunks": len(passages),
+        "skipped": skipped,
+        **counts,
+        "chunker": config,
+        "corpus_hash": passages_hash(passages),
+    }
+    _write(out_dir, pages, passages, {"chunker": config, "documents": documents})
+    report["seconds"] = round(time.perf_counter() - started, 3)
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _find_files(pdf_dir: Path) -> list[Path]:
+    if not pdf_dir.is_dir():
+        raise UserError(f"document folder not found: {pdf_dir}")
+    files = sorted(p for p in pdf_dir.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+    if not files:
+        raise UserError(f"no .pdf, .md or .txt files in {pdf_dir}")
+    return files
+
+
+def _open(path: Path, name: str, doc_id: str, documents: dict, stored: _Stored) -> tuple[dict, list[Page], bool]:
+    """One file's manifest entry (with ``skipped`` when unusable), its pages, and whether they were reused."""
+    if doc_id in documents:
+        return {"file": name, "skipped": f"same document id {doc_id!r} as {documents[doc_id]['file']}"}, [], False
+    try:
+        entry = {"file": name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    except OSError as error:
+        return {"file": name, "skipped": f"cannot read the file ({error.strerror})"}, [], False
+    old = stored.unchanged(doc_id, entry["sha256"])
+    if old is not None:
+        if "skipped" in old:
+            return {**entry, "skipped": old["skipped"]}, [], True
+        return entry, stored.pages[doc_id], True
+    try:
+        return entry, read_document(path), False
+    except UnreadableDocument as error:
+        return {**entry, "skipped": str(error)}, [], False
+
+
+def _write(out_dir: Path, pages: list[tuple[str, Page]], passages: list[Passage], manifest: dict) -> None:
+    """The data files first, the manifest last: a crash in between leaves a manifest that reuses nothing new."""
+    page_records = ({"doc_id": d, "page": p.page, "page_index": p.page_index, "text": p.text} for d, p in pages)
+    write_atomic(out_dir / "pages.jsonl", "".join(map(_line, page_records)))
+    write_atomic(out_dir / "passages.jsonl", "".join(_line(dataclasses.asdict(p)) for p in passages))
+    write_json(out_dir / "manifest.json", manifest)
+
+
+def _line(record: dict) -> str:
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    """Every record of a JSON Lines file; a bad line raises UserError naming the file and line."""
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise UserError(f"{path} line {number}: not valid JSON ({error.msg})") from error
+    return records
+
+
+def _group_pages(records: list[dict], path: Path) -> dict[str, list[Page]]:
+    pages: dict[str, list[Page]] = {}
+    for number, record in enumerate(records, start=1):
+        try:
+            pages.setdefault(record["doc_id"], []).append(Page(int(record["page"]), record["text"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise UserError(f"{path} record {number}: bad page record ({type(error).__name__}: {error})") from error
+    return pages
+
+
+def _passages(records: list[dict], path: Path) -> list[Passage]:
+    try:
+        return [Passage(**record) for record in records]
+    except TypeError as error:
+        raise UserError(f"{path}: bad passage record ({error})") from error
+
+
+class _Stored:
+    """What an earlier ingest left in the corpus folder; unreadable leftovers count as nothing stored."""
+
+    def __init__(self, manifest: dict, pages: dict[str, list[Page]], passages: dict[str, list[Passage]]):
+        self.manifest, self.pages, self.passages = manifest, pages, passages
+
+    @classmethod
+    def read(cls, out_dir: Path) -> _Stored:
+        try:
+            manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+            pages = _group_pages(_read_jsonl(out_dir / "pages.jsonl"), out_dir / "pages.jsonl")
+            passages: dict[str, list[Passage]] = {}
+            for passage in _passages(_read_jsonl(out_dir / "passages.jsonl"), out_dir / "passages.jsonl"):
+                passages.setdefault(passage.doc_id, []).append(passage)
+        except FileNotFoundError:
+            return cls({}, {}, {})
+        except (UserError, ValueError) as error:
+            log.warning("%s: stored corpus unreadable (%s); every document is read again", out_dir, error)
+            return cls({}, {}, {})
+        return cls(manifest, pages, passages)
+
+    def unchanged(self, doc_id: str, sha256: str) -> dict | None:
+        """The stored manifest entry of a document with these bytes, if its stored records are complete."""
+        entry = self.manifest.get("documents", {}).get(doc_id)
+        if not entry or entry.get("sha256") != sha256:
+            return None
+        complete = len(self.pages.get(doc_id, [])) == entry.get("n_pages") and len(self.passages.get(doc_id, [])) == entry.get("n_chunks")
+        return entry if "skipped" in entry or complete else None
+
+
+@dataclass
+class Corpus:
+    """A corpus folder read back: passages in order, the page map per document, and a content hash."""
+
+    path: Path
+    passages: list[Passage]
+    pages: dict[str, list[Page]]
+
+    @classmethod
+    def load(cls, path: Path | str) -> Corpus:
+        path = Path(path)
+        passages_file = path / "passages.jsonl"
+        if not passages_file.is_file():
+            raise UserError(f"corpus not found: {path} (no passages.jsonl); {INGEST_HINT}")
+        pages_file = path / "pages.jsonl"
+        pages = _group_pages(_read_jsonl(pages_file), pages_file) if pages_file.is_file() else {}
+        return cls(path, _passages(_read_jsonl(passages_file), passages_file), pages)
+
+    @cached_property
+    def hash(self) -> str:
+        """sha256 over the passages (retriever index caches key on it)."""
+        return passages_hash(self.passages)
+
+    @cached_property
+    def _by_doc(self) -> dict[str, list[Passage]]:
+        grouped: dict[str, list[Passage]] = {}
+        for passage in self.passages:
+            grouped.setdefault(passage.doc_id, []).append(passage)
+        return grouped
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return list(self._by_doc)
+
+    def by_doc(self, doc_id: str) -> list[Passage]:
+        """The passages of one document, in order; an unknown id is a UserError naming the corpus."""
+        if doc_id not in self._by_doc:
+            raise UserError(f"document {doc_id!r} is not in corpus {self.path} ({len(self._by_doc)} documents)")
+        return self._by_doc[doc_id]
