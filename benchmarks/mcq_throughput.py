@@ -96,7 +96,7 @@ def build_prompts(items: list) -> list[str]:
 
 def model_inputs(prompts: list[str], tokenizer, chat_template: bool) -> list[str]:
     """What the model reads: the raw prompt, or (--chat-template) one user turn, as esgexp.run does."""
-    from esgexp.run import model_input
+    from esgexp.models.generation import model_input
 
     return [model_input(prompt, tokenizer, chat_template) for prompt in prompts]
 
@@ -136,7 +136,7 @@ def run_ours(job: dict) -> dict:
     from esgexp.models.inference import PromptDataModule, run_inference
     from esgexp.models.loading import load_model_and_tokenizer
     from esgexp.models.scoring import LogprobScorer, make_scorer
-    from esgexp.run import model_input  # noqa: F401  imported before the clock starts (model_inputs uses it)
+    from esgexp.models.generation import model_input  # noqa: F401  imported before the clock starts (model_inputs uses it)
 
     threads = set_threads(job["threads"])
     items = load_items(job["data"], job["limit"])

@@ -112,17 +112,11 @@ def retrieve(cfg: DictConfig, items: list) -> tuple[dict[str, list[str]], dict[s
 
 def predict(cfg: DictConfig, task, model_source: str, items: list, prompts: dict, retrieval: dict, predictions: PredictionLog) -> None:
     """Load the model from ``model_source``, run ``items`` and append one record per item to ``predictions``."""
-    import torch
-
+    from esgexp.models.generation import load_for_inference, model_input
     from esgexp.models.inference import PromptDataModule, run_inference
-    from esgexp.models.loading import load_model_and_tokenizer
     from esgexp.models.scoring import make_scorer
 
-    torch.manual_seed(cfg.seed)
-    if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise UserError(f"trainer.accelerator={cfg.trainer.accelerator} but no CUDA GPU is visible; use auto or cpu")
-    on_gpu = cfg.trainer.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    model, tokenizer = load_model_and_tokenizer(model_source, cfg.model, on_gpu)
+    model, tokenizer = load_for_inference(cfg, model_source)
     texts = {item.id: model_input(prompts[item.id], tokenizer, cfg.model.chat_template) for item in items}
     ids = [item.id for item in items]
     inputs = [texts[i] for i in ids]
@@ -144,16 +138,6 @@ def predict(cfg: DictConfig, task, model_source: str, items: list, prompts: dict
         predictions.append(records)
 
     run_inference(model, scorer, data, write, cfg.trainer.accelerator, cfg.trainer.progress_bar)
-
-
-def model_input(prompt: str, tokenizer, chat_template: bool) -> str:
-    """The raw prompt, or the prompt as one user turn of the model's chat template."""
-    if not chat_template:
-        return prompt
-    if not tokenizer.chat_template:
-        raise UserError("model.chat_template=true but the tokenizer has no chat template")
-    messages = [{"role": "user", "content": prompt}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def latest_records(predictions: PredictionLog, items: list) -> list[dict]:

@@ -61,7 +61,12 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
 
     if not data.queries:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable queries (skipped rows: {len(data.skipped)})")
-    texts = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions)
+    if cfg.query.mode == "explanation":
+        from esgexp.retrieval.explain import explanation_queries
+
+        texts = explanation_queries(cfg, data.queries)
+    else:
+        texts = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions)
     retriever = make_retriever(cfg, data.passages)
     search = {"gold": [ranked_gold(q.relevance) for q in data.queries]} if retriever.needs_gold else {}
     hits = retriever.search([texts[q.id] for q in data.queries], max(ks), [q.doc_scope for q in data.queries], **search)
