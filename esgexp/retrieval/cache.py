@@ -1,0 +1,90 @@
+"""Indexes saved on disk, keyed by corpus and retriever settings, and the retriever factory."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from esgexp.errors import UserError
+from esgexp.records import Passage
+from esgexp.retrieval.base import Retriever
+
+log = logging.getLogger(__name__)
+
+# Bump when a saved index's layout changes: every old entry then misses.
+FORMAT = 1
+
+
+def corpus_fingerprint(passages: Sequence[Passage]) -> str:
+    """sha256 of every passage's id, document, text, pages and kind, in order."""
+    digest = hashlib.sha256()
+    for p in passages:
+        digest.update(json.dumps([p.id, p.doc_id, p.text, p.page_start, p.page_end, p.kind]).encode("utf-8"))
+    return digest.hexdigest()
+
+
+class IndexCache:
+    """Indexes under ``<cache_dir>/retrieval/<name>-<key>``.
+
+    ``key``: sha256 of the corpus hash, the retriever class and its ``settings()`` (the knobs the
+    index depends on: search-time knobs such as a dense backend share one entry). A hit loads the
+    index instead of building it; a miss builds it and saves it (written aside, then renamed into
+    place) with ``ids.json`` (the passage ids in row order, checked on every hit) and ``settings.json``.
+    """
+
+    def __init__(self, cache_dir: str | Path, corpus_hash: str) -> None:
+        self.root = Path(cache_dir) / "retrieval"
+        self.corpus_hash = corpus_hash
+
+    def directory(self, retriever: Retriever) -> Path:
+        cls = type(retriever)
+        spec = {"format": FORMAT, "corpus": self.corpus_hash, "class": f"{cls.__module__}.{cls.__qualname__}", "settings": retriever.settings()}
+        key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+        return self.root / f"{retriever.name}-{key}"
+
+    def load_or_build(self, retriever: Retriever) -> None:
+        """Load ``retriever``'s saved index, or build and save it."""
+        path = self.directory(retriever)
+        ids = [p.id for p in retriever.passages]
+        if path.is_dir():
+            if json.loads((path / "ids.json").read_text(encoding="utf-8")) != ids:
+                raise UserError(f"retriever {retriever.name}: the cached index {path} holds other passages; corpus hash {self.corpus_hash!r} names two corpora")
+            log.info("retriever %s: reusing the index in %s", retriever.name, path)
+            retriever.load_index(path)
+            return
+        retriever.build_index(retriever.passages)
+        partial = path.with_name(f"{path.name}.partial-{os.getpid()}")
+        partial.mkdir(parents=True, exist_ok=True)
+        retriever.save_index(partial)
+        (partial / "ids.json").write_text(json.dumps(ids), encoding="utf-8")
+        (partial / "settings.json").write_text(json.dumps({"corpus": self.corpus_hash, **retriever.settings()}, indent=2), encoding="utf-8")
+        try:
+            partial.rename(path)
+        except OSError:  # another process saved the same index first
+            shutil.rmtree(partial)
+        log.info("retriever %s: index saved in %s", retriever.name, path)
+
+
+def build_retriever(spec: Retriever | Mapping[str, Any], passages: Sequence[Passage], corpus_hash: str | None = None, cache_dir: str | Path | None = None) -> Retriever:
+    """An indexed retriever from a config (``conf/retriever/*.yaml``, with ``_target_``) or an instance.
+
+    With ``cache_dir`` the index is loaded from / saved to an ``IndexCache``; ``corpus_hash``
+    identifies the corpus (default: ``corpus_fingerprint(passages)``).
+    """
+    if isinstance(spec, Retriever):
+        retriever = spec
+    else:
+        from hydra.utils import instantiate
+
+        retriever = instantiate(spec) if "_target_" in spec else None
+        if not isinstance(retriever, Retriever):
+            raise UserError(f"retriever config must name a Retriever class in _target_, got {spec.get('_target_')!r}")
+    cache = None if cache_dir is None else IndexCache(cache_dir, corpus_hash or corpus_fingerprint(passages))
+    retriever.index(passages, cache)
+    return retriever
