@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -24,8 +25,19 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def no_nan(data):
+    """``data`` with every NaN float made None (JSON has no NaN; an undefined metric reads as null)."""
+    if isinstance(data, float) and math.isnan(data):
+        return None
+    if isinstance(data, dict):
+        return {key: no_nan(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [no_nan(value) for value in data]
+    return data
+
+
 def write_json(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    write_atomic(path, json.dumps(no_nan(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 class PredictionLog:
@@ -58,4 +70,4 @@ class PredictionLog:
             os.fsync(handle.fileno())
 
     def rewrite(self, records: list[dict]) -> None:
-        write_atomic(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        write_atomic(self.path, "".join(json.dumps(no_nan(r), ensure_ascii=False) + "\n" for r in records))

@@ -72,7 +72,9 @@ def log_results(metrics: dict, files: list[Path], info: dict[str, str]) -> None:
     import mlflow
 
     numeric = {
-        metric_name(k): float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        metric_name(k): float(v)
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v  # NaN: undefined, not logged
     }
     mlflow.log_metrics(numeric)
     if info:
