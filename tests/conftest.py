@@ -18,7 +18,7 @@ SAMPLE_CSV = BUNDLED_DIR / "esg_mcq_sample.csv"
 
 def compose_config(root: Path, *overrides: str, name: str = "config"):
     """The project config with every path under ``root`` and no progress bar."""
-    base = [f"paths.root_dir={root}", f"paths.output_dir={root}/run", "trainer.progress_bar=false"]
+    base = [f"paths.root_dir={root}", f"paths.output_dir={root}/run", f"paths.index_dir={root}/indexes", "trainer.progress_bar=false"]
     if name == "leaderboard":
         base = [f"paths.root_dir={root}"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

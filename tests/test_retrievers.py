@@ -219,6 +219,18 @@ def test_bm25_cache_hit_and_invalidation(tmp_path, monkeypatch):
         build_retriever(BM25_CFG, PASSAGES[:3], corpus_hash="another-corpus", cache_dir=tmp_path)
 
 
+def test_an_unreadable_cache_entry_is_rebuilt(tmp_path, monkeypatch):
+    import bm25s
+
+    builds = count_calls(monkeypatch, bm25s.BM25, "index")
+    build_retriever(BM25_CFG, PASSAGES, cache_dir=tmp_path)
+    (entry,) = (tmp_path / "retrieval").iterdir()
+    (entry / "ids.json").unlink()  # cut short, or written by an older layout
+    rebuilt = build_retriever(BM25_CFG, PASSAGES, cache_dir=tmp_path)
+    assert len(builds) == 2 and (entry / "ids.json").is_file()
+    assert ids(rebuilt.search(["scope 3 purchased goods"], 1)[0]) == ids(build_retriever(BM25_CFG, PASSAGES).search(["scope 3 purchased goods"], 1)[0])
+
+
 def test_dense_cache_hit_skips_encoding_and_backend_shares_the_entry(tmp_path, monkeypatch):
     encodes = count_calls(monkeypatch, DenseRetriever, "encode")
     first = build_retriever(DENSE_CFG, PASSAGES, cache_dir=tmp_path)

@@ -53,11 +53,18 @@ class IndexCache:
         path = self.directory(retriever)
         ids = [p.id for p in retriever.passages]
         if path.is_dir():
-            if json.loads((path / "ids.json").read_text(encoding="utf-8")) != ids:
-                raise UserError(f"retriever {retriever.name}: the cached index {path} holds other passages; corpus hash {self.corpus_hash!r} names two corpora")
-            log.info("retriever %s: reusing the index in %s", retriever.name, path)
-            retriever.load_index(path)
-            return
+            try:
+                cached_ids = json.loads((path / "ids.json").read_text(encoding="utf-8"))
+                if cached_ids == ids:
+                    retriever.load_index(path)
+            except (OSError, ValueError) as error:  # an entry cut short or from an older layout
+                log.warning("retriever %s: the cached index %s is unreadable (%s); rebuilding it", retriever.name, path, error)
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                if cached_ids != ids:
+                    raise UserError(f"retriever {retriever.name}: the cached index {path} holds other passages; corpus hash {self.corpus_hash!r} names two corpora")
+                log.info("retriever %s: reusing the index in %s", retriever.name, path)
+                return
         retriever.build_index(retriever.passages)
         partial = path.with_name(f"{path.name}.partial-{os.getpid()}")
         partial.mkdir(parents=True, exist_ok=True)
@@ -88,3 +95,8 @@ def build_retriever(spec: Retriever | Mapping[str, Any], passages: Sequence[Pass
     cache = None if cache_dir is None else IndexCache(cache_dir, corpus_hash or corpus_fingerprint(passages))
     retriever.index(passages, cache)
     return retriever
+
+
+def job_retriever(cfg, passages: Sequence[Passage]) -> Retriever:
+    """The job's retriever (``cfg.retriever``) over ``passages``, its index cached in ``paths.index_dir``."""
+    return build_retriever(cfg.retriever, passages, cache_dir=cfg.paths.index_dir)

@@ -6,8 +6,6 @@ was among them, so a wrong answer can be put down to a retrieval miss or a gener
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
@@ -67,7 +65,7 @@ def cite(passage: Passage, template: str) -> str:
 
 def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str]], dict[str, dict]]:
     """Per item: the formatted top-k passages, and the record of what was retrieved."""
-    from esgexp.retrieval.cache import build_retriever
+    from esgexp.retrieval.cache import job_retriever
 
     strategy = cfg.strategy
     if strategy.corpus == "dataset":
@@ -81,7 +79,7 @@ def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str
         lost = sorted({str(doc) for doc in scopes if doc not in known_docs})
         if lost:
             raise UserError(f"strategy.scope=doc: report(s) {', '.join(lost[:5])} not in the corpus ({len(known_docs)} docs)")
-    retriever = build_retriever(cfg.retriever, passages, cache_dir=Path(cfg.paths.cache_dir) / "indexes")
+    retriever = job_retriever(cfg, passages)
     extra = {"gold": [gold[item.id] for item in items]} if retriever.needs_gold else {}
     hits = retriever.search([item.question for item in items], strategy.top_k, scopes, **extra)
     by_id = {p.id: p for p in passages}

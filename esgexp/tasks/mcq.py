@@ -21,7 +21,7 @@ class MCQTask:
         self.cfg = cfg
         self.prompter = MCQPrompter(template=cfg.template.text, name=cfg.strategy.name, context=cfg.strategy.context)
 
-    def check(self, items: list) -> None:
+    def prepare(self, items: list) -> None:
         if items and not isinstance(items[0], MCQItem):
             raise UserError(f"task=mcq needs a multiple-choice dataset; {self.cfg.dataset.name!r} holds open questions")
         if self.prompter.context and not any(item.context for item in items):

@@ -17,7 +17,7 @@ from esgexp.errors import UserError
 from esgexp.eval.retrieval_metrics import page_recall_at_k, per_query_metrics, retrieval_metrics
 from esgexp.jobs import finish, job_tags, rate, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
-from esgexp.records import Passage, QAItem
+from esgexp.records import QAItem
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +49,10 @@ def summary_keys(metrics: dict, ks: list[int]) -> list[str]:
     return [name for name in [*names, "mrr"] if name in metrics]
 
 
-def make_retriever(cfg: DictConfig, passages: list[Passage]):
-    from esgexp.retrieval.cache import build_retriever
-
-    return build_retriever(cfg.retriever, passages, cache_dir=Path(cfg.paths.cache_dir) / "indexes")
-
-
 def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], dict]:
     """ClimRetrieve: each query searches its report; pooled, macro, nDCG, MRR and the random baseline."""
     from esgexp.data.climretrieve import query_texts
+    from esgexp.retrieval.cache import job_retriever
 
     if not data.queries:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable queries (skipped rows: {len(data.skipped)})")
@@ -67,7 +62,7 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
         texts = explanation_queries(cfg, data.queries)
     else:
         texts = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions)
-    retriever = make_retriever(cfg, data.passages)
+    retriever = job_retriever(cfg, data.passages)
     search = {"gold": [ranked_gold(q.relevance) for q in data.queries]} if retriever.needs_gold else {}
     hits = retriever.search([texts[q.id] for q in data.queries], max(ks), [q.doc_scope for q in data.queries], **search)
     rankings = {q.id: [hit.passage_id for hit in found] for q, found in zip(data.queries, hits)}
@@ -96,6 +91,7 @@ def ranked_gold(relevance: dict[str, int]) -> list[str]:
 def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple[list[dict], dict]:
     """ESGBench: questions search their own report in an ingested corpus; Recall@K of the gold page."""
     from esgexp.data.corpus import Corpus
+    from esgexp.retrieval.cache import job_retriever
 
     corpus = Corpus.load(cfg.retrieval.corpus)
     known = {p.doc_id for p in corpus.passages}
@@ -105,7 +101,7 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
         log.warning("report %r is not in the corpus %s: its questions are not evaluated", doc, cfg.retrieval.corpus)
     if not usable:
         raise UserError(f"no question's report is in the corpus {cfg.retrieval.corpus} ({len(known)} docs, e.g. {sorted(known)[:3]})")
-    retriever = make_retriever(cfg, corpus.passages)
+    retriever = job_retriever(cfg, corpus.passages)
     by_id = {p.id: p for p in corpus.passages}
     hits = retriever.search([item.question for item in usable], max(ks), [item.meta["doc_name"] for item in usable])
     gold = [item.meta["evidence_pages"] for item in usable]
