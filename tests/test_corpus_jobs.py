@@ -76,3 +76,53 @@ def test_a_report_missing_from_the_corpus_is_reported(make_cfg, tiny_cfg, tmp_pa
     with pytest.raises(UserError, match="UNKNOWN_CO_2024 not in the corpus"):
         run_job(tiny_cfg("experiment=esgbench", f"dataset.path={gold}", "strategy=rag", "strategy.scope=doc",
                          f"strategy.corpus={esgbench_corpus}", f"paths.output_dir={tmp_path}/rag"))
+
+
+BASE_HEADER = ["", "Document", "Question", "Context", "Relevant", "Page", "Source From", "Answer",
+               "Source Relevance Score", "Unsure Flag", "Addressed Directly", "Core 16 Question"]
+
+
+@pytest.fixture(scope="module")
+def base_annotations(tmp_path_factory):
+    """Two fictional reports as PDFs, ingested, and expert annotations pointing at text on known pages."""
+    import pandas as pd
+
+    root = tmp_path_factory.mktemp("climbase")
+    pdfs = root / "pdfs"
+    pdfs.mkdir()
+    filler = "This page lists the addresses of our regional offices and their opening hours."
+    (pdfs / "Fabrikam 2023 Report.pdf").write_bytes(pdf_bytes([
+        [filler] * 12,
+        ["Our flood risk study covers all twelve plants near rivers."] + [filler] * 12,
+        ["Scope 3 emissions from purchased goods fell by nine percent."] + [filler] * 12,
+    ]))
+    (pdfs / "Contoso 2023 Report.pdf").write_bytes(pdf_bytes([
+        ["Heat stress assessments were run for every warehouse site."] + [filler] * 12,
+        [filler] * 12,
+    ]))
+    corpus = root / "corpus"
+    ingest(pdfs, corpus, WindowChunker(), progress=False)
+    rows = [
+        ["0", "Fabrikam 2023 Report.pdf", "Does the company assess physical climate risks?", "", "Our flood risk study covers all twelve plants near rivers.", "2", "text", "Yes", "3", "", "", "1"],
+        ["1", "Fabrikam 2023 Report.pdf", "Does the company report Scope 3 emissions?", "", "Scope 3 emissions from purchased goods fell by nine percent.", "3", "text", "Yes", "2", "", "", "1"],
+        ["2", "Contoso 2023 Report.pdf", "Does the company assess physical climate risks?", "", "Heat stress assessments were run for every warehouse site.", "1", "text", "Yes", "3", "", "", "1"],
+        ["3", "Missing 2023 Report.pdf", "Does the company assess physical climate risks?", "", "Anything.", "1", "text", "Yes", "3", "", "", "1"],
+    ]
+    frame = pd.DataFrame(rows, columns=BASE_HEADER)
+    frame.to_csv(root / "base.csv", index=False)
+    frame.to_excel(root / "base.xlsx", index=False)
+    return root, corpus
+
+
+@pytest.mark.parametrize("suffix", ["csv", "xlsx"])
+def test_climretrieve_base_grades_corpus_passages_from_expert_sources(make_cfg, tmp_path, base_annotations, suffix):
+    root, corpus = base_annotations
+    common = ("experiment=climretrieve_retrieval", "dataset=climretrieve_base", f"dataset.path={root}/base.{suffix}",
+              f"dataset.corpus={corpus}")
+    oracle = run_job(make_cfg(*common, "retriever=oracle", f"paths.output_dir={tmp_path}/oracle"))
+    bm25 = run_job(make_cfg(*common, "retriever=bm25", "retrieval.ks=[1]", f"paths.output_dir={tmp_path}/bm25"))
+    # Three queries (the fourth names a report that is not in the corpus: skipped and listed).
+    assert oracle["n_queries"] == 3 and oracle["n_skipped_rows"] == 1 and oracle["mrr"] == 1.0
+    assert "'Missing 2023 Report.pdf' is not in the corpus" in (tmp_path / "oracle" / "skipped_rows.txt").read_text()
+    # Each annotated sentence shares its question's words; the filler pages share none.
+    assert bm25["recall@1"] == 1.0

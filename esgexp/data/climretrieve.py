@@ -202,6 +202,27 @@ class SourceMatcher:
         return bool(words) and len(words & passage_words) / len(words) >= self.min_overlap
 
 
+@dataclass
+class ClimRetrieveBase:
+    """The expert-annotated sources (ClimRetrieve_base.xlsx, or a CSV of it) graded on the passages of an
+    ingested corpus of the same reports (``corpus``: its folder; doc ids are the PDF file stems)."""
+
+    name: str
+    path: str
+    corpus: str
+    min_overlap: float = 0.5
+    core_only: bool = False
+
+    def load(self) -> RetrievalDataset:
+        from esgexp.data.corpus import Corpus
+
+        loaded = load_base_annotations(self.path)
+        annotations = [a for a in loaded.items if a.core or not self.core_only]
+        dataset = annotations_to_queries(annotations, Corpus.load(self.corpus).passages, self.min_overlap)
+        dataset.skipped[:0] = loaded.skipped
+        return dataset
+
+
 def annotations_to_queries(
     annotations: Sequence[SourceAnnotation], passages: Sequence[Passage], min_overlap: float = 0.5
 ) -> RetrievalDataset:
@@ -319,17 +340,34 @@ def query_texts(
 
 
 def read_rows(path: str | Path, required: Sequence[str], what: str) -> Rows:
-    """The numbered data rows of a CSV file; a missing file or required column is a UserError."""
+    """The numbered data rows of a CSV or Excel (.xlsx, first sheet: the published ClimRetrieve files)
+    file, every cell as text; a missing file or required column is a UserError."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} file not found: {path}")
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
-        columns = [name for name in reader.fieldnames or [] if name]
-        missing = [name for name in required if name not in columns]
-        if missing:
-            raise UserError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
-        return list(enumerate(reader, start=1))
+    if path.suffix.lower() == ".xlsx":
+        columns, records = excel_rows(path)
+    else:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            columns, records = list(reader.fieldnames or []), list(reader)
+    columns = [name for name in columns if name]
+    missing = [name for name in required if name not in columns]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
+    return list(enumerate(records, start=1))
+
+
+def excel_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows of the first sheet; numbers keep their written form (``2``, not ``2.0``)."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_excel(path, sheet_name=0, dtype=str, keep_default_na=False)
+    except (ValueError, OSError, KeyError) as error:
+        raise UserError(f"{path}: not a readable Excel workbook ({error})") from None
+    columns = ["" if str(name).startswith("Unnamed:") else str(name) for name in frame.columns]
+    return columns, [dict(zip(columns, values)) for values in frame.itertuples(index=False, name=None)]
 
 
 def required_text(row: Mapping[str, str], name: str) -> str:
