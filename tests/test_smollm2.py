@@ -40,3 +40,18 @@ def test_smollm2_letter_tokenisation_after_answer(make_cfg):
     chat = tokenizer.apply_chat_template([{"role": "user", "content": "Answer:"}], tokenize=False, add_generation_prompt=True)
     after_turn = letter_token_ids(tokenizer, chat, list("ABCD"))
     assert [tokenizer.decode([after_turn[letter]]) for letter in "ABCD"] == ["A", "B", "C", "D"]
+
+
+def test_smollm2_reads_answers_out_of_the_passage(make_cfg, tmp_path):
+    """SustainableQA factoid with the passage: a real instruction model copies spans from the context."""
+    metrics = run_job(make_cfg("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=4",
+                               "strategy=zero_context"))
+    records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert metrics["factoid/n"] == 4 and all(r["answer"] for r in records)
+    assert metrics["factoid/f1"] > 0.0
+
+
+def test_smollm2_answers_esgbench_with_rag(make_cfg, tmp_path):
+    metrics = run_job(make_cfg("experiment=esgbench", "dataset=esgbench_sample", "dataset.limit=3", "strategy=rag",
+                               "strategy.scope=doc"))
+    assert metrics["esgbench/n"] == 3 and metrics["rag/n_with_gold"] == 3

@@ -102,7 +102,7 @@ class QATask:
         """Every run-level value that is not a breakdown."""
         rows = []
         for key, value in metrics.items():
-            if "/category/" in key or "/by_spans/" in key or key == "n_items":
+            if "/category/" in key or "/by_spans/" in key or key.startswith("n_"):
                 continue
             rows.append((key, f"{value:.3f}" if isinstance(value, float) else str(value)))
         return rows
