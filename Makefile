@@ -34,6 +34,9 @@ test: install
 bench: install
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/mcq_throughput.py
+	$(PY) benchmarks/retrieval.py
+	$(PY) benchmarks/ingestion.py
+	$(PY) benchmarks/metrics.py
 
 clean:
 	rm -rf runs leaderboard .pytest_cache
