@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
+
+from esgexp.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -81,3 +84,13 @@ class LoadedDataset:
 
     items: list[Any]
     skipped: list[str] = field(default_factory=list)
+
+    def sample(self, limit: int | None, seed: int) -> LoadedDataset:
+        """Keep ``limit`` items drawn by a seeded shuffle (all when ``limit`` is None)."""
+        if limit is None:
+            return self
+        if limit < 1:
+            raise UserError(f"dataset.limit must be a positive number of items, got {limit}")
+        random.Random(seed).shuffle(self.items)
+        self.items = self.items[:limit]
+        return self

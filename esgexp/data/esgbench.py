@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,12 +55,7 @@ class ESGBenchGold:
             loaded.items.append(item)
         if not loaded.items:
             raise UserError(f"{self.path}: no usable question (lines skipped: {len(loaded.skipped)})")
-        if self.limit is not None:
-            if self.limit < 1:
-                raise UserError(f"dataset.limit must be a positive number of items, got {self.limit}")
-            random.Random(self.seed).shuffle(loaded.items)
-            loaded.items = loaded.items[: self.limit]
-        return loaded
+        return loaded.sample(self.limit, self.seed)
 
 
 def row_to_item(row: dict, line: int) -> QAItem:

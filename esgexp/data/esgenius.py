@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +38,7 @@ class ESGeniusCSV:
         source = f"hub dataset {self.hf_id}" if self.hf_id else str(self.path)
         rows = self._hub_rows() if self.hf_id else self._csv_rows()
         loaded = rows_to_items(rows, source)
-        if self.limit is not None:
-            if self.limit < 1:
-                raise UserError(f"dataset.limit must be a positive number of items, got {self.limit}")
-            random.Random(self.seed).shuffle(loaded.items)
-            loaded.items = loaded.items[: self.limit]
-        return loaded
+        return loaded.sample(self.limit, self.seed)
 
     def _csv_rows(self) -> Iterable[tuple[int, Mapping[str, str]]]:
         if not self.path:

@@ -15,7 +15,6 @@ that is not a whole number (the source writes ``N/A``) becomes ``None``.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +49,7 @@ class SustainableQA:
     def load(self) -> LoadedDataset:
         """The items of ``split``; with ``limit``, that many after a seeded shuffle."""
         loaded = self.load_split(self.split)
-        if self.limit is not None:
-            if self.limit < 1:
-                raise UserError(f"dataset.limit must be a positive number of items, got {self.limit}")
-            random.Random(self.seed).shuffle(loaded.items)
-            loaded.items = loaded.items[: self.limit]
-        return loaded
+        return loaded.sample(self.limit, self.seed)
 
     def load_split(self, split: str) -> LoadedDataset:
         """Every item of ``split`` (e.g. ``train`` for few-shot examples) of the wanted qtypes, in file order."""
