@@ -65,17 +65,19 @@ def test_rag_over_the_corpus_cites_pages_and_judges_retrieval_by_gold_page(tiny_
 
 
 def test_a_report_missing_from_the_corpus_is_reported(make_cfg, tiny_cfg, tmp_path, esgbench_corpus):
-    from esgexp.errors import UserError
-
     lines = GOLD.read_text().splitlines()
     moved = json.loads(lines[0]) | {"doc_name": "UNKNOWN_CO_2024"}
     gold = tmp_path / "gold.jsonl"
     gold.write_text("\n".join([json.dumps(moved), *lines[1:]]) + "\n")
     metrics = run_job(make_cfg("experiment=esgbench_retrieval", f"dataset.path={gold}", f"retrieval.corpus={esgbench_corpus}"))
     assert metrics["n_queries"] == 12 and metrics["n_missing_reports"] == 1
-    with pytest.raises(UserError, match="UNKNOWN_CO_2024 not in the corpus"):
-        run_job(tiny_cfg("experiment=esgbench", f"dataset.path={gold}", "strategy=rag", "strategy.scope=doc",
-                         f"strategy.corpus={esgbench_corpus}", f"paths.output_dir={tmp_path}/rag"))
+    # RAG goes on: that question gets no passage (and says so), the others are retrieved as usual.
+    rag = run_job(tiny_cfg("experiment=esgbench", f"dataset.path={gold}", "strategy=rag", "strategy.scope=doc",
+                           f"strategy.corpus={esgbench_corpus}", "scoring.max_new_tokens=2", f"paths.output_dir={tmp_path}/rag"))
+    assert rag["rag/n_missing_report"] == 1 and rag["rag/n_with_gold"] == 12 and rag["n_items"] == 13
+    records = [json.loads(line) for line in (tmp_path / "rag" / "predictions.jsonl").read_text().splitlines()]
+    (lost,) = [r for r in records if r["retrieval"]["passages"] == []]
+    assert lost["retrieval"]["missing_report"] == "UNKNOWN_CO_2024"
 
 
 BASE_HEADER = ["", "Document", "Question", "Context", "Relevant", "Page", "Source From", "Answer",

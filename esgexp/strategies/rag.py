@@ -6,10 +6,14 @@ was among them, so a wrong answer can be put down to a retrieval miss or a gener
 
 from __future__ import annotations
 
+import logging
+
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
 from esgexp.records import Passage
+
+log = logging.getLogger(__name__)
 
 DOC_KEYS = ("doc_name", "report", "ref_doc")
 
@@ -73,18 +77,25 @@ def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str
     else:
         passages, gold = corpus_passages(strategy.corpus, items)
     known_docs = {p.doc_id for p in passages}
-    scopes = [None] * len(items)
-    if strategy.scope == "doc":
-        scopes = [item_doc(item) for item in items]
-        lost = sorted({str(doc) for doc in scopes if doc not in known_docs})
-        if lost:
-            raise UserError(f"strategy.scope=doc: report(s) {', '.join(lost[:5])} not in the corpus ({len(known_docs)} docs)")
+    scopes = [item_doc(item) if strategy.scope == "doc" else None for item in items]
+    searchable = [i for i, doc in enumerate(scopes) if doc is None or doc in known_docs]
+    missing = sorted({str(doc) for doc in scopes if doc is not None and doc not in known_docs})
+    if missing:
+        log.warning("strategy.scope=doc: %d report(s) not in the corpus (%d docs), their questions get no passage: %s",
+                    len(missing), len(known_docs), ", ".join(missing[:10]))
     retriever = job_retriever(cfg, passages)
-    extra = {"gold": [gold[item.id] for item in items]} if retriever.needs_gold else {}
-    hits = retriever.search([item.question for item in items], strategy.top_k, scopes, **extra)
+    chosen_items = [items[i] for i in searchable]
+    extra = {"gold": [gold[item.id] for item in chosen_items]} if retriever.needs_gold else {}
+    hits = retriever.search([item.question for item in chosen_items], strategy.top_k, [scopes[i] for i in searchable], **extra)
+    found_by_id = {item.id: found for item, found in zip(chosen_items, hits)}
     by_id = {p.id: p for p in passages}
     texts, records = {}, {}
-    for item, found in zip(items, hits):
+    for item, doc in zip(items, scopes):
+        if item.id not in found_by_id:
+            texts[item.id] = []
+            records[item.id] = {"passages": [], "gold_retrieved": None, "missing_report": doc}
+            continue
+        found = found_by_id[item.id]
         chosen = [by_id[hit.passage_id] for hit in found]
         texts[item.id] = [cite(p, strategy.passage_format) for p in chosen]
         records[item.id] = {
@@ -98,7 +109,10 @@ def attribution_metrics(records: list[dict]) -> dict[str, float]:
     """Over the items with gold evidence and a right/wrong verdict: how often the gold was retrieved,
     and the share of items wrong with the gold missing (retrieval miss) or present (generation miss)."""
     judged = [r for r in records if r.get("retrieval", {}).get("gold_retrieved") is not None]
-    out: dict[str, float] = {"rag/n_with_gold": len(judged)}
+    out: dict[str, float] = {
+        "rag/n_with_gold": len(judged),
+        "rag/n_missing_report": sum(1 for r in records if r.get("retrieval", {}).get("missing_report")),
+    }
     if not judged:
         return out
     out["rag/gold_retrieved_rate"] = sum(r["retrieval"]["gold_retrieved"] for r in judged) / len(judged)
