@@ -24,6 +24,7 @@ COLUMNS = [
     ("instruct", ("params.model.instruct",)),
     ("strategy", ("tags.strategy",)),
     ("retriever", ("tags.retriever",)),
+    ("query", ("tags.query",)),
     ("scoring", ("tags.scoring",)),
     ("n", ("metrics.n_items", "metrics.n_queries")),
     ("accuracy", ("metrics.accuracy",)),
@@ -64,7 +65,10 @@ def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
             seen.add(config_hash)
         flat = {"run_id": run.info.run_id}
         flat.update({f"tags.{k}": v for k, v in run.data.tags.items()})
-        flat.update({f"params.{k}": v for k, v in run.data.params.items()})
+        # Jobs that run no model (retrieval with a fixed query, scoring a file) still carry the
+        # default model's params; only a run tagged with a model shows them.
+        uses_model = run.data.tags.get("model") not in (None, "external")
+        flat.update({f"params.{k}": v for k, v in run.data.params.items() if uses_model or not k.startswith("model.")})
         flat.update({f"metrics.{k}": v for k, v in run.data.metrics.items()})
         rows.append({name: next((flat[s] for s in sources if s in flat), "") for name, sources in COLUMNS})
     rows.sort(key=lambda r: (r["dataset"], -rank_value(r), r["model"]))

@@ -137,5 +137,6 @@ def test_leaderboard_shows_open_qa_and_retrieval_runs_beside_mcq(tiny_cfg, make_
     rows = {row["task"]: row for row in (dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:])}
     assert rows["qa"]["factoid_f1"] == f"{qa['factoid/f1']:.4f}" and rows["qa"]["accuracy"] == ""
     assert rows["retrieval"]["recall@10"] == f"{retrieval['recall@10']:.4f}" and rows["retrieval"]["retriever"] == "bm25"
-    assert rows["retrieval"]["n"] == "6"
+    assert rows["retrieval"]["n"] == "6" and rows["retrieval"]["query"] == "question"
+    assert rows["retrieval"]["family"] == "" and rows["qa"]["family"] == "unknown"  # model=local: family unknown; a retrieval run has no model
     assert rows["mcq"]["accuracy"] == f"{mcq['accuracy']:.4f}"

@@ -27,8 +27,9 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
     loaded = instantiate(cfg.dataset).load()
     ks = sorted(int(k) for k in cfg.retrieval.ks)
     save_inputs(cfg, output_dir, loaded.skipped)
-    tags = job_tags(cfg, output_dir, retriever=cfg.retriever.name, query=cfg.query.mode if cfg.get("query") else None)
-    with tracked_run(cfg, f"{cfg.retriever.name}/{tags.get('query', 'question')}", tags) as run:
+    explained = cfg.query.mode == "explanation"
+    tags = job_tags(cfg, output_dir, retriever=cfg.retriever.name, query=cfg.query.mode, model=cfg.model.name if explained else None)
+    with tracked_run(cfg, f"{cfg.retriever.name}/{cfg.query.mode}", tags) as run:
         if hasattr(loaded, "queries"):
             records, metrics = graded_retrieval(cfg, loaded, ks)
         else:
@@ -39,7 +40,7 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
         run_id = run.info.run_id
     rows = [("queries", str(metrics["n_queries"]))]
     rows += [(name, rate(metrics[name])) for name in summary_keys(metrics, ks)]
-    title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={tags.get('query', 'question')}"
+    title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={cfg.query.mode}"
     print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
     return metrics
 
