@@ -329,7 +329,7 @@ def test_configs_compose_and_build_the_bundled_sample(make_cfg, mode):
     assert cfg.query.mode == mode and cfg.dataset.seed == 42
     assert make_cfg("dataset=climretrieve").dataset.path.endswith("/data/climretrieve/ClimRetrieve_ReportLevel_V1.csv")
     assert make_cfg("query=concepts").query.core_questions.endswith(
-        "/data/climretrieve/Core_Questions_with_Explanations.csv")
+        "/data/climretrieve/Core_Questions_with_Explanations.xlsx")
     data = instantiate(cfg.dataset).load()
     assert len(data.queries) == 3
     texts = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions)

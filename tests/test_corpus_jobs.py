@@ -128,3 +128,14 @@ def test_climretrieve_base_grades_corpus_passages_from_expert_sources(make_cfg, 
     assert "'Missing 2023 Report.pdf' is not in the corpus" in (tmp_path / "oracle" / "skipped_rows.txt").read_text()
     # Each annotated sentence shares its question's words; the filler pages share none.
     assert bm25["recall@1"] == 1.0
+
+
+def test_oracle_and_query_rules_for_esgbench_page_retrieval(make_cfg, tmp_path, esgbench_corpus):
+    from esgexp.errors import UserError
+
+    oracle = run_job(make_cfg("experiment=esgbench_retrieval", "dataset=esgbench_sample", f"retrieval.corpus={esgbench_corpus}",
+                              "retriever=oracle"))
+    assert oracle["recall@1"] == 1.0
+    with pytest.raises(UserError, match="ESGBench retrieval searches with the question"):
+        run_job(make_cfg("experiment=esgbench_retrieval", "dataset=esgbench_sample", f"retrieval.corpus={esgbench_corpus}",
+                         "query=concepts", f"paths.output_dir={tmp_path}/q"))

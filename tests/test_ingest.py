@@ -1,6 +1,7 @@
 """Documents -> corpus folder: files written, skipped files, re-ingest reuse, Corpus.load, the CLI."""
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -197,3 +198,14 @@ def test_cli_mistakes_are_one_line_errors(tmp_path, clean_env):
     assert "Traceback" not in result.stderr
     result = run_ingest(tmp_path, clean_env, f"corpus.pdf_dir={tmp_path / 'none'}", "corpus.name=x")
     assert result.returncode == 2 and f"error: document folder not found: {tmp_path / 'none'}" in result.stderr
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_and_the_rest_ingested(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "ok.md").write_text("Water withdrawal fell by four percent.")
+    with open(os.path.join(os.fsencode(source), b"Soci\xe9t\xe9.md"), "wb") as handle:  # Latin-1 bytes
+        handle.write(b"Text.")
+    report = ingest(source, tmp_path / "out", WindowChunker(), progress=False)
+    assert report["n_docs"] == 1 and len(report["skipped"]) == 1
+    assert report["skipped"][0]["reason"] == "the file name is not valid UTF-8; rename it"

@@ -270,3 +270,10 @@ def test_every_retriever_config_composes_without_heavy_imports(tmp_path):
 def test_build_retriever_rejects_a_config_without_a_retriever():
     with pytest.raises(UserError, match="must name a Retriever class"):
         build_retriever({"name": "bm25"}, PASSAGES)
+
+
+def test_queries_are_cleaned_like_passages():
+    passages = [Passage("co2", "d", "CO2 emissions fell", 1, 1), Passage("fig", "d", "key figures of the year", 1, 1)]
+    retriever = build_retriever(BM25_CFG, passages)
+    assert retriever.search(["CO₂ emissions"], 1) == retriever.search(["CO2 emissions"], 1)
+    assert ids(retriever.search(["ﬁgures"], 1)[0]) == ["fig"]

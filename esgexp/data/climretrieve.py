@@ -28,6 +28,7 @@ import logging
 import random
 import re
 import unicodedata
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,7 +365,7 @@ def excel_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
     try:
         frame = pd.read_excel(path, sheet_name=0, dtype=str, keep_default_na=False)
-    except (ValueError, OSError, KeyError) as error:
+    except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
         raise UserError(f"{path}: not a readable Excel workbook ({error})") from None
     columns = ["" if str(name).startswith("Unnamed:") else str(name) for name in frame.columns]
     return columns, [dict(zip(columns, values)) for values in frame.itertuples(index=False, name=None)]

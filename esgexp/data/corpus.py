@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import time
+import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -71,7 +72,12 @@ def ingest(pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress:
     for path in bar:
         bar.set_postfix_str(path.name)
         name = path.relative_to(pdf_dir).as_posix()
-        doc_id = name.rsplit(".", 1)[0]
+        readable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        if readable != name:  # bytes that are not UTF-8 in the name: it could not be written to the corpus files
+            log.warning("skipped: %s: the file name is not valid UTF-8; rename it", readable)
+            skipped.append({"file": readable, "reason": "the file name is not valid UTF-8; rename it"})
+            continue
+        doc_id = document_id(name)
         entry, doc_pages, reused = _open(path, name, doc_id, documents, stored)
         if "sha256" in entry:
             counts["n_reused" if reused else "n_parsed"] += 1
@@ -110,6 +116,11 @@ def _find_files(pdf_dir: Path) -> list[Path]:
     if not files:
         raise UserError(f"no .pdf, .md or .txt files in {pdf_dir}")
     return files
+
+
+def document_id(name: str) -> str:
+    """A file's path below the folder without its suffix, in Unicode NFC (a macOS NFD name matches its report name)."""
+    return unicodedata.normalize("NFC", name.rsplit(".", 1)[0])
 
 
 def _open(path: Path, name: str, doc_id: str, documents: dict, stored: _Stored) -> tuple[dict, list[Page], bool]:

@@ -39,6 +39,13 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return rows[np.lexsort((rows, -scores[rows]))]
 
 
+def clean_queries(queries: Sequence[str]) -> list[str]:
+    """Queries cleaned as passages are at ingestion (NFKC: ``CO₂`` -> ``CO2``, ligatures split, invisibles dropped)."""
+    from esgexp.data.pdf import clean_text
+
+    return [clean_text(query) for query in queries]
+
+
 class Retriever(ABC):
     """Ranks indexed passages for queries, optionally within one document per query.
 
@@ -78,7 +85,7 @@ class Retriever(ABC):
     def search(self, queries: Sequence[str], k: int, doc_scope: Sequence[str | None] | None = None) -> list[list[Hit]]:
         """Up to ``k`` hits per query (fewer when the scope holds fewer passages), best first."""
         scopes = self._scopes(queries, k, doc_scope)
-        return self._search(list(queries), k, scopes) if queries else []
+        return self._search(clean_queries(queries), k, scopes) if queries else []
 
     def _scopes(self, queries: Sequence[str], k: int, doc_scope: Sequence[str | None] | None) -> list[str | None]:
         """Check a search call; per query its doc id, or None for the whole corpus."""

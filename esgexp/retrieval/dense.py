@@ -111,4 +111,6 @@ class DenseRetriever(Retriever):
         else:
             params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(scope.astype(np.int64)))
             scores, rows = self._faiss.search(vectors, min(k, len(scope)), params=params)
-        return list(zip(rows, scores))
+        # Equal scores in passage order, as the numpy backend ranks them (faiss returns ties reversed).
+        orders = [np.lexsort((r, -s)) for r, s in zip(rows, scores)]
+        return [(r[order], s[order]) for r, s, order in zip(rows, scores, orders)]

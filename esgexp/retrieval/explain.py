@@ -1,6 +1,6 @@
 """The ``explanation`` query formulation: an LLM explains each question; the explanation is the query.
 
-Explanations are cached on disk per (model, prompt, length) and question, so a sweep over retrievers
+Explanations are cached on disk per (model config, prompt, length) and question, so a sweep over retrievers
 generates them once.
 """
 
@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from esgexp.errors import UserError
 from esgexp.outputs import write_json
@@ -19,7 +19,8 @@ from esgexp.records import RetrievalQuery
 
 
 def cache_file(cfg: DictConfig) -> Path:
-    key = json.dumps([cfg.model.name, cfg.model.get("path"), cfg.query.prompt, cfg.query.max_new_tokens], default=str)
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    key = json.dumps([model, cfg.query.prompt, cfg.query.max_new_tokens], sort_keys=True, default=str)
     return Path(cfg.paths.cache_dir) / "explanations" / f"{cfg.model.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 

@@ -7,6 +7,7 @@ was among them, so a wrong answer can be put down to a retrieval miss or a gener
 from __future__ import annotations
 
 import logging
+import unicodedata
 
 from omegaconf import DictConfig
 
@@ -19,8 +20,9 @@ DOC_KEYS = ("doc_name", "report", "ref_doc")
 
 
 def item_doc(item) -> str | None:
-    """The report an item is about, from whichever field its dataset uses."""
-    return next((str(item.meta[key]) for key in DOC_KEYS if item.meta.get(key)), None)
+    """The report an item is about, from whichever field its dataset uses (NFC, as corpus doc ids are)."""
+    doc = next((str(item.meta[key]) for key in DOC_KEYS if item.meta.get(key)), None)
+    return None if doc is None else unicodedata.normalize("NFC", doc)
 
 
 def dataset_passages(items: list) -> tuple[list[Passage], dict[str, list[str]]]:

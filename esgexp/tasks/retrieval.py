@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
     """Index the passages, search every query, write rankings.jsonl and metrics.json, track the run."""
     loaded = instantiate(cfg.dataset).load()
-    ks = sorted(int(k) for k in cfg.retrieval.ks)
+    ks = sorted({int(k) for k in cfg.retrieval.ks})
+    if not ks or ks[0] < 1:
+        raise UserError(f"retrieval.ks must list positive cut-offs, got {list(cfg.retrieval.ks)}")
     save_inputs(cfg, output_dir, loaded.skipped)
     explained = cfg.query.mode == "explanation"
     tags = job_tags(cfg, output_dir, retriever=cfg.retriever.name, query=cfg.query.mode, model=cfg.model.name if explained else None)
@@ -93,19 +95,27 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
     """ESGBench: questions search their own report in an ingested corpus; Recall@K of the gold page."""
     from esgexp.data.corpus import Corpus
     from esgexp.retrieval.cache import job_retriever
+    from esgexp.strategies.rag import item_doc
 
+    if cfg.query.mode != "question":
+        raise UserError(f"query={cfg.query.mode} is a ClimRetrieve formulation; ESGBench retrieval searches with the question (query=question)")
     corpus = Corpus.load(cfg.retrieval.corpus)
     known = {p.doc_id for p in corpus.passages}
-    usable = [item for item in items if item.meta.get("doc_name") in known]
-    missing = sorted({str(item.meta.get("doc_name")) for item in items} - known)
+    usable = [item for item in items if item_doc(item) in known]
+    missing = sorted({str(item_doc(item)) for item in items} - known)
     for doc in missing:
         log.warning("report %r is not in the corpus %s: its questions are not evaluated", doc, cfg.retrieval.corpus)
     if not usable:
         raise UserError(f"no question's report is in the corpus {cfg.retrieval.corpus} ({len(known)} docs, e.g. {sorted(known)[:3]})")
     retriever = job_retriever(cfg, corpus.passages)
     by_id = {p.id: p for p in corpus.passages}
-    hits = retriever.search([item.question for item in usable], max(ks), [item.meta["doc_name"] for item in usable])
     gold = [item.meta["evidence_pages"] for item in usable]
+    search = {}
+    if retriever.needs_gold:
+        on_pages = [[p.id for p in corpus.passages if p.doc_id == item_doc(item) and set(p.page_indexes) & set(pages)]
+                    for item, pages in zip(usable, gold)]
+        search["gold"] = on_pages
+    hits = retriever.search([item.question for item in usable], max(ks), [item_doc(item) for item in usable], **search)
     metrics: dict = {"n_queries": len(usable), "n_missing_reports": len(items) - len(usable)}
     for k in ks:
         # The 0-based pages of the first k chunks, in rank order (a chunk over two pages gives both).
@@ -113,7 +123,7 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
         values = page_recall_at_k(pages, gold, k=max(map(len, pages), default=0))
         metrics[f"recall@{k}"] = sum(values) / len(values)
     records = [
-        {"id": item.id, "doc": item.meta["doc_name"], "query": item.question, "gold_pages": item.meta["evidence_pages"],
+        {"id": item.id, "doc": item_doc(item), "query": item.question, "gold_pages": item.meta["evidence_pages"],
          "retrieved": [{"id": h.passage_id, "score": h.score, "pages": list(by_id[h.passage_id].page_indexes)} for h in found]}
         for item, found in zip(usable, hits)
     ]
