@@ -15,7 +15,10 @@ from esgexp.errors import UserError
 from esgexp.outputs import write_atomic, write_json
 
 # The config groups that decide a job's results: equal values make a run resumable from another.
-IDENTITY_KEYS = ("task", "dataset", "model", "strategy", "template", "scoring", "retriever", "query", "retrieval", "metrics", "seed")
+IDENTITY_KEYS = (
+    "task", "dataset", "model", "strategy", "template", "scoring", "retriever", "query", "retrieval", "metrics",
+    "predictions", "recall_k", "seed",
+)
 
 
 def check_config(cfg: DictConfig) -> Path:

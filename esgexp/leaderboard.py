@@ -26,6 +26,7 @@ COLUMNS = [
     ("retriever", ("tags.retriever",)),
     ("query", ("tags.query",)),
     ("scoring", ("tags.scoring",)),
+    ("predictions", ("tags.predictions",)),
     ("n", ("metrics.n_items", "metrics.n_queries")),
     ("accuracy", ("metrics.accuracy",)),
     ("invalid_rate", ("metrics.invalid_rate",)),

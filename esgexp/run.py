@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
 from pathlib import Path
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from esgexp.errors import UserError
 from esgexp.jobs import check_config, finish, job_tags, same_job, save_inputs, summary_table, tracked_run
@@ -59,8 +61,9 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
     passages, retrieval = retrieve(cfg, items)
     prompts = {item.id: task.prompt(item, passages.get(item.id)) for item in items}
 
+    fingerprints = {item.id: item_fingerprint(prompts[item.id], item) for item in items}
     predictions = PredictionLog(output_dir / "predictions.jsonl")
-    done = {record["id"] for record in resume_predictions(cfg, output_dir, predictions)}
+    done = {record["id"] for record in resume_predictions(cfg, output_dir, predictions, fingerprints)}
     save_inputs(cfg, output_dir, loaded.skipped)
     tags = job_tags(
         cfg,
@@ -78,7 +81,7 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
     with tracked_run(cfg, run_name, tags) as run:
         if todo:
             try:
-                predict(cfg, task, model_source, todo, prompts, retrieval, predictions)
+                predict(cfg, task, model_source, todo, prompts, retrieval, predictions, fingerprints)
             except (KeyboardInterrupt, SystemExit):
                 kept = len(predictions.read())
                 log.error("interrupted: %d predictions kept in %s; rerun with resume=true", kept, output_dir)
@@ -110,7 +113,9 @@ def retrieve(cfg: DictConfig, items: list) -> tuple[dict[str, list[str]], dict[s
     return retrieve_for_items(cfg, items)
 
 
-def predict(cfg: DictConfig, task, model_source: str, items: list, prompts: dict, retrieval: dict, predictions: PredictionLog) -> None:
+def predict(
+    cfg: DictConfig, task, model_source: str, items: list, prompts: dict, retrieval: dict, predictions: PredictionLog, fingerprints: dict
+) -> None:
     """Load the model from ``model_source``, run ``items`` and append one record per item to ``predictions``."""
     from esgexp.models.generation import load_for_inference, model_input
     from esgexp.models.inference import PromptDataModule, run_inference
@@ -121,14 +126,22 @@ def predict(cfg: DictConfig, task, model_source: str, items: list, prompts: dict
     ids = [item.id for item in items]
     inputs = [texts[i] for i in ids]
     data = PromptDataModule(ids, inputs, tokenizer, cfg.trainer.batch_size)
-    scorer = make_scorer(cfg.scoring, tokenizer, inputs, [tokens for _, tokens in data.examples])
+    scoring = OmegaConf.to_container(cfg.scoring, resolve=True)
+    if cfg.model.reasoning and scoring["name"] == "generate":
+        # A reasoning model thinks before it answers: a short-answer limit would cut it off mid-thought.
+        scoring["max_new_tokens"] = max(scoring["max_new_tokens"], cfg.model.generation.max_new_tokens)
+    scorer = make_scorer(scoring, tokenizer, inputs, [tokens for _, tokens in data.examples])
     by_id = {item.id: item for item in items}
 
     def write(results: list[dict]) -> None:
         records = []
         for result in results:
             item_id = result["id"]
-            record = {"id": item_id, "prompt_hash": hashlib.sha256(texts[item_id].encode()).hexdigest()[:16]}
+            record = {
+                "id": item_id,
+                "prompt_hash": hashlib.sha256(texts[item_id].encode()).hexdigest()[:16],
+                "item_hash": fingerprints[item_id],
+            }
             record.update(task.to_record(result, by_id[item_id]))
             if result.get("failed"):
                 record.update(failed=True, error=result["error"])
@@ -149,9 +162,16 @@ def latest_records(predictions: PredictionLog, items: list) -> list[dict]:
     return [by_id[item.id] for item in items]
 
 
-def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: PredictionLog) -> list[dict]:
+def item_fingerprint(prompt: str, item) -> str:
+    """A hash of an item's prompt and gold: a resumed prediction counts only if both are unchanged."""
+    key = json.dumps([prompt, dataclasses.asdict(item)], sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: PredictionLog, fingerprints: dict[str, str]) -> list[dict]:
     """With resume=true, keep the finished predictions of this folder, or else copy those of the latest
-    earlier run of the same config; return them. Never mixes the predictions of two configs."""
+    earlier run of the same config; return them. Never mixes the predictions of two configs, and drops
+    a prediction whose item (prompt or gold) changed since, e.g. in an edited data file."""
     if predictions.path.exists():
         if not cfg.resume or not same_job(cfg, output_dir):
             raise UserError(
@@ -169,7 +189,10 @@ def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: Predictio
         source = earlier[0]
     else:
         return []
-    kept = [r for r in source.read() if not r.get("failed")]
+    finished = [r for r in source.read() if not r.get("failed")]
+    kept = [r for r in finished if r.get("item_hash") == fingerprints.get(r["id"])]
     predictions.rewrite(kept)
     log.info("resuming from %s: %d predictions reused", source.path.parent, len(kept))
+    if len(kept) < len(finished):
+        log.warning("%d earlier predictions are for items that changed (prompt or gold) or are gone: redone", len(finished) - len(kept))
     return kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import subprocess
@@ -62,9 +63,17 @@ def mlflow_run(tracking_cfg: DictConfig, experiment_name: str, run_name: str, pa
     mlflow.end_run(status="FINISHED")
 
 
+MAX_METRIC_NAME = 250
+
+
 def metric_name(key: str) -> str:
-    """``key`` as MLflow accepts it: ``@`` spelled ``_at_`` (``recall_at_5``), other refused characters ``_``."""
-    return re.sub(r"[^\w\-. /:]", "_", key.replace("@", "_at_"))
+    """``key`` as MLflow accepts it: ``@`` spelled ``_at_`` (``recall_at_5``), other refused characters
+    ``_``, no empty or ``.``/``..`` path segment, and at most 250 characters (a long one ends in a hash)."""
+    name = re.sub(r"[^\w\-. /:]", "_", key.replace("@", "_at_"))
+    name = "/".join(part if part.strip(".") else "_" for part in name.split("/"))
+    if len(name) > MAX_METRIC_NAME:
+        name = name[: MAX_METRIC_NAME - 17] + "~" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    return name
 
 
 def log_results(metrics: dict, files: list[Path], info: dict[str, str]) -> None:

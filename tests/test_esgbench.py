@@ -42,16 +42,19 @@ def test_thousands_separator_tonnes_match_kilotonnes():
     assert numeric_verdict("225.7 ktCO2e", "225,700 tCO2e").correct
 
 
-def test_rounded_percentage_is_within_half_a_point():
-    # 0.4 pp off but 3.3% relative: the percentage-point rule lets it pass.
-    assert numeric_verdict("12.4 %", "12%").correct
-    # 0.6 pp and 5% relative: both rules fail.
-    assert not numeric_verdict("12.6 %", "12%").correct
+def test_percentage_within_two_percent_relative_is_right():
+    # 12% vs 12.2%: 1.6% relative and 0.2 points: both rules hold.
+    assert numeric_verdict("12.2 %", "12%").correct
+    # 12% vs 12.4%: 0.4 points but 3.3% relative: the relative rule fails.
+    assert not numeric_verdict("12.4 %", "12%").correct
+    # 0.3% vs 0.8%: 0.5 points, 167% relative: wrong (a points-only rule would accept it).
+    assert not numeric_verdict("0.8%", "0.3%").correct
 
 
-def test_large_percentage_keeps_the_relative_rule():
-    # 1.7 pp off (past 0.5 pp) but 1.84% relative: either rule suffices.
-    assert numeric_verdict("94%", "92.3%").correct
+def test_large_percentage_also_needs_half_a_point():
+    # 92.3% vs 94%: 1.84% relative but 1.7 points: wrong; 92.3% vs 92.6%: 0.3% and 0.3 points: right.
+    assert not numeric_verdict("94%", "92.3%").correct
+    assert numeric_verdict("92.6%", "92.3%").correct
 
 
 def test_scale_word_equals_digits():

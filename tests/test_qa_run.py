@@ -140,3 +140,40 @@ def test_leaderboard_shows_open_qa_and_retrieval_runs_beside_mcq(tiny_cfg, make_
     assert rows["retrieval"]["n"] == "6" and rows["retrieval"]["query"] == "question"
     assert rows["retrieval"]["family"] == "" and rows["qa"]["family"] == "unknown"  # model=local: family unknown; a retrieval run has no model
     assert rows["mcq"]["accuracy"] == f"{mcq['accuracy']:.4f}"
+
+
+@pytest.mark.parametrize("output, reasoning, expected", [
+    ("\n2,480 employees\nQuestion: next", False, "2,480 employees"),  # a leading newline is not the stop
+    ("Answer: 64 hectares\n", False, "64 hectares"),
+    ("<think>\nThe passage says 2,480.\n</think>\n\n2,480", True, "2,480"),  # stop applies after the thinking
+    ("Okay, the passage...\n</think>2,480\nmore", True, "2,480"),
+])
+def test_answers_are_cut_at_the_stop_string_after_reasoning(output, reasoning, expected):
+    from esgexp.tasks.qa import clean_answer
+
+    assert clean_answer(output, reasoning, ["\n"]) == expected
+
+
+def test_open_questions_refuse_logprob_scoring(tiny_cfg):
+    with pytest.raises(UserError, match="answered by generation"):
+        run_job(tiny_cfg(*FACTOID, "scoring=logprob"))
+
+
+def test_resume_redoes_items_whose_data_changed(tiny_cfg, tmp_path):
+    import shutil
+
+    from esgexp.config import BUNDLED_DIR
+
+    data = tmp_path / "sqa"
+    shutil.copytree(BUNDLED_DIR / "sustainableqa", data)
+    first = (*FACTOID, f"dataset.path={data}", "dataset.limit=null", "dataset.qtypes=[factoid]")
+    run_job(tiny_cfg(*first, f"paths.output_dir={tmp_path}/runs/sustainableqa_factoid/d/t1"))
+    test_file = data / "test.json"
+    record = json.loads(test_file.read_text())
+    pairs = record["all_chunks_qas"][0]["qa_pairs_factoid"]["qa_pairs"]
+    pairs[0]["answer"] = "a different gold answer"  # same id (a position), new content
+    test_file.write_text(json.dumps(record))
+    metrics = run_job(tiny_cfg(*first, "resume=true", f"paths.output_dir={tmp_path}/runs/sustainableqa_factoid/d/t2"))
+    assert metrics["n_resumed"] == metrics["n_items"] - 1
+    final = {r["id"]: r for r in read_jsonl(tmp_path / "runs/sustainableqa_factoid/d/t2/predictions.jsonl")}
+    assert final["test/c0/f0"]["references"] == ["a different gold answer"]

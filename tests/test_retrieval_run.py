@@ -113,3 +113,25 @@ def test_explanation_queries_are_generated_once_and_cached(tiny_cfg, tmp_path, m
     assert all(r["query"] == a["query"].split("\n", 1)[1] for r, a in zip(alone, with_question))
     (cache,) = (tmp_path / "cache" / "explanations").iterdir()
     assert len(json.loads(cache.read_text())) == 3
+
+
+def test_scores_of_two_prediction_files_are_two_leaderboard_rows(make_cfg, tmp_path):
+    from esgexp.leaderboard import export
+
+    preds = BUNDLED_DIR / "esgbench" / "preds_sample.jsonl"
+    empty = tmp_path / "na.jsonl"
+    empty.write_text("".join(json.dumps({**json.loads(line), "pred": "n/a"}) + "\n" for line in preds.read_text().splitlines()))
+    for name, path in (("a", preds), ("b", empty)):
+        run_job(make_cfg("experiment=esgbench_score", "dataset=esgbench_sample", f"predictions={path}", f"paths.output_dir={tmp_path}/{name}"))
+    board = export(f"sqlite:///{tmp_path}/mlruns/mlflow.db", tmp_path / "board")
+    assert str(preds) in board and str(empty) in board
+
+
+def test_metric_names_mlflow_refuses_are_rewritten():
+    from esgexp.tracking import metric_name
+
+    assert metric_name("recall@5") == "recall_at_5"
+    assert metric_name("esgbench/category/Water//n") == "esgbench/category/Water/_/n"
+    assert metric_name("esgbench/category/../n") == "esgbench/category/_/n"
+    long = metric_name("esgbench/category/" + "x" * 300 + "/accuracy")
+    assert len(long) == 250 and long != metric_name("esgbench/category/" + "y" * 300 + "/accuracy")

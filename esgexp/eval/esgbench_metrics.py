@@ -5,9 +5,10 @@ numeric item (it counts as wrong in ``numeric_accuracy``, which runs over all it
 ESGBench paper reports it). When gold has a unit (known or not), the prediction's first number in
 that unit family is compared and a prediction with none (a bare number, another family) is wrong;
 when gold has no unit, the prediction's first number is compared whatever its unit. A number is
-right within 2% of gold (relative, in the base unit) or, for percentages, within 0.5 percentage
-points: either suffices, so a rounded percentage (12% for 12.4%, 3.3% off) passes while large
-percentages keep the relative rule.
+right within 2% of gold (relative, in the base unit, as the ESGBench evaluator checks it); a
+percentage must also be within 0.5 percentage points, so 94% for 92.3% (1.8% relative, 1.7 points)
+is wrong, and so is 12.4% for 12% (3.3% relative). Small percentages are never judged more leniently
+than ESGBench's own rule.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def _family(quantity: Quantity) -> str | None:
 
 def _close(value: float, gold: float, percent: bool) -> bool:
     bound = RELATIVE_TOLERANCE * abs(gold)
-    if percent:
-        bound = max(bound, PERCENT_POINTS_TOLERANCE)
+    if percent:  # both: 2% relative and at most 0.5 points (92.3% vs 94% is 1.8% relative but 1.7 points off)
+        bound = min(bound, PERCENT_POINTS_TOLERANCE)
     return abs(value - gold) <= bound * (1 + 1e-9)
 
 

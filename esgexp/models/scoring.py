@@ -29,19 +29,12 @@ def letter_token_ids(tokenizer, prompt: str, letters: Sequence[str]) -> dict[str
     raise UserError(f"the tokenizer has no single token for each of the letters {', '.join(letters)} after the prompt")
 
 
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """``text`` up to the first of the ``stop`` strings (whole when none occurs)."""
-    ends = [text.find(s) for s in stop if s and s in text]
-    return text[: min(ends)] if ends else text
-
-
 @dataclass
 class GenerateScorer:
-    """Greedy decoding; the output is the decoded text after the prompt, cut at the first stop string."""
+    """Greedy decoding; the output is the decoded text after the prompt."""
 
     tokenizer: object
     max_new_tokens: int
-    stop: Sequence[str] = ()
 
     def __call__(self, model, input_ids, attention_mask) -> list[dict]:
         generated = model.generate(
@@ -53,7 +46,7 @@ class GenerateScorer:
         )
         new_tokens = generated[:, input_ids.shape[1] :]
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return [{"output": cut_at_stop(text, self.stop)} for text in texts]
+        return [{"output": text} for text in texts]
 
 
 def common_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
@@ -127,5 +120,5 @@ def make_scorer(scoring: Mapping, tokenizer, prompts: Sequence[str], token_ids: 
         prefix = common_prefix(token_ids) if scoring["prefix_cache"] else []
         return LogprobScorer(letters, prefix)
     if scoring["name"] == "generate":
-        return GenerateScorer(tokenizer, scoring["max_new_tokens"], list(scoring.get("stop") or ()))
+        return GenerateScorer(tokenizer, scoring["max_new_tokens"])
     raise UserError(f"scoring must be generate or logprob, got {scoring['name']!r}")

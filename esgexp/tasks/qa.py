@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -19,10 +20,18 @@ log = logging.getLogger(__name__)
 ANSWER_LABEL = re.compile(r"^\s*answer\s*:\s*", flags=re.IGNORECASE)
 
 
-def clean_answer(output: str, reasoning: bool) -> str:
-    """The answer text: reasoning blocks dropped, a leading ``Answer:`` label and outer blanks removed."""
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to the first of the ``stop`` strings after its leading blanks (whole when none occurs)."""
+    text = text.lstrip()
+    ends = [text.find(s) for s in stop if s and s in text]
+    return text[: min(ends)] if ends else text
+
+
+def clean_answer(output: str, reasoning: bool, stop: Sequence[str]) -> str:
+    """The answer text: reasoning dropped first, then cut at the first stop string, a leading
+    ``Answer:`` label and outer blanks removed."""
     text = strip_reasoning(output) if reasoning else output
-    return ANSWER_LABEL.sub("", text.strip()).strip()
+    return ANSWER_LABEL.sub("", cut_at_stop(text, stop)).strip()
 
 
 class QATask:
@@ -36,6 +45,8 @@ class QATask:
 
     def prepare(self, items: list) -> None:
         """Check the dataset suits the strategy; draw the few-shot examples."""
+        if self.cfg.scoring.name != "generate":
+            raise UserError(f"open questions are answered by generation: scoring={self.cfg.scoring.name} is for multiple choice")
         if not isinstance(items[0], QAItem):
             raise UserError(f"task=qa needs open questions; dataset {self.cfg.dataset.name!r} is multiple-choice (task=mcq)")
         if self.prompter.context and not any(item.context for item in items):
@@ -47,7 +58,7 @@ class QATask:
             self.prompter.examples = self._examples(items)
 
     def _examples(self, items: list[QAItem]) -> dict[str, list[QAItem]]:
-        split = self.cfg.strategy.split
+        split = self.cfg.strategy.get("split", "train")
         if split == "test":
             raise UserError("few-shot examples never come from the test split: set strategy.split=train (or validation)")
         loader = instantiate(self.cfg.dataset)
@@ -68,7 +79,8 @@ class QATask:
         record = {"qtype": item.qtype, "category": item.meta.get("category"), "references": list(item.answers)}
         if result.get("failed"):
             return {**record, "output": None, "answer": ""}
-        return {**record, "output": result["output"], "answer": clean_answer(result["output"], self.cfg.model.reasoning)}
+        answer = clean_answer(result["output"], self.cfg.model.reasoning, list(self.cfg.scoring.get("stop") or ()))
+        return {**record, "output": result["output"], "answer": answer}
 
     def score(self, items: list[QAItem], records: list[dict]) -> tuple[list[dict], dict, dict]:
         """Each question type scored by its metrics; per-item values go into the records."""
