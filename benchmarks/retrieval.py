@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from esgexp.records import Passage  # noqa: E402
-from esgexp.retrieval.bm25 import BM25Retriever  # noqa: E402
+from esgexp.retrieval.bm25 import TOKEN_PATTERN, BM25Retriever  # noqa: E402
 from esgexp.retrieval.dense import DenseRetriever, load_encoder  # noqa: E402
 
 DEFAULT_JSON = ROOT / "benchmarks" / "retrieval.json"
@@ -102,7 +102,7 @@ def bench_bm25(passages: list[Passage], queries: list[str], scopes: list[str], r
 
     def direct_index():
         retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-        retriever.index(bm25s.tokenize(texts, stopwords="english", stemmer=stemmer, show_progress=False), show_progress=False)
+        retriever.index(bm25s.tokenize(texts, stopwords="english", stemmer=stemmer, token_pattern=TOKEN_PATTERN, show_progress=False), show_progress=False)
         return retriever
 
     def ours_index():
@@ -111,7 +111,7 @@ def bench_bm25(passages: list[Passage], queries: list[str], scopes: list[str], r
         return retriever
 
     def direct_search():
-        tokens = bm25s.tokenize(queries, stopwords="english", stemmer=stemmer, show_progress=False)
+        tokens = bm25s.tokenize(queries, stopwords="english", stemmer=stemmer, token_pattern=TOKEN_PATTERN, show_progress=False)
         return direct.retrieve(tokens, k=k, show_progress=False).documents
 
     index_s, built = best_of_pair(repeat, ours_index, direct_index)

@@ -277,3 +277,12 @@ def test_queries_are_cleaned_like_passages():
     retriever = build_retriever(BM25_CFG, passages)
     assert retriever.search(["CO₂ emissions"], 1) == retriever.search(["CO2 emissions"], 1)
     assert ids(retriever.search(["ﬁgures"], 1)[0]) == ["fig"]
+
+
+def test_bm25_keeps_one_character_tokens_by_default():
+    passages = [Passage("s1", "d", "Scope 1 emissions from our own boilers", 1, 1),
+                Passage("s3", "d", "Scope 3 emissions from purchased goods", 1, 1)]
+    kept = build_retriever(BM25_CFG, passages)
+    assert ids(kept.search(["scope 3 emissions"], 1)[0]) == ["s3"]
+    dropped = build_retriever({**BM25_CFG, "token_pattern": r"(?u)\b\w\w+\b"}, passages)
+    assert [h.score for h in dropped.search(["scope 3 emissions"], 2)[0]] == [h.score for h in dropped.search(["scope 1 emissions"], 2)[0]]

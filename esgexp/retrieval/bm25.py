@@ -10,30 +10,42 @@ from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
 
 LANGUAGES = ("english", None)
+TOKEN_PATTERN = r"(?u)\b\w+\b"
 
 
 class BM25Retriever(Retriever):
     """BM25 with Lucene's scoring (bm25s ``method="lucene"``): a passage scores, summed over the query's
     terms, ``ln(1 + (N - df + 0.5) / (df + 0.5)) * tf / (tf + k1 * (1 - b + b * dl / avgdl))``.
 
-    Text is lower-cased and split into runs of 2+ word characters; ``stopwords`` (bm25s's English
-    list, or None) are dropped, then ``stemmer`` (PyStemmer english, or None) stems the rest.
+    Text is lower-cased and split by ``token_pattern`` (default: every run of word characters, so the
+    digits of "Scope 1" and "Scope 3" stay apart; bm25s's own default drops one-character tokens);
+    ``stopwords`` (bm25s's English list, or None) are dropped, then ``stemmer`` (PyStemmer english, or
+    None) stems the rest.
     A scoped query ranks its document's passages with the statistics (idf, average length) of the
     whole indexed corpus, as a filter does in Lucene.
     """
 
-    def __init__(self, name: str = "bm25", k1: float = 1.5, b: float = 0.75, stemmer: str | None = "english", stopwords: str | None = "english") -> None:
+    def __init__(
+        self,
+        name: str = "bm25",
+        k1: float = 1.5,
+        b: float = 0.75,
+        stemmer: str | None = "english",
+        stopwords: str | None = "english",
+        token_pattern: str = TOKEN_PATTERN,
+    ) -> None:
         super().__init__(name)
         if stemmer not in LANGUAGES or stopwords not in LANGUAGES:
             raise UserError(f"retriever {name}: stemmer and stopwords must be english or null, got {stemmer!r} and {stopwords!r}")
         if k1 < 0 or not 0 <= b <= 1:
             raise UserError(f"retriever {name}: k1 must be >= 0 and b within [0, 1], got k1={k1}, b={b}")
         self.k1, self.b = float(k1), float(b)
-        self.stemmer, self.stopwords = stemmer, stopwords
+        self.stemmer, self.stopwords, self.token_pattern = stemmer, stopwords, token_pattern
         self._bm25: Any = None
 
     def settings(self) -> dict[str, Any]:
-        return {"method": "lucene", "k1": self.k1, "b": self.b, "stemmer": self.stemmer, "stopwords": self.stopwords}
+        return {"method": "lucene", "k1": self.k1, "b": self.b, "stemmer": self.stemmer, "stopwords": self.stopwords,
+                "token_pattern": self.token_pattern}
 
     def tokenize(self, texts: list[str], return_ids: bool = True) -> Any:
         """bm25s tokens with this retriever's settings: a ``Tokenized`` (ids, vocabulary), or token lists."""
@@ -44,7 +56,9 @@ class BM25Retriever(Retriever):
             import Stemmer
 
             stemmer = Stemmer.Stemmer(self.stemmer)
-        return bm25s.tokenize(texts, stopwords=self.stopwords, stemmer=stemmer, return_ids=return_ids, show_progress=False)
+        return bm25s.tokenize(
+            texts, stopwords=self.stopwords, stemmer=stemmer, token_pattern=self.token_pattern, return_ids=return_ids, show_progress=False
+        )
 
     def build_index(self, passages: list[Passage]) -> None:
         import bm25s
