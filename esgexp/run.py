@@ -96,6 +96,9 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         metrics["n_skipped_rows"] = len(loaded.skipped)
         metrics["n_resumed"] = len(done)
         finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"], info)
+        if metrics["n_failed"] == len(items):
+            # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
+            raise UserError(f"every item failed (errors in {output_dir / 'predictions.jsonl'}); the MLflow run is marked FAILED")
         run_id = run.info.run_id
     rows = [("items", str(metrics["n_items"])), *task.summary_rows(metrics)]
     rows += [(name, str(metrics[key])) for name, key in (("failed items", "n_failed"), ("skipped rows", "n_skipped_rows")) if metrics[key]]

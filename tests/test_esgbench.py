@@ -473,3 +473,13 @@ def test_scores_and_ids_do_not_depend_on_hash_seed():
     records, _ = json.loads(outputs[0])
     assert records[0]["id"] == ESGBenchGold("g", str(BUNDLED_GOLD)).load().items[0].id
     assert records[0]["id"].startswith("NORTHWIND_CEMENT_LTD_2024_Sustainability#")
+
+
+def test_predictions_may_carry_the_answer_under_answer(tmp_path):
+    from esgexp.data.esgbench import load_predictions
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"doc_name": "D", "question": "Q?", "answer": "12%"}\n{"doc_name": "D", "question": "R?", "pred": 5}\n')
+    loaded = load_predictions(path)
+    assert loaded.by_key[("D", "Q?")].text == "12%"
+    assert len(loaded.skipped) == 1 and "field 'pred'" in loaded.skipped[0]

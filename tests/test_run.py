@@ -173,3 +173,18 @@ def test_rag_for_multiple_choice_retrieves_among_all_source_passages(tiny_cfg, t
     assert metrics["rag/retrieval_miss_rate"] == wrong_missed / 48
     oracle = run_job(tiny_cfg("strategy=rag", "retriever=oracle", "scoring=logprob", "strategy.top_k=1", f"paths.output_dir={tmp_path}/o"))
     assert oracle["rag/gold_retrieved_rate"] == 1.0 and oracle["rag/retrieval_miss_rate"] == 0.0
+
+
+def test_a_run_where_every_item_failed_is_kept_on_disk_but_marked_failed(tiny_cfg, tmp_path, monkeypatch):
+    import torch
+
+    def out_of_memory(self, model, input_ids, attention_mask):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr("esgexp.models.scoring.GenerateScorer.__call__", out_of_memory)
+    with pytest.raises(UserError, match="every item failed"):
+        run_job(tiny_cfg("dataset.limit=3"))
+    assert len(read_jsonl(tmp_path / "run" / "predictions.jsonl")) == 3
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["n_failed"] == 3
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert mlflow.search_runs(search_all_experiments=True, output_format="list")[0].info.status == "FAILED"

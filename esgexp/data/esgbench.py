@@ -97,14 +97,16 @@ class PredictionFile:
 
 
 def load_predictions(path: str | Path) -> PredictionFile:
-    """Read a predictions JSONL; bad or repeated lines are reported and skipped."""
+    """Read a predictions JSONL (the answer in ``pred``, or else ``answer``); bad or repeated lines are
+    reported and skipped."""
     loaded = PredictionFile(str(path), {}, [])
     for number, row in read_jsonl(path, loaded.skipped):
         try:
             key = _key(row)
-            text = row.get("pred")
+            field = "pred" if "pred" in row else "answer"
+            text = row.get(field)
             if not isinstance(text, str):
-                raise _bad_type("pred", row, "a string")
+                raise _bad_type(field, row, "a string")
             pages = _retrieved_pages(row)
             if key in loaded.by_key:
                 raise _repeated(loaded.by_key[key].line)
