@@ -483,3 +483,17 @@ def test_predictions_may_carry_the_answer_under_answer(tmp_path):
     loaded = load_predictions(path)
     assert loaded.by_key[("D", "Q?")].text == "12%"
     assert len(loaded.skipped) == 1 and "field 'pred'" in loaded.skipped[0]
+
+
+def test_a_leading_year_is_not_taken_for_the_value():
+    assert numeric_verdict("In 2023, 15,273", "15,273").correct
+    assert numeric_verdict("In FY 2024 it fell to 15", "15").correct
+    # A gold year is compared with the prediction's first number, years included.
+    assert numeric_verdict("The target year is 2050", "2050").correct
+    assert numeric_verdict("2030", "2030").correct
+
+
+def test_plain_tonnes_compare_with_tonnes_of_co2e():
+    assert numeric_verdict("9,397 tCO2e", "9,397 tonnes").correct
+    assert numeric_verdict("9.4 kt", "9,397 tCO2e").correct
+    assert not numeric_verdict("9,397 MWh", "9,397 tonnes").correct

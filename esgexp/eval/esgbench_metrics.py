@@ -4,7 +4,9 @@ Numeric rule. The gold answer's first number is the target; gold without a numbe
 numeric item (it counts as wrong in ``numeric_accuracy``, which runs over all items as the
 ESGBench paper reports it). When gold has a unit (known or not), the prediction's first number in
 that unit family is compared and a prediction with none (a bare number, another family) is wrong;
-when gold has no unit, the prediction's first number is compared whatever its unit. A number is
+when gold has no unit, the prediction's first number is compared whatever its unit, skipping bare
+years (1900-2100) unless gold is one ("In 2023, 15,273" answers "15,273"). Plain tonnes and tonnes
+of CO2e are one family ("9,397 tonnes" for 9,397 tCO2e; kt and Mt scale both). A number is
 right within 2% of gold (relative, in the base unit, as the ESGBench evaluator checks it); a
 percentage must also be within 0.5 percentage points, so 94% for 92.3% (1.8% relative, 1.7 points)
 is wrong, and so is 12.4% for 12% (3.3% relative). Small percentages are never judged more leniently
@@ -78,6 +80,8 @@ def numeric_verdict(prediction: str, gold: str) -> NumericVerdict:
         return NumericVerdict(item=False, correct=False)
     family = _family(target)
     found = find_quantities(prediction)
+    if family is None and not _is_year(target):
+        found = [q for q in found if not _is_year(q)] or found  # "In 2023, 15,273" answers "15,273"
     candidates = [q for q in found if _family(q) == family] if family else found
     compared = candidates[0] if candidates else (found[0] if found else None)
     correct = bool(candidates) and _close(candidates[0].value, target.value, target.unit == "%")
@@ -85,10 +89,19 @@ def numeric_verdict(prediction: str, gold: str) -> NumericVerdict:
     return NumericVerdict(item=True, correct=correct, unknown_units=tuple(dict.fromkeys(unknown)))
 
 
+def _is_year(quantity: Quantity) -> bool:
+    """A bare four-digit number from 1900 to 2100 written without separators: a year, not a value."""
+    return quantity.unit is None and quantity.raw.strip().isdigit() and 1900 <= quantity.value <= 2100
+
+
+# Families compared as one: tonnes of CO2e written as plain tonnes ("9,397 tonnes" for 9,397 tCO2e).
+SAME_FAMILY = {"t": "tCO2e"}
+
+
 def _family(quantity: Quantity) -> str | None:
-    """Known units by base unit; an unknown unit token is a family of its own."""
+    """Known units by base unit (plain tonnes with tCO2e); an unknown unit token is a family of its own."""
     if quantity.unit:
-        return quantity.unit
+        return SAME_FAMILY.get(quantity.unit, quantity.unit)
     return f"unknown:{quantity.unknown_unit}" if quantity.unknown_unit else None
 
 
