@@ -133,6 +133,15 @@ def test_reingest_reuses_unchanged_files_and_redoes_only_what_changed(docs, tmp_
     assert corpus.hash == changed["corpus_hash"] != first["corpus_hash"]
 
 
+def test_a_new_reader_version_reads_every_file_again(docs, tmp_path, parses, monkeypatch):
+    out = tmp_path / "corpus"
+    ingest(docs, out, CharChunker(), progress=False)
+    parses.clear()
+    monkeypatch.setattr(pdf, "CLEANING_VERSION", pdf.CLEANING_VERSION + 1)
+    again = ingest(docs, out, CharChunker(), progress=False)
+    assert len(parses) == 5 and again["n_reused"] == 0
+
+
 def test_a_new_chunker_config_rechunks_stored_pages_without_parsing(docs, tmp_path, parses):
     out = tmp_path / "corpus"
     ingest(docs, out, WindowChunker(size=40, overlap=10), progress=False)

@@ -103,7 +103,7 @@ def ingest(pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress:
         "chunker": config,
         "corpus_hash": passages_hash(passages),
     }
-    _write(out_dir, pages, passages, {"chunker": config, "documents": documents})
+    _write(out_dir, pages, passages, {"reader": reader_version(), "chunker": config, "documents": documents})
     report["seconds"] = round(time.perf_counter() - started, 3)
     write_json(out_dir / "report.json", report)
     return report
@@ -116,6 +116,13 @@ def _find_files(pdf_dir: Path) -> list[Path]:
     if not files:
         raise UserError(f"no .pdf, .md or .txt files in {pdf_dir}")
     return files
+
+
+def reader_version() -> str:
+    """What turned the files into pages: a stored corpus read by another version is read again."""
+    from importlib.metadata import version
+
+    return f"pypdf {version('pypdf')}, cleaning {pdf.CLEANING_VERSION}"
 
 
 def document_id(name: str) -> str:
@@ -202,6 +209,9 @@ class _Stored:
             return cls({}, {}, {})
         except (UserError, ValueError) as error:
             log.warning("%s: stored corpus unreadable (%s); every document is read again", out_dir, error)
+            return cls({}, {}, {})
+        if manifest.get("reader") != reader_version():
+            log.info("%s was read by %s; every document is read again with %s", out_dir, manifest.get("reader"), reader_version())
             return cls({}, {}, {})
         return cls(manifest, pages, passages)
 

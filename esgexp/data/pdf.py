@@ -10,6 +10,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+# Bump when the text cleaning changes: corpora ingested before are then read again.
+CLEANING_VERSION = 1
+
 
 class UnreadableDocument(Exception):
     """A file that cannot be opened, decrypted or read as text; the message is why it is skipped."""
