@@ -286,3 +286,22 @@ def test_bm25_keeps_one_character_tokens_by_default():
     assert ids(kept.search(["scope 3 emissions"], 1)[0]) == ["s3"]
     dropped = build_retriever({**BM25_CFG, "token_pattern": r"(?u)\b\w\w+\b"}, passages)
     assert [h.score for h in dropped.search(["scope 3 emissions"], 2)[0]] == [h.score for h in dropped.search(["scope 1 emissions"], 2)[0]]
+
+
+def test_dense_cache_misses_when_the_model_files_change(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from esgexp.retrieval.dense import default_model_path
+
+    model = tmp_path / "model"
+    shutil.copytree(default_model_path(), model)
+    encodes = count_calls(monkeypatch, DenseRetriever, "encode")
+    config = {**DENSE_CFG, "model_path": str(model)}
+    build_retriever(config, PASSAGES, cache_dir=tmp_path / "cache")
+    build_retriever(config, PASSAGES, cache_dir=tmp_path / "cache")
+    assert len(encodes) == 1
+    weights = max(model.rglob("*.safetensors"), key=lambda f: f.stat().st_size)
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # saved over in place
+    build_retriever(config, PASSAGES, cache_dir=tmp_path / "cache")
+    assert len(encodes) == 2

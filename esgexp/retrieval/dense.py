@@ -38,6 +38,16 @@ def load_encoder(model_path: str, device: str) -> Any:
     return SentenceTransformer(model_path, device=device, local_files_only=True)
 
 
+def model_stamp(path: str) -> str:
+    """Size and modification time of every file in the model folder: weights changed in place
+    (a fine-tuned copy saved over the old one) make a new index-cache key."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return "missing"
+    files = sorted(f for f in folder.rglob("*") if f.is_file())
+    return ";".join(f"{f.relative_to(folder)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+
+
 class DenseRetriever(Retriever):
     """Cosine similarity of L2-normalised embeddings (an exact inner-product search).
 
@@ -59,7 +69,7 @@ class DenseRetriever(Retriever):
         self._faiss: Any = None
 
     def settings(self) -> dict[str, Any]:
-        return {"model_path": self.model_path}
+        return {"model_path": self.model_path, "model_files": model_stamp(self.model_path)}
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """float32 unit vectors, one row per text."""
