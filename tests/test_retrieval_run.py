@@ -135,3 +135,9 @@ def test_metric_names_mlflow_refuses_are_rewritten():
     assert metric_name("esgbench/category/../n") == "esgbench/category/_/n"
     long = metric_name("esgbench/category/" + "x" * 300 + "/accuracy")
     assert len(long) == 250 and long != metric_name("esgbench/category/" + "y" * 300 + "/accuracy")
+
+
+def test_esgbench_score_with_a_limit_sets_the_other_rows_aside(make_cfg):
+    metrics = run_job(make_cfg("experiment=esgbench_score", "dataset=esgbench_sample", "dataset.limit=5",
+                               "predictions=${bundled:esgbench/preds_sample.jsonl}"))
+    assert metrics["n_items"] == 5 and metrics["n_unjoined_predictions"] == 0 and metrics["n_missing_predictions"] == 0

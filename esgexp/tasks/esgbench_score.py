@@ -11,12 +11,17 @@ from esgexp.data.esgbench import join, load_predictions
 from esgexp.eval.esgbench_metrics import score_esgbench
 from esgexp.jobs import finish, job_tags, rate, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
+from esgexp.records import LoadedDataset, QAItem
 
 
 def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
     """Join predictions to gold on (doc_name, question); EM, F1, numeric accuracy, page recall, per category."""
-    loaded = instantiate(cfg.dataset).load()
+    full = instantiate(cfg.dataset, limit=None).load()
+    loaded = LoadedDataset(list(full.items), full.skipped).sample(cfg.dataset.limit, cfg.dataset.seed)
     predictions = load_predictions(cfg.predictions)
+    # With dataset.limit, rows for the gold questions left out are set aside, not reported as unjoined.
+    left_out = {gold_key(item) for item in full.items} - {gold_key(item) for item in loaded.items}
+    predictions.by_key = {key: row for key, row in predictions.by_key.items() if key not in left_out}
     joined = join(loaded.items, predictions, gold_source=str(cfg.dataset.path))
     problems = loaded.skipped + predictions.skipped + joined.unjoined + joined.missing
     save_inputs(cfg, output_dir, problems)
@@ -32,3 +37,9 @@ def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
     rows += [(key.replace("_", " "), str(metrics[key])) for key in ("n_unjoined_predictions", "n_missing_predictions", "n_skipped_rows") if metrics.get(key)]
     print(summary_table(f"{cfg.dataset.name} | {Path(cfg.predictions).name}", rows, output_dir, run_id, cfg.tracking.uri))
     return metrics
+
+
+def gold_key(item: QAItem) -> tuple[str, str]:
+    """The (doc_name, question) pair predictions join on."""
+    return item.meta["doc_name"], item.question
+
