@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +69,14 @@ class Passage:
     def page_indexes(self) -> range:
         """The 0-based page indexes the passage covers (ESGBench counts pages this way)."""
         return range(self.page_start - 1, self.page_end)
+
+
+def passages_hash(passages: Sequence[Passage]) -> str:
+    """sha256 over the passages' fields in order: the corpus identity (report.json, index cache keys)."""
+    digest = hashlib.sha256()
+    for passage in passages:
+        digest.update((json.dumps(dataclasses.asdict(passage), sort_keys=True, ensure_ascii=False) + "\n").encode())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -205,8 +205,8 @@ def test_category_accuracy_counts_em_or_numeric():
         "category/Governance/n": 1,
         "category/Social/accuracy": pytest.approx(1.0),
         "category/Social/n": 2,
-        "category/Social - Diversity _ Inclusion/accuracy": 0.0,  # MLflow rejects & in metric names
-        "category/Social - Diversity _ Inclusion/n": 1,
+        "category/Social - Diversity & Inclusion/accuracy": 0.0,  # as written; tracking.metric_name makes it MLflow-safe
+        "category/Social - Diversity & Inclusion/n": 1,
     }
 
 
@@ -275,7 +275,7 @@ def test_real_sample_totals(real_scores):
     assert (metrics["category/Environmental/accuracy"], metrics["category/Environmental/n"]) == (pytest.approx(5 / 11), 11)
     # Governance: 4, 8, 10, 25, 29, 31, 34, 38, 40; right: 8 (numeric), 31 (EM).
     assert (metrics["category/Governance/accuracy"], metrics["category/Governance/n"]) == (pytest.approx(2 / 9), 9)
-    assert metrics["category/Social - Diversity _ Inclusion/accuracy"] == 0.5  # line 23 right, 27 not stated
+    assert metrics["category/Social - Diversity & Inclusion/accuracy"] == 0.5  # line 23 right, 27 not stated
     assert sum(v for k, v in metrics.items() if k.endswith("/n")) == 40
 
 

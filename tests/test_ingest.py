@@ -11,7 +11,8 @@ from pdf_factory import encrypted, pdf_bytes, write_pdf
 
 from esgexp.data import pdf
 from esgexp.data.chunking import CharChunker, MarkdownChunker, WindowChunker
-from esgexp.data.corpus import Corpus, ingest, passages_hash
+from esgexp.data.corpus import Corpus, ingest
+from esgexp.records import passages_hash
 from esgexp.errors import UserError
 from esgexp.records import Passage
 

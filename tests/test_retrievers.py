@@ -11,7 +11,8 @@ import pytest
 
 from esgexp.errors import UserError
 from esgexp.records import Passage
-from esgexp.retrieval import IndexCache, build_retriever, corpus_fingerprint, rrf
+from esgexp.records import passages_hash
+from esgexp.retrieval import IndexCache, build_retriever, rrf
 from esgexp.retrieval.base import top_k
 from esgexp.retrieval.bm25 import BM25Retriever
 from esgexp.retrieval.dense import DenseRetriever
@@ -243,7 +244,7 @@ def test_dense_cache_hit_skips_encoding_and_backend_shares_the_entry(tmp_path, m
 
 
 def test_hybrid_reuses_the_parts_cached_on_their_own(tmp_path, monkeypatch):
-    cache = IndexCache(tmp_path, corpus_fingerprint(PASSAGES))
+    cache = IndexCache(tmp_path, passages_hash(PASSAGES))
     build_retriever(BM25_CFG, PASSAGES, cache_dir=tmp_path)
     build_retriever(DENSE_CFG, PASSAGES, cache_dir=tmp_path)
     encodes = count_calls(monkeypatch, DenseRetriever, "encode")

@@ -8,6 +8,7 @@ small dataclass whose fields are its Hydra parameters (``conf/chunker/*.yaml``).
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -122,7 +123,7 @@ def _pack_words(text: str, units: list[Span], max_words: int, overlap: int) -> l
 
 
 @dataclass
-class Chunker:
+class Chunker(ABC):
     """Base: ``chunk`` builds the page-mapped text, ``spans`` (per chunker) cuts it."""
 
     name: str = "chunker"
@@ -131,8 +132,9 @@ class Chunker:
         text = _Text(pages)
         return text.passages(doc_id, self.spans(text)) if text.text else []
 
+    @abstractmethod
     def spans(self, text: _Text) -> list[Span]:
-        raise NotImplementedError
+        """Where this chunker cuts the document's text."""
 
     def config(self) -> dict:
         """The parameters and class, as recorded in the corpus report (a change re-chunks)."""

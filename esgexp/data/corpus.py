@@ -23,20 +23,12 @@ from esgexp.data.chunking import Chunker
 from esgexp.data.pdf import Page, UnreadableDocument
 from esgexp.errors import UserError
 from esgexp.outputs import write_atomic, write_json
-from esgexp.records import Passage
+from esgexp.records import Passage, passages_hash
 
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".pdf", ".md", ".txt")
 INGEST_HINT = "build it with: python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=...]"
-
-
-def passages_hash(passages: list[Passage]) -> str:
-    """sha256 over the passages' fields in order: changes whenever any passage does."""
-    digest = hashlib.sha256()
-    for passage in passages:
-        digest.update((json.dumps(dataclasses.asdict(passage), sort_keys=True, ensure_ascii=False) + "\n").encode())
-    return digest.hexdigest()
 
 
 def read_document(path: Path) -> list[Page]:
@@ -257,6 +249,11 @@ class Corpus:
     @property
     def doc_ids(self) -> list[str]:
         return list(self._by_doc)
+
+    def on_pages(self, doc_id: str | None, page_indexes) -> list[str]:
+        """Ids of the passages of ``doc_id`` covering any of these 0-based page indexes (none for an unknown doc)."""
+        wanted = set(page_indexes)
+        return [p.id for p in self._by_doc.get(doc_id or "", []) if wanted & set(p.page_indexes)]
 
     def by_doc(self, doc_id: str) -> list[Passage]:
         """The passages of one document, in order; an unknown id is a UserError naming the corpus."""

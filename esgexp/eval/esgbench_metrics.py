@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 RELATIVE_TOLERANCE = 0.02
 PERCENT_POINTS_TOLERANCE = 0.5
 _TOKEN = re.compile(r"[^\W_]+|[%/°]+")
-_METRIC_UNSAFE = re.compile(r"[^\w .\-]")
 
 
 def normalize(text: str) -> str:
@@ -154,22 +153,16 @@ class ESGBenchMetrics:
 
 def category_accuracy(per_item: Sequence[Mapping[str, float]], categories: Sequence[str]) -> dict[str, float]:
     """``category/<name>/accuracy`` and ``category/<name>/n``, names sorted; an item is right when
-    its EM or numeric value is. Characters MLflow rejects in a metric name become ``_``."""
+    its EM or numeric value is. (MLflow gets names it accepts from ``tracking.metric_name``.)"""
     outcomes: dict[str, list[float]] = {}
     for values, category in zip(per_item, categories, strict=True):
         right = float(values["em"] == 1.0 or values["numeric"] == 1.0)
-        outcomes.setdefault(metric_safe(category), []).append(right)
+        outcomes.setdefault(category, []).append(right)
     summary: dict[str, float] = {}
     for name in sorted(outcomes):
         summary[f"category/{name}/accuracy"] = _mean(outcomes[name])
         summary[f"category/{name}/n"] = len(outcomes[name])
     return summary
-
-
-def metric_safe(name: str) -> str:
-    """``name`` usable as one level of an MLflow metric name (``&`` and ``/`` become ``_``)."""
-    safe = _METRIC_UNSAFE.sub("_", name).strip()
-    return safe if safe.strip(".") else "none"
 
 
 def score_esgbench(items: Sequence[QAItem], joined: JoinResult, k: int = 5) -> tuple[list[dict], dict[str, float]]:

@@ -76,6 +76,7 @@ def retrieval_metrics(
     n_candidates: Mapping[str, int],
     ks: Sequence[int] = (5, 10, 15),
     threshold: int = 2,
+    per_query: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, float]:
     """Run-level retrieval metrics over ``rankings`` (query id -> passage ids, best first).
 
@@ -92,9 +93,11 @@ def retrieval_metrics(
       uniformly random ranking of each query's N candidates with R relevant, pooled the same way:
       expected hits R * min(K, N) / N, passages retrieved min(K, N).
 
-    A value without any query to define it (no relevant passage anywhere) is NaN.
+    A value without any query to define it (no relevant passage anywhere) is NaN. ``per_query``:
+    ``per_query_metrics`` of the same arguments, when the caller has it already.
     """
-    per_query = per_query_metrics(rankings, qrels, ks, threshold)
+    if per_query is None:
+        per_query = per_query_metrics(rankings, qrels, ks, threshold)
     for qid, values in per_query.items():
         n, least = n_candidates.get(qid), max(1, values["n_relevant"], len(rankings[qid]))
         if n is None or n < least:

@@ -6,7 +6,7 @@ loads no heavy library: bm25s, sentence-transformers, torch and faiss load on fi
 """
 
 from esgexp.retrieval.base import Hit, Retriever
-from esgexp.retrieval.cache import IndexCache, build_retriever, corpus_fingerprint
+from esgexp.retrieval.cache import IndexCache, build_retriever
 from esgexp.retrieval.hybrid import rrf
 
-__all__ = ["Hit", "IndexCache", "Retriever", "build_retriever", "corpus_fingerprint", "rrf"]
+__all__ = ["Hit", "IndexCache", "Retriever", "build_retriever", "rrf"]

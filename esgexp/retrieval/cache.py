@@ -12,21 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from esgexp.errors import UserError
-from esgexp.records import Passage
+from esgexp.records import Passage, passages_hash
 from esgexp.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
 
 # Bump when a saved index's layout changes: every old entry then misses.
 FORMAT = 1
-
-
-def corpus_fingerprint(passages: Sequence[Passage]) -> str:
-    """sha256 of every passage's id, document, text, pages and kind, in order."""
-    digest = hashlib.sha256()
-    for p in passages:
-        digest.update(json.dumps([p.id, p.doc_id, p.text, p.page_start, p.page_end, p.kind]).encode("utf-8"))
-    return digest.hexdigest()
 
 
 class IndexCache:
@@ -82,7 +74,7 @@ def build_retriever(spec: Retriever | Mapping[str, Any], passages: Sequence[Pass
     """An indexed retriever from a config (``conf/retriever/*.yaml``, with ``_target_``) or an instance.
 
     With ``cache_dir`` the index is loaded from / saved to an ``IndexCache``; ``corpus_hash``
-    identifies the corpus (default: ``corpus_fingerprint(passages)``).
+    identifies the corpus (default: ``passages_hash(passages)``, as in the corpus's report.json).
     """
     if isinstance(spec, Retriever):
         retriever = spec
@@ -92,7 +84,7 @@ def build_retriever(spec: Retriever | Mapping[str, Any], passages: Sequence[Pass
         retriever = instantiate(spec) if "_target_" in spec else None
         if not isinstance(retriever, Retriever):
             raise UserError(f"retriever config must name a Retriever class in _target_, got {spec.get('_target_')!r}")
-    cache = None if cache_dir is None else IndexCache(cache_dir, corpus_hash or corpus_fingerprint(passages))
+    cache = None if cache_dir is None else IndexCache(cache_dir, corpus_hash or passages_hash(passages))
     retriever.index(passages, cache)
     return retriever
 

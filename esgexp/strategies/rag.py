@@ -50,16 +50,8 @@ def corpus_passages(path: str, items: list) -> tuple[list[Passage], dict[str, li
     """An ingested corpus; an item's gold are the passages on its evidence pages (0-based) of its report."""
     from esgexp.data.corpus import Corpus
 
-    passages = Corpus.load(path).passages
-    by_doc: dict[str, list[Passage]] = {}
-    for passage in passages:
-        by_doc.setdefault(passage.doc_id, []).append(passage)
-    gold = {}
-    for item in items:
-        pages = set(item.meta.get("evidence_pages") or ())
-        doc_passages = by_doc.get(item_doc(item) or "", [])
-        gold[item.id] = [p.id for p in doc_passages if pages & set(p.page_indexes)]
-    return passages, gold
+    corpus = Corpus.load(path)
+    return corpus.passages, {item.id: corpus.on_pages(item_doc(item), item.meta.get("evidence_pages") or ()) for item in items}
 
 
 def cite(passage: Passage, template: str) -> str:

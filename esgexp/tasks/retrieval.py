@@ -71,8 +71,8 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
     rankings = {q.id: [hit.passage_id for hit in found] for q, found in zip(data.queries, hits)}
     qrels = {q.id: dict(q.relevance) for q in data.queries}
     threshold = int(cfg.retrieval.threshold)
-    metrics = retrieval_metrics(rankings, qrels, data.n_candidates, ks, threshold)
     per_query = per_query_metrics(rankings, qrels, ks, threshold)
+    metrics = retrieval_metrics(rankings, qrels, data.n_candidates, ks, threshold, per_query)
     records = [
         {
             "id": q.id,
@@ -100,7 +100,7 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
     if cfg.query.mode != "question":
         raise UserError(f"query={cfg.query.mode} is a ClimRetrieve formulation; ESGBench retrieval searches with the question (query=question)")
     corpus = Corpus.load(cfg.retrieval.corpus)
-    known = {p.doc_id for p in corpus.passages}
+    known = set(corpus.doc_ids)
     usable = [item for item in items if item_doc(item) in known]
     missing = sorted({str(item_doc(item)) for item in items} - known)
     for doc in missing:
@@ -112,9 +112,7 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
     gold = [item.meta["evidence_pages"] for item in usable]
     search = {}
     if retriever.needs_gold:
-        on_pages = [[p.id for p in corpus.passages if p.doc_id == item_doc(item) and set(p.page_indexes) & set(pages)]
-                    for item, pages in zip(usable, gold)]
-        search["gold"] = on_pages
+        search["gold"] = [corpus.on_pages(item_doc(item), pages) for item, pages in zip(usable, gold)]
     hits = retriever.search([item.question for item in usable], max(ks), [item_doc(item) for item in usable], **search)
     metrics: dict = {"n_queries": len(usable), "n_missing_reports": len(items) - len(usable)}
     for k in ks:
