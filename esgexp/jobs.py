@@ -17,7 +17,7 @@ from esgexp.outputs import write_atomic, write_json
 # The config groups that decide a job's results: equal values make a run resumable from another.
 IDENTITY_KEYS = (
     "task", "dataset", "model", "strategy", "template", "scoring", "retriever", "query", "retrieval", "metrics",
-    "predictions", "recall_k", "seed",
+    "predictions", "recall_k", "train", "seed",
 )
 
 
@@ -68,10 +68,10 @@ def tracked_run(cfg: DictConfig, run_name: str, tags: dict):
         yield run
 
 
-def finish(output_dir: Path, metrics: dict, files: list[str], info: dict | None = None) -> None:
-    """Write metrics.json, then log metrics, ``info`` tags and the run-folder files to the active run."""
+def finish(output_dir: Path, metrics: dict, files: list[str], info: dict | None = None, step: int | None = None) -> None:
+    """Write metrics.json, then log metrics (at ``step``), ``info`` tags and the run-folder files to the active run."""
     write_json(output_dir / "metrics.json", metrics)
-    tracking.log_results(metrics, [output_dir / name for name in ["config.yaml", "metrics.json", *files]], info or {})
+    tracking.log_results(metrics, [output_dir / name for name in ["config.yaml", "metrics.json", *files]], info or {}, step)
 
 
 def summary_table(title: str, rows: list[tuple[str, str]], output_dir: Path, run_id: str, uri: str) -> str:

@@ -1,6 +1,7 @@
-"""``python -m esgexp.leaderboard``: all finished MLflow runs as a CSV and a Markdown table.
+"""``python -m esgexp.leaderboard``: all finished MLflow evaluation runs as a CSV and a Markdown table.
 
-One row per run: MCQ accuracy, open-QA main metrics and retrieval recall side by side."""
+One row per run: MCQ accuracy, open-QA main metrics and retrieval recall side by side; a model
+evaluated with a LoRA adapter names its base in ``finetuned_from``. Training runs are left out."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ COLUMNS = [
     ("dataset", ("tags.dataset",)),
     ("task", ("tags.task",)),
     ("model", ("tags.model",)),
+    ("finetuned_from", ("tags.finetuned_from",)),
     ("family", ("params.model.family",)),
     ("size_b", ("params.model.size_b",)),
     ("instruct", ("params.model.instruct",)),
@@ -59,6 +61,8 @@ def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
     seen: set[str] = set()
     rows = []
     for run in runs:
+        if run.data.tags.get("task") == "finetune":  # training runs: curves, not scores
+            continue
         config_hash = run.data.tags.get("config_hash")
         if latest_only and config_hash:
             if config_hash in seen:

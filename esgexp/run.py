@@ -1,7 +1,7 @@
 """One job: dataset -> prompts -> model -> parsed outputs -> metrics -> run folder + MLflow run.
 
 ``task`` picks the job: ``mcq`` and ``qa`` generate with a model (this module);
-``retrieval`` and ``esgbench_score`` run without one (their own modules).
+``retrieval`` and ``esgbench_score`` run without one, ``finetune`` trains a LoRA adapter (their own modules).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from esgexp.outputs import PredictionLog
 
 log = logging.getLogger(__name__)
 
-TASKS = ("mcq", "qa", "retrieval", "esgbench_score")
+TASKS = ("mcq", "qa", "retrieval", "esgbench_score", "finetune")
 
 
 def run_job(cfg: DictConfig) -> dict:
@@ -38,6 +38,10 @@ def run_job(cfg: DictConfig) -> dict:
         from esgexp.tasks.esgbench_score import run_scoring
 
         return run_scoring(cfg, output_dir)
+    if cfg.task == "finetune":
+        from esgexp.tasks.finetune import run_finetune
+
+        return run_finetune(cfg, output_dir)
     return run_generation(cfg, output_dir, make_task(cfg))
 
 
@@ -75,9 +79,14 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         retriever=cfg.retriever.name if cfg.strategy.name == "rag" else None,
     )
     todo = [item for item in items if item.id not in done]
-    # Find the weights before the run starts: a wrong model config fails here, not mid-run.
-    model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir) if todo else None
-    run_name = f"{cfg.model.name}/{cfg.strategy.name}/{cfg.scoring.name}"
+    # Find the weights (and adapter) before the run starts: a wrong model config fails here, not mid-run.
+    model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir) if todo or cfg.model.adapter else None
+    if cfg.model.adapter:
+        from esgexp.models.generation import prepare_adapter
+        from esgexp.models.lora import adapter_tags
+
+        tags.update(adapter_tags(cfg, *prepare_adapter(cfg, model_source)))
+    run_name = f"{tags['model']}/{cfg.strategy.name}/{cfg.scoring.name}"
     with tracked_run(cfg, run_name, tags) as run:
         if todo:
             try:
@@ -102,7 +111,7 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         run_id = run.info.run_id
     rows = [("items", str(metrics["n_items"])), *task.summary_rows(metrics)]
     rows += [(name, str(metrics[key])) for name, key in (("failed items", "n_failed"), ("skipped rows", "n_skipped_rows")) if metrics[key]]
-    title = f"{cfg.dataset.name} | {cfg.model.name} | {cfg.strategy.name} | {cfg.scoring.name}"
+    title = f"{cfg.dataset.name} | {tags['model']} | {cfg.strategy.name} | {cfg.scoring.name}"
     print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
     return metrics
 

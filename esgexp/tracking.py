@@ -76,8 +76,9 @@ def metric_name(key: str) -> str:
     return name
 
 
-def log_results(metrics: dict, files: list[Path], info: dict[str, str]) -> None:
-    """Log the numeric metrics, ``info`` as tags and the given files as artifacts of the active run."""
+def log_results(metrics: dict, files: list[Path], info: dict[str, str], step: int | None = None) -> None:
+    """Log the numeric metrics (at ``step``: a training run's last step), ``info`` as tags and the
+    given files as artifacts of the active run."""
     import mlflow
 
     numeric = {
@@ -85,7 +86,7 @@ def log_results(metrics: dict, files: list[Path], info: dict[str, str]) -> None:
         for k, v in metrics.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v  # NaN: undefined, not logged
     }
-    mlflow.log_metrics(numeric)
+    mlflow.log_metrics(numeric, step=step)
     if info:
         mlflow.set_tags(info)
     for path in files:

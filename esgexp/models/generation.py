@@ -8,7 +8,7 @@ from esgexp.errors import UserError
 
 
 def load_for_inference(cfg: DictConfig, model_source: str):
-    """The model (on the GPU when the trainer may use one) and its tokenizer."""
+    """The model (on the GPU when the trainer may use one, with ``model.adapter`` merged in) and its tokenizer."""
     import torch
 
     from esgexp.models.loading import load_model_and_tokenizer
@@ -17,7 +17,25 @@ def load_for_inference(cfg: DictConfig, model_source: str):
     if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise UserError(f"trainer.accelerator={cfg.trainer.accelerator} but no CUDA GPU is visible; use auto or cpu")
     on_gpu = cfg.trainer.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    return load_model_and_tokenizer(model_source, cfg.model, on_gpu)
+    model, tokenizer = load_model_and_tokenizer(model_source, cfg.model, on_gpu)
+    if cfg.model.adapter:
+        from esgexp.models.lora import attach_adapter
+
+        adapter_dir, _ = prepare_adapter(cfg, model_source)
+        # A 4-bit base cannot take merged weights: the adapter then runs beside it.
+        model = attach_adapter(model, adapter_dir, merge=not cfg.model.load_in_4bit)
+        model.eval()
+    return model, tokenizer
+
+
+def prepare_adapter(cfg: DictConfig, model_source: str):
+    """``model.adapter`` as a local folder, checked against the base model; and its card."""
+    from pathlib import Path
+
+    from esgexp.models.lora import check_adapter_base, resolve_adapter
+
+    adapter_dir = resolve_adapter(cfg.model.adapter, cfg.tracking.uri, Path(cfg.paths.cache_dir))
+    return adapter_dir, check_adapter_base(adapter_dir, cfg.model.name, model_source)
 
 
 def model_input(prompt: str, tokenizer, chat_template: bool) -> str:

@@ -10,10 +10,16 @@ import lightning as L
 import torch
 
 log = logging.getLogger(__name__)
-# Lightning sets its logger to INFO on import (device banners, tips); keep only its warnings.
-logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-# Lightning's own pytree helper trips a torch deprecation on every batch; it is not ours to fix.
-warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=Warning)
+
+
+def quiet_lightning() -> None:
+    """Keep Lightning's warnings only: it logs device banners and tips at INFO, and its own pytree
+    helper trips a torch deprecation on every batch (not ours to fix)."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=Warning)
+
+
+quiet_lightning()
 
 PRECISION_OF_DTYPE = {torch.float32: "32-true", torch.bfloat16: "bf16-true", torch.float16: "16-true"}
 

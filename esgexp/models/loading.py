@@ -106,15 +106,40 @@ def torch_dtype(name: str, on_gpu: bool):
     return getattr(torch, name)
 
 
-def load_model_and_tokenizer(source: str, model_cfg: DictConfig, on_gpu: bool):
-    """Load the causal LM at ``source`` (eval mode, in the config's dtype) and a left-padding tokenizer."""
+def check_quantisation(model_cfg: DictConfig, on_gpu: bool) -> None:
+    """QLoRA's 4-bit base needs a CUDA GPU and bitsandbytes: say so before anything loads."""
+    if not model_cfg.get("load_in_4bit"):
+        return
+    if not on_gpu:
+        raise UserError(
+            f"model {model_cfg.name!r}: model.load_in_4bit=true (QLoRA) needs a CUDA GPU; bitsandbytes 4-bit "
+            "weights do not run on the CPU. Set model.load_in_4bit=false here."
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError("model.load_in_4bit=true (QLoRA) needs the bitsandbytes package: pip install bitsandbytes")
+
+
+def load_model_and_tokenizer(source: str, model_cfg: DictConfig, on_gpu: bool, dtype=None):
+    """Load the causal LM at ``source`` (eval mode, in ``dtype`` or the config's) and a left-padding
+    tokenizer; with ``model.load_in_4bit``, the weights in 4-bit NF4 on the GPU (QLoRA)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = torch_dtype(model_cfg.dtype, on_gpu)
+    dtype = dtype or torch_dtype(model_cfg.dtype, on_gpu)
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    options = {}
+    if model_cfg.get("load_in_4bit"):
+        import torch
+        from transformers import BitsAndBytesConfig
+
+        check_quantisation(model_cfg, on_gpu)
+        compute = dtype if dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+        options["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute, bnb_4bit_use_double_quant=True
+        )
+        options["device_map"] = {"": torch.cuda.current_device()}
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **options)
     model.eval()
     return model, tokenizer

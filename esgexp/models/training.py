@@ -1,0 +1,132 @@
+"""The Lightning Trainer for fine-tuning: device, precision, distributed strategy, checkpoints, validation."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import MLFlowLogger
+from omegaconf import DictConfig
+
+from esgexp.errors import UserError
+from esgexp.models.inference import quiet_lightning
+from esgexp.models.loading import torch_dtype
+
+log = logging.getLogger(__name__)
+quiet_lightning()
+
+PRECISIONS = ("auto", "16-mixed", "bf16-mixed", "32-true")
+MONITORS = {"val/loss": "min", "val/gen_em": "max", "val/gen_f1": "max"}
+
+
+def uses_gpu(trainer_cfg: DictConfig) -> bool:
+    """Whether training runs on CUDA GPUs; ``accelerator=gpu`` without one is a user error."""
+    accelerator = str(trainer_cfg.accelerator)
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise UserError(f"trainer.accelerator={accelerator} but no CUDA GPU is visible; use trainer.accelerator=cpu (or auto)")
+    return accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+
+
+def training_precision(trainer_cfg: DictConfig, on_gpu: bool) -> str:
+    """The Lightning precision: auto is 16-mixed on a GPU and 32-true on the CPU."""
+    precision = str(trainer_cfg.precision)
+    if precision not in PRECISIONS:
+        raise UserError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "auto":
+        return "16-mixed" if on_gpu else "32-true"
+    if precision == "16-mixed" and not on_gpu:
+        log.warning("trainer.precision=16-mixed on the CPU: Lightning runs it as bf16-mixed (CPU autocast has no float16)")
+    return precision
+
+
+def base_dtype(model_dtype: str, precision: str, on_gpu: bool) -> torch.dtype:
+    """The frozen base weights' dtype: model.dtype when set, else the GPU's half type for mixed
+    precision, float32 otherwise. Adapter weights stay float32 (peft casts them)."""
+    if model_dtype != "auto":
+        return torch_dtype(model_dtype, on_gpu)
+    if on_gpu and precision == "16-mixed":
+        return torch.float16
+    if on_gpu and precision == "bf16-mixed":
+        return torch.bfloat16
+    return torch.float32
+
+
+def check_strategy(trainer_cfg: DictConfig) -> None:
+    strategy = str(trainer_cfg.strategy)
+    if strategy.startswith("deepspeed") and importlib.util.find_spec("deepspeed") is None:
+        raise UserError(f"trainer.strategy={strategy} needs the deepspeed package (pip install deepspeed); or use trainer=ddp|fsdp")
+
+
+def lightning_strategy(trainer_cfg: DictConfig, model):
+    """``trainer.strategy`` as Lightning takes it; FSDP wraps each decoder layer and keeps the
+    original parameters, so peft's frozen/trainable split survives sharding."""
+    strategy = str(trainer_cfg.strategy)
+    if strategy != "fsdp":
+        return strategy
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    layer_names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = {type(m) for m in model.modules() if type(m).__name__ in layer_names}
+    return FSDPStrategy(auto_wrap_policy=layers or None, use_orig_params=True)
+
+
+class ValidateAtEnd(L.Callback):
+    """Asks for a stop after the last optimiser step, which makes Lightning validate (and checkpoint)
+    the final weights even when the step count is not a multiple of the validation interval."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        last_step = trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps
+        last_epoch = trainer.max_epochs not in (None, -1) and trainer.current_epoch + 1 >= trainer.max_epochs
+        if last_step or (last_epoch and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch):
+            trainer.should_stop = True
+
+
+class RunLogger(MLFlowLogger):
+    """Lightning's MLflow logger on the job's own run; the job, not Lightning, ends the run."""
+
+    def finalize(self, status: str) -> None:
+        pass
+
+
+def make_trainer(cfg: DictConfig, output_dir: Path, precision: str, model, extra_callbacks: list) -> tuple[L.Trainer, ModelCheckpoint]:
+    """The fit Trainer: validation every ``train.val_every_n_steps`` optimiser steps and at the end,
+    checkpoints ``best`` (by ``train.monitor``) and ``last``, optional early stopping."""
+    trainer_cfg, train = cfg.trainer, cfg.train
+    if not trainer_cfg.max_steps and not trainer_cfg.max_epochs:
+        raise UserError("set trainer.max_steps or trainer.max_epochs for fine-tuning")
+    monitor, mode = str(train.monitor), str(train.monitor_mode)
+    if monitor not in MONITORS or mode != MONITORS[monitor]:
+        choices = ", ".join(f"{name} ({direction})" for name, direction in MONITORS.items())
+        raise UserError(f"train.monitor={monitor} train.monitor_mode={mode}: choose one of {choices}")
+    checkpoint = ModelCheckpoint(
+        dirpath=output_dir / "checkpoints", filename="best-step{step}", monitor=monitor, mode=mode,
+        save_top_k=1, save_last=True, auto_insert_metric_name=False,
+    )
+    callbacks = [checkpoint, ValidateAtEnd(), *extra_callbacks]
+    if train.early_stopping_patience:
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=int(train.early_stopping_patience)))
+    trainer = L.Trainer(
+        accelerator=trainer_cfg.accelerator,
+        devices=trainer_cfg.devices,
+        num_nodes=trainer_cfg.num_nodes,
+        strategy=lightning_strategy(trainer_cfg, model),
+        precision=precision,
+        max_steps=trainer_cfg.max_steps or -1,
+        max_epochs=trainer_cfg.max_epochs,
+        accumulate_grad_batches=trainer_cfg.accumulate_grad_batches,
+        gradient_clip_val=trainer_cfg.gradient_clip_val,
+        log_every_n_steps=trainer_cfg.log_every_n_steps,
+        val_check_interval=int(train.val_every_n_steps) * int(trainer_cfg.accumulate_grad_batches),
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        logger=False,
+        callbacks=callbacks,
+        enable_progress_bar=trainer_cfg.progress_bar,
+        enable_model_summary=False,
+        default_root_dir=output_dir,
+    )
+    return trainer, checkpoint

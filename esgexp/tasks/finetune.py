@@ -1,0 +1,230 @@
+"""task=finetune: LoRA fine-tuning on a QA dataset's train split, validated on its validation split.
+
+Every check that needs no weights runs first (settings, checkpoint, data, sequence length, target
+modules); then the base loads, peft wraps it and Lightning trains. The run folder gets ``adapter/``
+(peft files, tokenizer, ``esgexp_adapter.json``), ``checkpoints/`` (best and last, trainable weights
+and optimiser state only), ``train_report.json``, ``val_generations.jsonl``, ``config.yaml`` and
+``metrics.json``; MLflow gets the curves, the params and the adapter.
+
+Under a multi-process strategy every rank runs this function; only rank 0 writes files and logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.errors import UserError
+from esgexp.jobs import finish, job_tags, same_job, save_inputs, summary_table, tracked_run
+from esgexp.outputs import write_atomic, write_json
+
+log = logging.getLogger(__name__)
+
+CONTEXT_STRATEGIES = ("zero_shot", "zero_context")
+
+
+def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    from esgexp.models.lora import base_config, check_seq_len, check_target_modules
+    from esgexp.models.loading import check_quantisation, resolve_model_dir
+    from esgexp.models.training import check_strategy, training_precision, uses_gpu
+
+    check_settings(cfg)
+    check_strategy(cfg.trainer)
+    on_gpu = uses_gpu(cfg.trainer)
+    precision = training_precision(cfg.trainer, on_gpu)
+    check_quantisation(cfg.model, on_gpu)
+    ckpt_path = resolve_ckpt_path(cfg)
+    train_items, val_items, skipped = load_items(cfg)
+    model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir)
+    config = base_config(model_source)
+    check_seq_len(config, cfg.train.max_seq_len, cfg.model.name)
+    check_target_modules(config, cfg.model.lora.target_modules, cfg.model.name)
+
+    data, reports, generation, tokenizer = build_data(cfg, model_source, train_items, val_items)
+    module = build_module(cfg, model_source, on_gpu, precision, generation, data.pad_id)
+    rank_zero = rank_zero_only.rank == 0
+    from esgexp.models.lora_module import RankAgreement
+    from esgexp.models.training import make_trainer
+
+    agreement = RankAgreement()
+    trainer, checkpoint = make_trainer(cfg, output_dir, precision, module.model, [agreement])
+    tags = job_tags(cfg, output_dir, model=cfg.model.name, strategy=cfg.strategy.name, template=cfg.template.name)
+    if ckpt_path:
+        tags["resumed_from"] = ckpt_path
+    if rank_zero:
+        save_inputs(cfg, output_dir, skipped)
+        write_json(output_dir / "train_report.json", {name: vars(report) for name, report in reports.items()})
+    started = time.perf_counter()
+    with tracked_run(cfg, f"{cfg.model.name}/lora", tags) if rank_zero else nullcontext() as run:
+        if run is not None:
+            from esgexp.models.training import RunLogger
+
+            trainer.loggers = [RunLogger(tracking_uri=cfg.tracking.uri, run_id=run.info.run_id)]
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        if not rank_zero:
+            return {}
+        adapter_dir = save_adapter(cfg, output_dir, module, checkpoint, tokenizer, model_source, run.info.run_id)
+        metrics = final_metrics(trainer, module, checkpoint, reports, agreement, time.perf_counter() - started)
+        if generation is not None and generation.outputs:
+            write_atomic(output_dir / "val_generations.jsonl", "".join(json.dumps(o) + "\n" for o in generation.outputs))
+        files = ["train_report.json", "val_generations.jsonl", "skipped_rows.txt"]
+        finish(output_dir, metrics, files, step=metrics["train/steps"])
+        import mlflow
+
+        mlflow.log_artifacts(str(adapter_dir), artifact_path="adapter")
+        run_id = run.info.run_id
+    rows = [(key, f"{value:.4f}" if isinstance(value, float) else str(value)) for key, value in metrics.items() if "/n_" not in key]
+    title = f"{cfg.dataset.name} | {cfg.model.name} | LoRA r={cfg.model.lora.r} | {metrics['train/steps']} steps"
+    print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
+    print(f"adapter: {adapter_dir}")
+    return metrics
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Settings that are wrong whatever the data: strategy, schedule, lengths, LoRA shape."""
+    from esgexp.models.lora_module import SCHEDULES
+
+    if cfg.strategy.name not in CONTEXT_STRATEGIES:
+        raise UserError(f"fine-tuning prompts are {' or '.join(CONTEXT_STRATEGIES)} (with or without the passage), not strategy={cfg.strategy.name}")
+    if cfg.get("train") is None or cfg.model.get("lora") is None:
+        raise UserError("task=finetune needs train=lora and model.lora (use experiment=finetune_sustainableqa)")
+    if cfg.train.schedule not in SCHEDULES:
+        raise UserError(f"train.schedule must be one of {', '.join(SCHEDULES)}, got {cfg.train.schedule!r}")
+    for key in ("batch_size", "max_seq_len", "val_every_n_steps"):
+        if int(cfg.train[key]) < 1:
+            raise UserError(f"train.{key} must be a positive number, got {cfg.train[key]}")
+    if int(cfg.model.lora.r) < 1:
+        raise UserError(f"model.lora.r must be a positive rank, got {cfg.model.lora.r}")
+
+
+def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+    """``ckpt_path``: last (the newest run of this config with checkpoints/last.ckpt), a .ckpt file, or a run folder."""
+    value = cfg.get("ckpt_path")
+    if not value:
+        return None
+    if str(value) == "last":
+        root = Path(cfg.paths.runs_dir) / cfg.experiment_name
+        found = sorted(root.glob("**/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for ckpt in found:
+            if same_job(cfg, ckpt.parent.parent):
+                log.info("resuming from %s", ckpt)
+                return str(ckpt)
+        raise UserError(f"ckpt_path=last: no earlier run of this config under {root} has checkpoints/last.ckpt")
+    path = Path(str(value)).expanduser()
+    if path.is_dir():
+        path = path / "checkpoints" / "last.ckpt" if (path / "checkpoints").is_dir() else path / "last.ckpt"
+    if not path.is_file():
+        raise UserError(f"ckpt_path={value}: no such checkpoint ({path})")
+    return str(path)
+
+
+def load_items(cfg: DictConfig) -> tuple[list, list, list[str]]:
+    """The train and validation items (seeded draws when limited) and the skipped-row messages."""
+    loader = instantiate(cfg.dataset)
+    if not hasattr(loader, "load_split"):
+        raise UserError(f"dataset {cfg.dataset.name!r} has no train and validation splits to fine-tune on")
+    try:
+        train = loader.load_split(cfg.train.train_split).sample(cfg.train.train_limit, cfg.seed)
+    except UserError as error:
+        raise UserError(f"the train split is empty or unusable: {error}") from None
+    val = loader.load_split(cfg.train.val_split).sample(cfg.train.val_limit, cfg.seed)
+    return train.items, val.items, train.skipped + val.skipped
+
+
+def build_data(cfg: DictConfig, model_source: str, train_items: list, val_items: list):
+    """The data module (tokenised examples, packed if asked), the build reports, the generative check, the tokenizer."""
+    from transformers import AutoTokenizer
+
+    from esgexp.models.lora_module import GenerationCheck
+    from esgexp.models.sft_data import BuildReport, ExampleBuilder, GenerationSet, SFTDataModule, pack
+    from esgexp.strategies.qa import QAPrompter
+
+    tokenizer = AutoTokenizer.from_pretrained(model_source)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    prompter = QAPrompter(template=OmegaConf.to_container(cfg.template), context=cfg.strategy.context)
+    builder = ExampleBuilder(prompter, tokenizer, bool(cfg.model.chat_template), int(cfg.train.max_seq_len))
+    train, train_report = builder.build(train_items)
+    if not train:
+        raise UserError(f"no train item fits train.max_seq_len={cfg.train.max_seq_len} tokens, even without its passage")
+    val, val_report = builder.build(val_items)
+    reports = {"train": train_report, "val": val_report}
+    for name, report in reports.items():
+        if report.truncated or report.dropped:
+            log.warning("%s: %d of %d items had their passage shortened to fit %d tokens; %d dropped as too long",
+                        name, len(report.truncated), report.n_items, cfg.train.max_seq_len, len(report.dropped))
+    if cfg.train.packing:
+        train = pack(train, int(cfg.train.max_seq_len), cfg.seed)
+    generation = None
+    if cfg.train.val_generate_items:
+        gen_report = BuildReport()
+        chosen = [(i, builder.fit_prompt(i, int(cfg.train.val_max_new_tokens), gen_report)) for i in val_items[: cfg.train.val_generate_items]]
+        chosen = [(item, prompt) for item, prompt in chosen if prompt is not None]
+        if chosen:
+            gen_set = GenerationSet([i.id for i, _ in chosen], [p for _, p in chosen], [i.answers for i, _ in chosen])
+            generation = GenerationCheck(gen_set, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.decode,
+                                         int(cfg.train.val_max_new_tokens), int(cfg.train.batch_size))
+    data = SFTDataModule(train, val, int(cfg.train.batch_size), tokenizer.pad_token_id, cfg.seed)
+    return data, reports, generation, tokenizer
+
+
+def build_module(cfg: DictConfig, model_source: str, on_gpu: bool, precision: str, generation, pad_id: int):
+    """The base model (seeded, in its training dtype), wrapped with LoRA, inside the LightningModule."""
+    import lightning as L
+
+    from esgexp.models.loading import load_model_and_tokenizer
+    from esgexp.models.lora import wrap_for_training
+    from esgexp.models.lora_module import LoraFineTuner, OptimSettings
+    from esgexp.models.training import base_dtype
+
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    dtype = base_dtype(str(cfg.model.dtype), precision, on_gpu)
+    model, _ = load_model_and_tokenizer(model_source, cfg.model, on_gpu, dtype=dtype)
+    model.config.pad_token_id = model.config.pad_token_id if model.config.pad_token_id is not None else pad_id
+    model = wrap_for_training(model, cfg.model.lora, bool(cfg.train.gradient_checkpointing), bool(cfg.model.load_in_4bit))
+    trainable, total = model.get_nb_trainable_parameters()
+    log.info("LoRA r=%s: %d trainable of %d parameters (%.3f%%), base %s, precision %s", cfg.model.lora.r, trainable, total, 100 * trainable / total, dtype, precision)
+    optim = OptimSettings(float(cfg.train.lr), float(cfg.train.weight_decay), int(cfg.train.warmup_steps), str(cfg.train.schedule))
+    return LoraFineTuner(model, optim, generation)
+
+
+def save_adapter(cfg: DictConfig, output_dir: Path, module, checkpoint, tokenizer, model_source: str, run_id: str) -> Path:
+    """Save the adapter with the best validated weights (by ``train.monitor``), else the last ones."""
+    import torch
+
+    from esgexp.models.lora import write_card
+
+    best = checkpoint.best_model_path
+    if best and Path(best).is_file():
+        state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
+        module.load_state_dict(state, strict=False)
+        log.info("adapter: the weights of %s (%s %.4f)", Path(best).name, cfg.train.monitor, float(checkpoint.best_model_score))
+    adapter_dir = output_dir / "adapter"
+    module.model.save_pretrained(adapter_dir)
+    tokenizer.save_pretrained(adapter_dir)
+    write_card(adapter_dir, cfg, model_source, run_id)
+    return adapter_dir
+
+
+def final_metrics(trainer, module, checkpoint, reports: dict, agreement, seconds: float) -> dict:
+    """What the run ends with: last logged values, the best monitored value, throughput and data counts."""
+    metrics: dict = {key: float(value) for key, value in trainer.callback_metrics.items() if key.startswith(("val/", "train/loss"))}
+    metrics["train/steps"] = int(trainer.global_step)
+    if checkpoint.best_model_score is not None:
+        metrics[f"best/{checkpoint.monitor}"] = float(checkpoint.best_model_score)
+    if module.train_seconds:
+        metrics["train/tokens_per_s"] = module.train_tokens / module.train_seconds
+    metrics["train/seconds"] = seconds
+    if trainer.world_size > 1:
+        metrics["ddp/ranks_agree"] = int(agreement.agree)
+    for name, report in reports.items():
+        metrics.update(report.as_metrics(name))
+    return metrics
