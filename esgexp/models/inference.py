@@ -15,8 +15,10 @@ log = logging.getLogger(__name__)
 def quiet_lightning() -> None:
     """Keep Lightning's warnings only: it logs device banners and tips at INFO, and its own pytree
     helper trips a torch deprecation on every batch (not ours to fix)."""
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=Warning)
+    warnings.filterwarnings("ignore", message=r".*all_gather is deprecated", category=Warning)
 
 
 quiet_lightning()

@@ -96,7 +96,8 @@ class LoraFineTuner(L.LightningModule):
         self._batch_started = 0.0
 
     def forward(self, batch: dict):
-        return self.model(**{k: v for k, v in batch.items() if k != "n_tokens"})
+        # No KV cache in training: with one, transformers skips the block-diagonal mask of packed rows.
+        return self.model(**{k: v for k, v in batch.items() if k != "n_tokens"}, use_cache=False)
 
     def training_step(self, batch, batch_idx):
         loss = self(batch).loss
@@ -124,7 +125,7 @@ class LoraFineTuner(L.LightningModule):
             return
         # Every rank answers the same items (a sharded model needs all ranks to take part).
         for name, value in self.generation.run(self.model, self.device).items():
-            self.log(name, value, prog_bar=name.endswith("f1"))
+            self.log(name, value, prog_bar=name.endswith("f1"), sync_dist=True)
 
     def configure_optimizers(self):
         trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -74,6 +77,45 @@ def lightning_strategy(trainer_cfg: DictConfig, model):
     return FSDPStrategy(auto_wrap_policy=layers or None, use_orig_params=True)
 
 
+@contextmanager
+def launchable_as_one_job():
+    """Lightning's DDP launcher starts each extra rank by running this process's command again, with
+    ``hydra.run.dir`` set to this job's run folder. Inside a sweep (``-m``) that command would start
+    the whole sweep again: for the fit it becomes this job's own overrides and folder. Afterwards the
+    process group and the launcher's environment variables go, so the next job launches its own ranks."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import read_write
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        yield
+        return
+    hydra_cfg = HydraConfig.get()
+    argv, run_dir, environ = sys.argv, hydra_cfg.run.dir, dict(os.environ)
+    sys.argv = [argv[0], *hydra_cfg.overrides.task]
+    with read_write(hydra_cfg):
+        hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        with read_write(hydra_cfg):
+            hydra_cfg.run.dir = run_dir
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+def check_monitor(train: DictConfig) -> tuple[str, str]:
+    """``train.monitor`` and ``train.monitor_mode``, when they name a logged value and its right direction."""
+    monitor, mode = str(train.monitor), str(train.monitor_mode)
+    if monitor not in MONITORS or mode != MONITORS[monitor]:
+        choices = ", ".join(f"{name} ({direction})" for name, direction in MONITORS.items())
+        raise UserError(f"train.monitor={monitor} train.monitor_mode={mode}: choose one of {choices}")
+    return monitor, mode
+
+
 class ValidateAtEnd(L.Callback):
     """Asks for a stop after the last optimiser step, which makes Lightning validate (and checkpoint)
     the final weights even when the step count is not a multiple of the validation interval."""
@@ -96,12 +138,7 @@ def make_trainer(cfg: DictConfig, output_dir: Path, precision: str, model, extra
     """The fit Trainer: validation every ``train.val_every_n_steps`` optimiser steps and at the end,
     checkpoints ``best`` (by ``train.monitor``) and ``last``, optional early stopping."""
     trainer_cfg, train = cfg.trainer, cfg.train
-    if not trainer_cfg.max_steps and not trainer_cfg.max_epochs:
-        raise UserError("set trainer.max_steps or trainer.max_epochs for fine-tuning")
-    monitor, mode = str(train.monitor), str(train.monitor_mode)
-    if monitor not in MONITORS or mode != MONITORS[monitor]:
-        choices = ", ".join(f"{name} ({direction})" for name, direction in MONITORS.items())
-        raise UserError(f"train.monitor={monitor} train.monitor_mode={mode}: choose one of {choices}")
+    monitor, mode = check_monitor(train)
     checkpoint = ModelCheckpoint(
         dirpath=output_dir / "checkpoints", filename="best-step{step}", monitor=monitor, mode=mode,
         save_top_k=1, save_last=True, auto_insert_metric_name=False,

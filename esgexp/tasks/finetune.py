@@ -34,9 +34,10 @@ def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
 
     from esgexp.models.lora import base_config, check_seq_len, check_target_modules
     from esgexp.models.loading import check_quantisation, resolve_model_dir
-    from esgexp.models.training import check_strategy, training_precision, uses_gpu
+    from esgexp.models.training import check_monitor, check_strategy, training_precision, uses_gpu
 
     check_settings(cfg)
+    check_monitor(cfg.train)
     check_strategy(cfg.trainer)
     on_gpu = uses_gpu(cfg.trainer)
     precision = training_precision(cfg.trainer, on_gpu)
@@ -52,7 +53,7 @@ def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
     module = build_module(cfg, model_source, on_gpu, precision, generation, data.pad_id)
     rank_zero = rank_zero_only.rank == 0
     from esgexp.models.lora_module import RankAgreement
-    from esgexp.models.training import make_trainer
+    from esgexp.models.training import launchable_as_one_job, make_trainer
 
     agreement = RankAgreement()
     trainer, checkpoint = make_trainer(cfg, output_dir, precision, module.model, [agreement])
@@ -68,7 +69,8 @@ def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
             from esgexp.models.training import RunLogger
 
             trainer.loggers = [RunLogger(tracking_uri=cfg.tracking.uri, run_id=run.info.run_id)]
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        with launchable_as_one_job():
+            trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
         if not rank_zero:
             return {}
         adapter_dir = save_adapter(cfg, output_dir, module, checkpoint, tokenizer, model_source, run.info.run_id)
@@ -103,6 +105,8 @@ def check_settings(cfg: DictConfig) -> None:
             raise UserError(f"train.{key} must be a positive number, got {cfg.train[key]}")
     if int(cfg.model.lora.r) < 1:
         raise UserError(f"model.lora.r must be a positive rank, got {cfg.model.lora.r}")
+    if not cfg.trainer.max_steps and not cfg.trainer.max_epochs:
+        raise UserError("set trainer.max_steps or trainer.max_epochs for fine-tuning")
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:
