@@ -4,6 +4,7 @@ export, DDP and sweeps, and the mistakes that must fail before any weights load.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,29 @@ def test_resume_from_a_checkpoint_continues_to_the_same_weights(tmp_path, tiny_m
         assert torch.equal(value, resumed["state_dict"][key]), key
     for index, state in straight["optimizer_states"][0]["state"].items():
         assert torch.equal(state["exp_avg_sq"], resumed["optimizer_states"][0]["state"][index]["exp_avg_sq"])
+
+
+def test_ctrl_c_keeps_the_steps_done_and_the_run_resumes(tmp_path, tiny_model_dir, monkeypatch):
+    from esgexp.models.lora_module import LoraFineTuner
+
+    step = LoraFineTuner.training_step
+
+    def interrupted_at_step_4(self, batch, batch_idx):
+        if self.global_step == 4:
+            raise KeyboardInterrupt
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(LoraFineTuner, "training_step", interrupted_at_step_4)
+    sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores further Ctrl-C while it shuts down
+    with pytest.raises(SystemExit):
+        run_job(finetune_cfg(tmp_path / "a", tiny_model_dir, "train.val_generate_items=0"))
+    signal.signal(signal.SIGINT, sigint)
+    saved = torch.load(tmp_path / "a" / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["global_step"] == 4  # the validation checkpoint was at step 3
+    assert mlflow_client(tmp_path / "a").search_runs(["1"])[0].info.status == "KILLED"
+    monkeypatch.setattr(LoraFineTuner, "training_step", step)
+    metrics = run_job(finetune_cfg(tmp_path / "b", tiny_model_dir, "train.val_generate_items=0", f"ckpt_path={tmp_path / 'a' / 'run'}"))
+    assert metrics["train/steps"] == 6
 
 
 def test_ckpt_path_last_finds_the_newest_run_of_the_same_config(tmp_path, tiny_model_dir):

@@ -55,3 +55,27 @@ def test_smollm2_answers_esgbench_with_rag(make_cfg, tmp_path):
     metrics = run_job(make_cfg("experiment=esgbench", "dataset=esgbench_sample", "dataset.limit=3", "strategy=rag",
                                "strategy.scope=doc"))
     assert metrics["esgbench/n"] == 3 and metrics["rag/n_with_gold"] == 3
+
+
+def test_smollm2_short_lora_fine_tune_then_evaluate_the_adapter(make_cfg, tmp_path):
+    """12 LoRA steps (bf16 autocast) on our SustainableQA sample lower the validation loss; the adapter
+    then answers through the normal evaluation pipeline, tagged with its base."""
+    import mlflow
+
+    train = make_cfg("experiment=finetune_sustainableqa", "dataset=sustainableqa_sample", "trainer.max_steps=12",
+                     "trainer.precision=bf16-mixed", "train.batch_size=2", "train.max_seq_len=256", "train.lr=5e-4",
+                     "train.val_every_n_steps=6", "train.val_limit=4", "train.val_generate_items=2", "train.val_max_new_tokens=12",
+                     f"paths.output_dir={tmp_path / 'train'}")
+    metrics = run_job(train)
+    assert metrics["train/steps"] == 12 and metrics["train/n_examples"] > 0
+    mlflow.set_tracking_uri(train.tracking.uri)
+    client = mlflow.MlflowClient()
+    run_id = client.search_runs(experiment_ids=["1"])[0].info.run_id
+    val_loss = [m.value for m in sorted(client.get_metric_history(run_id, "val/loss"), key=lambda m: m.step)]
+    assert val_loss[1] < val_loss[0]
+
+    evaluate = make_cfg("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=3",
+                        "strategy=zero_context", f"model.adapter={run_id}", f"paths.output_dir={tmp_path / 'eval'}")
+    assert run_job(evaluate)["factoid/n"] == 3
+    tags = client.search_runs(experiment_ids=["2"])[0].data.tags
+    assert tags["finetuned_from"] == "smollm2-135m" and tags["model"] == f"smollm2-135m+lora:{run_id[:8]}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, OnExceptionCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig
 
@@ -136,14 +136,16 @@ class RunLogger(MLFlowLogger):
 
 def make_trainer(cfg: DictConfig, output_dir: Path, precision: str, model, extra_callbacks: list) -> tuple[L.Trainer, ModelCheckpoint]:
     """The fit Trainer: validation every ``train.val_every_n_steps`` optimiser steps and at the end,
-    checkpoints ``best`` (by ``train.monitor``) and ``last``, optional early stopping."""
+    checkpoints ``best`` (by ``train.monitor``) and ``last`` (also on an interrupt), optional early stopping."""
     trainer_cfg, train = cfg.trainer, cfg.train
     monitor, mode = check_monitor(train)
     checkpoint = ModelCheckpoint(
         dirpath=output_dir / "checkpoints", filename="best-step{step}", monitor=monitor, mode=mode,
         save_top_k=1, save_last=True, auto_insert_metric_name=False,
     )
-    callbacks = [checkpoint, ValidateAtEnd(), *extra_callbacks]
+    # Ctrl-C or a crash mid-run saves the state reached as last.ckpt: ckpt_path=last goes on from there.
+    on_exception = OnExceptionCheckpoint(dirpath=output_dir / "checkpoints", filename="last")
+    callbacks = [checkpoint, ValidateAtEnd(), on_exception, *extra_callbacks]
     if train.early_stopping_patience:
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=int(train.early_stopping_patience)))
     trainer = L.Trainer(
