@@ -282,3 +282,43 @@ def test_ddp_sweep_on_two_cpu_processes(tmp_path, clean_env, tiny_model_dir):
         assert (job / "train_ddp_process_1.log").is_file() and (job / "adapter" / "adapter_model.safetensors").is_file()
     runs = mlflow_client(tmp_path).search_runs(experiment_ids=["1"])
     assert sorted(r.data.params["model.lora.r"] for r in runs) == ["2", "4"]  # one run per job, none from rank 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("trainer.accumulate_grad_batches=2", "train.gradient_checkpointing=true"),
+        ("trainer.precision=bf16-mixed", "train.schedule=linear", "train.weight_decay=0.1"),
+        ("train.early_stopping_patience=1", "train.monitor=val/gen_f1", "train.monitor_mode=max", "train.packing=true"),
+    ],
+)
+def test_training_knobs_run(tmp_path, tiny_model_dir, overrides):
+    metrics = run_job(finetune_cfg(tmp_path, tiny_model_dir, "trainer.max_steps=3", "train.val_every_n_steps=1", *overrides))
+    assert 1 <= metrics["train/steps"] <= 3 and metrics["val/loss"] > 0
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["global_step"] == metrics["train/steps"]
+
+
+def test_16_mixed_on_the_cpu_says_it_runs_bf16(make_cfg, caplog):
+    from esgexp.models.training import training_precision
+
+    cfg = make_cfg("trainer.precision=16-mixed")
+    with caplog.at_level("WARNING", logger="esgexp"):
+        assert training_precision(cfg.trainer, on_gpu=False) == "16-mixed"
+    assert "runs it as bf16-mixed" in caplog.text
+    assert training_precision(make_cfg().trainer, on_gpu=False) == "32-true"
+    assert training_precision(make_cfg().trainer, on_gpu=True) == "16-mixed"
+
+
+def test_fsdp_wraps_each_decoder_layer(make_cfg, tiny_model_dir):
+    from lightning.pytorch.strategies import FSDPStrategy
+    from transformers import AutoModelForCausalLM
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    from esgexp.models.training import lightning_strategy
+
+    strategy = lightning_strategy(make_cfg("trainer=fsdp").trainer, AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+    assert isinstance(strategy, FSDPStrategy) and strategy.kwargs["use_orig_params"] is True
+    assert strategy._fsdp_kwargs.get("auto_wrap_policy") or strategy.kwargs.get("auto_wrap_policy")
+    assert lightning_strategy(make_cfg("trainer=ddp").trainer, None) == "ddp"
+    assert LlamaDecoderLayer.__name__ in AutoModelForCausalLM.from_pretrained(tiny_model_dir)._no_split_modules

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, OnExceptionCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig
 
@@ -127,6 +127,24 @@ class ValidateAtEnd(L.Callback):
             trainer.should_stop = True
 
 
+class LastCheckpoint(L.Callback):
+    """``last.ckpt`` after every validation, and where Ctrl-C or a crash stopped the run: ``ckpt_path=last``
+    goes on from there. (ModelCheckpoint's own last copy is only written with a new best.)"""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            trainer.save_checkpoint(self.path)
+
+    def on_exception(self, trainer, pl_module, exception):
+        # Saving waits for every rank: after a crash of one rank only, the others would never come.
+        if trainer.world_size == 1 or isinstance(exception, KeyboardInterrupt):
+            trainer.save_checkpoint(self.path)
+            log.warning("training stopped at step %d (%s); state saved in %s", trainer.global_step, type(exception).__name__, self.path)
+
+
 class RunLogger(MLFlowLogger):
     """Lightning's MLflow logger on the job's own run; the job, not Lightning, ends the run."""
 
@@ -141,11 +159,9 @@ def make_trainer(cfg: DictConfig, output_dir: Path, precision: str, model, extra
     monitor, mode = check_monitor(train)
     checkpoint = ModelCheckpoint(
         dirpath=output_dir / "checkpoints", filename="best-step{step}", monitor=monitor, mode=mode,
-        save_top_k=1, save_last=True, auto_insert_metric_name=False,
+        save_top_k=1, auto_insert_metric_name=False,
     )
-    # Ctrl-C or a crash mid-run saves the state reached as last.ckpt: ckpt_path=last goes on from there.
-    on_exception = OnExceptionCheckpoint(dirpath=output_dir / "checkpoints", filename="last")
-    callbacks = [checkpoint, ValidateAtEnd(), on_exception, *extra_callbacks]
+    callbacks = [checkpoint, LastCheckpoint(output_dir / "checkpoints" / "last.ckpt"), ValidateAtEnd(), *extra_callbacks]
     if train.early_stopping_patience:
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=int(train.early_stopping_patience)))
     trainer = L.Trainer(
