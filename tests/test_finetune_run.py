@@ -317,8 +317,8 @@ def test_fsdp_wraps_each_decoder_layer(make_cfg, tiny_model_dir):
 
     from esgexp.models.training import lightning_strategy
 
-    strategy = lightning_strategy(make_cfg("trainer=fsdp").trainer, AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    strategy = lightning_strategy(make_cfg("trainer=fsdp").trainer, model)
     assert isinstance(strategy, FSDPStrategy) and strategy.kwargs["use_orig_params"] is True
-    assert strategy._fsdp_kwargs.get("auto_wrap_policy") or strategy.kwargs.get("auto_wrap_policy")
-    assert lightning_strategy(make_cfg("trainer=ddp").trainer, None) == "ddp"
-    assert LlamaDecoderLayer.__name__ in AutoModelForCausalLM.from_pretrained(tiny_model_dir)._no_split_modules
+    assert strategy.kwargs["auto_wrap_policy"]._module_classes == {LlamaDecoderLayer}
+    assert lightning_strategy(make_cfg("trainer=ddp").trainer, model) == "ddp"

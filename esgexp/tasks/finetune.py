@@ -32,8 +32,44 @@ CONTEXT_STRATEGIES = ("zero_shot", "zero_context")
 def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-    from esgexp.models.lora import base_config, check_seq_len, check_target_modules
-    from esgexp.models.loading import check_quantisation, resolve_model_dir
+    from esgexp.models.lora_module import RankAgreement
+    from esgexp.models.training import RunLogger, launchable_as_one_job, make_trainer
+
+    on_gpu, precision, ckpt_path = check_before_loading(cfg)
+    train_items, val_items, skipped = load_items(cfg)
+    model_source = check_model(cfg)
+    data, reports, generation, tokenizer = build_data(cfg, model_source, train_items, val_items)
+    module = build_module(cfg, model_source, on_gpu, precision, generation, data.pad_id)
+    agreement = RankAgreement()
+    trainer, checkpoint = make_trainer(cfg, output_dir, precision, module.model, [agreement])
+    rank_zero = rank_zero_only.rank == 0
+    if rank_zero:
+        save_inputs(cfg, output_dir, skipped)
+        write_json(output_dir / "train_report.json", {name: vars(report) for name, report in reports.items()})
+    tags = job_tags(cfg, output_dir, model=cfg.model.name, strategy=cfg.strategy.name, template=cfg.template.name,
+                    resumed_from=ckpt_path)
+    started = time.perf_counter()
+    with tracked_run(cfg, f"{cfg.model.name}/lora", tags) if rank_zero else nullcontext() as run:
+        if rank_zero:
+            trainer.loggers = [RunLogger(tracking_uri=cfg.tracking.uri, run_id=run.info.run_id)]
+        with launchable_as_one_job():
+            trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        if not rank_zero:
+            return {}
+        adapter_dir = save_adapter(cfg, output_dir, module, checkpoint, tokenizer, model_source, run.info.run_id)
+        metrics = final_metrics(trainer, module, checkpoint, reports, agreement, time.perf_counter() - started)
+        record(output_dir, metrics, adapter_dir, generation)
+    rows = [(key, f"{value:.4f}" if isinstance(value, float) else str(value)) for key, value in metrics.items() if "/n_" not in key]
+    title = f"{cfg.dataset.name} | {cfg.model.name} | LoRA r={cfg.model.lora.r} | {metrics['train/steps']} steps"
+    print(summary_table(title, rows, output_dir, run.info.run_id, cfg.tracking.uri))
+    print(f"adapter: {adapter_dir}")
+    return metrics
+
+
+def check_before_loading(cfg: DictConfig) -> tuple[bool, str, str | None]:
+    """Whether training uses a GPU, the Lightning precision and the checkpoint to resume, once every
+    setting is checked."""
+    from esgexp.models.loading import check_quantisation
     from esgexp.models.training import check_monitor, check_strategy, training_precision, uses_gpu
 
     check_settings(cfg)
@@ -42,52 +78,29 @@ def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
     on_gpu = uses_gpu(cfg.trainer)
     precision = training_precision(cfg.trainer, on_gpu)
     check_quantisation(cfg.model, on_gpu)
-    ckpt_path = resolve_ckpt_path(cfg)
-    train_items, val_items, skipped = load_items(cfg)
+    return on_gpu, precision, resolve_ckpt_path(cfg)
+
+
+def check_model(cfg: DictConfig) -> str:
+    """The base model's folder, once its config (no weights) accepts the sequence length and target modules."""
+    from esgexp.models.loading import resolve_model_dir
+    from esgexp.models.lora import base_config, check_seq_len, check_target_modules
+
     model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir)
     config = base_config(model_source)
     check_seq_len(config, cfg.train.max_seq_len, cfg.model.name)
     check_target_modules(config, cfg.model.lora.target_modules, cfg.model.name)
+    return model_source
 
-    data, reports, generation, tokenizer = build_data(cfg, model_source, train_items, val_items)
-    module = build_module(cfg, model_source, on_gpu, precision, generation, data.pad_id)
-    rank_zero = rank_zero_only.rank == 0
-    from esgexp.models.lora_module import RankAgreement
-    from esgexp.models.training import launchable_as_one_job, make_trainer
 
-    agreement = RankAgreement()
-    trainer, checkpoint = make_trainer(cfg, output_dir, precision, module.model, [agreement])
-    tags = job_tags(cfg, output_dir, model=cfg.model.name, strategy=cfg.strategy.name, template=cfg.template.name)
-    if ckpt_path:
-        tags["resumed_from"] = ckpt_path
-    if rank_zero:
-        save_inputs(cfg, output_dir, skipped)
-        write_json(output_dir / "train_report.json", {name: vars(report) for name, report in reports.items()})
-    started = time.perf_counter()
-    with tracked_run(cfg, f"{cfg.model.name}/lora", tags) if rank_zero else nullcontext() as run:
-        if run is not None:
-            from esgexp.models.training import RunLogger
+def record(output_dir: Path, metrics: dict, adapter_dir: Path, generation) -> None:
+    """metrics.json and the validation answers in the run folder; metrics, files and adapter to MLflow."""
+    import mlflow
 
-            trainer.loggers = [RunLogger(tracking_uri=cfg.tracking.uri, run_id=run.info.run_id)]
-        with launchable_as_one_job():
-            trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-        if not rank_zero:
-            return {}
-        adapter_dir = save_adapter(cfg, output_dir, module, checkpoint, tokenizer, model_source, run.info.run_id)
-        metrics = final_metrics(trainer, module, checkpoint, reports, agreement, time.perf_counter() - started)
-        if generation is not None and generation.outputs:
-            write_atomic(output_dir / "val_generations.jsonl", "".join(json.dumps(o) + "\n" for o in generation.outputs))
-        files = ["train_report.json", "val_generations.jsonl", "skipped_rows.txt"]
-        finish(output_dir, metrics, files, step=metrics["train/steps"])
-        import mlflow
-
-        mlflow.log_artifacts(str(adapter_dir), artifact_path="adapter")
-        run_id = run.info.run_id
-    rows = [(key, f"{value:.4f}" if isinstance(value, float) else str(value)) for key, value in metrics.items() if "/n_" not in key]
-    title = f"{cfg.dataset.name} | {cfg.model.name} | LoRA r={cfg.model.lora.r} | {metrics['train/steps']} steps"
-    print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
-    print(f"adapter: {adapter_dir}")
-    return metrics
+    if generation is not None and generation.outputs:
+        write_atomic(output_dir / "val_generations.jsonl", "".join(json.dumps(o) + "\n" for o in generation.outputs))
+    finish(output_dir, metrics, ["train_report.json", "val_generations.jsonl", "skipped_rows.txt"], step=metrics["train/steps"])
+    mlflow.log_artifacts(str(adapter_dir), artifact_path="adapter")
 
 
 def check_settings(cfg: DictConfig) -> None:
