@@ -234,17 +234,23 @@ def test_check_target_modules(tiny_model_dir):
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(tiny_model_dir)
+
+    def check(target_modules, modules_to_save=None):
+        check_target_modules(config, OmegaConf.create({"target_modules": target_modules, "modules_to_save": modules_to_save}), "tiny")
+
     with pytest.raises(UserError) as error:
-        check_target_modules(config, ["q_proj", "qkv_proj"], "tiny")
+        check(["q_proj", "qkv_proj"])
     message = str(error.value)
     assert "qkv_proj" in message and "q_proj" in message and "v_proj" in message and "all-linear" in message
     assert "q_proj, qkv_proj" not in message  # the known name is not reported as unknown
-    check_target_modules(config, ["q_proj", "v_proj"], "tiny")
-    check_target_modules(config, ["gate_proj", "down_proj"], "tiny")
-    check_target_modules(config, "all-linear", "tiny")
-    check_target_modules(config, r".*\.self_attn\.(q|v)_proj", "tiny")  # a string is a regular expression
+    check(["q_proj", "v_proj"])
+    check(["gate_proj", "down_proj"], modules_to_save=["lm_head"])
+    check("all-linear")
+    check(r".*\.self_attn\.(q|v)_proj")  # a string is a regular expression
     with pytest.raises(UserError, match="matches no module"):
-        check_target_modules(config, "q_proj", "tiny")
+        check("q_proj")
+    with pytest.raises(UserError, match="modules_to_save: score not in model"):
+        check("all-linear", modules_to_save=["score"])
 
 
 def test_check_seq_len(tiny_model_dir):

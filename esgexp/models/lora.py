@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import warnings
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,6 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
+# peft asks transformers about gradient checkpointing by a name transformers 5 deprecates: not ours to fix.
+warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
 
 ADAPTER_CARD = "esgexp_adapter.json"
 # The config.json fields that must agree between an adapter's base and the model it is loaded on.
@@ -50,15 +53,21 @@ def adaptable_modules(model) -> dict[str, str]:
     return {name: type(m).__name__ for name, m in model.named_modules() if name and type(m).__name__ in supported}
 
 
-def check_target_modules(config, target_modules, model_name: str) -> None:
-    """Fail before loading weights when a target module matches nothing; list the names there are."""
+def check_target_modules(config, lora: DictConfig, model_name: str) -> None:
+    """Fail before loading weights when a target module (or a module to save) matches nothing; list the
+    names there are. The model is built on the meta device: no memory, no weights."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    if target_modules == "all-linear":
-        return
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
+    all_names = {name.rsplit(".", 1)[-1] for name, _ in skeleton.named_modules() if name}
+    missing = [name for name in (lora.modules_to_save or []) if name not in all_names]
+    if missing:
+        raise UserError(f"model.lora.modules_to_save: {', '.join(missing)} not in model {model_name!r}")
+    target_modules = lora.target_modules
+    if target_modules == "all-linear":
+        return
     modules = adaptable_modules(skeleton)
     available = sorted({name.rsplit(".", 1)[-1] for name in modules})
     if isinstance(target_modules, str):  # peft reads a single string as a regular expression

@@ -89,7 +89,7 @@ def check_model(cfg: DictConfig) -> str:
     model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir)
     config = base_config(model_source)
     check_seq_len(config, cfg.train.max_seq_len, cfg.model.name)
-    check_target_modules(config, cfg.model.lora.target_modules, cfg.model.name)
+    check_target_modules(config, cfg.model.lora, cfg.model.name)
     return model_source
 
 
