@@ -3,6 +3,7 @@ export, DDP and sweeps, and the mistakes that must fail before any weights load.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import subprocess
@@ -235,7 +236,7 @@ def test_export_merges_the_adapter_into_a_standalone_model(trained, tiny_model_d
 def test_mistakes_fail_before_the_weights_load(tmp_path, tiny_model_dir, monkeypatch, overrides, message):
     from esgexp.models import loading
 
-    if "deepspeed" in message and sys.modules.get("deepspeed") is not None:
+    if "deepspeed" in message and importlib.util.find_spec("deepspeed") is not None:
         pytest.skip("deepspeed is installed here")
     monkeypatch.setattr(loading, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("weights loaded"))
     with pytest.raises(UserError, match=message):

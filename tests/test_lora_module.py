@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from esgexp.config import CONF_DIR
 from esgexp.errors import UserError
+from esgexp.models.scoring import GenerateScorer
 from esgexp.models.lora import attach_adapter, check_seq_len, check_target_modules, wrap_for_training
 from esgexp.models.lora_module import (
     GenerationCheck,
@@ -293,7 +294,7 @@ def test_generation_check(tiny_model_dir, builder, tokenizer):
 
     def check(references, batch_size):
         gen = GenerationSet(items.ids, items.prompts, references)
-        return GenerationCheck(gen, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.decode, max_new_tokens=6, batch_size=batch_size)
+        return GenerationCheck(gen, GenerateScorer(tokenizer, 6), tokenizer.pad_token_id, batch_size=batch_size)
 
     first = check(items.references, batch_size=2)
     metrics = first.run(model, torch.device("cpu"))

@@ -43,11 +43,16 @@ class PromptDataModule(L.LightningDataModule):
         )
 
     def collate(self, examples):
-        width = max(len(tokens) for _, tokens in examples)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(t)) + t for _, t in examples])
-        attention_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for _, t in examples])
+        input_ids, attention_mask = left_padded([tokens for _, tokens in examples], self.tokenizer.pad_token_id)
         return {"ids": [item_id for item_id, _ in examples], "input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def left_padded(token_lists: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input ids padded on the left to the longest, and the attention mask (0 on padding)."""
+    width = max(len(tokens) for tokens in token_lists)
+    input_ids = torch.tensor([[pad_id] * (width - len(t)) + list(t) for t in token_lists])
+    attention_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in token_lists])
+    return input_ids, attention_mask
 
 
 def is_recoverable(error: BaseException) -> bool:

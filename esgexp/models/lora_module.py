@@ -13,6 +13,7 @@ import lightning as L
 import torch
 
 from esgexp.eval.qa_metrics import score_item
+from esgexp.models.inference import left_padded
 from esgexp.models.sft_data import IGNORE_INDEX, GenerationSet
 
 SCHEDULES = ("cosine", "linear", "constant")
@@ -40,13 +41,13 @@ def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
 
 @dataclass
 class GenerationCheck:
-    """Greedy answers to a few validation items, scored by exact match and token F1 (span rules)."""
+    """Greedy answers to a few validation items, scored by exact match and token F1 (span rules).
+
+    ``generate`` is the evaluation's scorer: ``(model, input_ids, attention_mask) -> [{"output": text}]``."""
 
     items: GenerationSet
+    generate: Callable
     pad_id: int
-    eos_id: int
-    decode: Callable
-    max_new_tokens: int
     batch_size: int = 8
     outputs: list[dict] = field(default_factory=list)
 
@@ -54,22 +55,10 @@ class GenerationCheck:
     def run(self, model, device) -> dict[str, float]:
         self.outputs = []
         for start in range(0, len(self.items.ids), self.batch_size):
-            prompts = self.items.prompts[start : start + self.batch_size]
-            width = max(len(p) for p in prompts)
-            input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=device)
-            attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-            generated = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                pad_token_id=self.pad_id,
-                eos_token_id=self.eos_id,
-                use_cache=True,
-            )
-            for offset, tokens in enumerate(generated[:, width:].tolist()):
-                index = start + offset
-                answer = self.decode(tokens, skip_special_tokens=True).strip()
+            input_ids, attention_mask = left_padded(self.items.prompts[start : start + self.batch_size], self.pad_id)
+            results = self.generate(model, input_ids.to(device), attention_mask.to(device))
+            for index, result in enumerate(results, start):
+                answer = result["output"].strip()
                 values = score_item(answer, self.items.references[index])
                 self.outputs.append(
                     {"id": self.items.ids[index], "answer": answer, "references": list(self.items.references[index]), **values}

@@ -161,6 +161,7 @@ def build_data(cfg: DictConfig, model_source: str, train_items: list, val_items:
     from transformers import AutoTokenizer
 
     from esgexp.models.lora_module import GenerationCheck
+    from esgexp.models.scoring import GenerateScorer
     from esgexp.models.sft_data import BuildReport, ExampleBuilder, GenerationSet, SFTDataModule, pack
     from esgexp.strategies.qa import QAPrompter
 
@@ -187,8 +188,8 @@ def build_data(cfg: DictConfig, model_source: str, train_items: list, val_items:
         chosen = [(item, prompt) for item, prompt in chosen if prompt is not None]
         if chosen:
             gen_set = GenerationSet([i.id for i, _ in chosen], [p for _, p in chosen], [i.answers for i, _ in chosen])
-            generation = GenerationCheck(gen_set, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.decode,
-                                         int(cfg.train.val_max_new_tokens), int(cfg.train.batch_size))
+            scorer = GenerateScorer(tokenizer, int(cfg.train.val_max_new_tokens))
+            generation = GenerationCheck(gen_set, scorer, tokenizer.pad_token_id, int(cfg.train.batch_size))
     data = SFTDataModule(train, val, int(cfg.train.batch_size), tokenizer.pad_token_id, cfg.seed)
     return data, reports, generation, tokenizer
 
