@@ -37,6 +37,7 @@ bench: install
 	$(PY) benchmarks/retrieval.py
 	$(PY) benchmarks/ingestion.py
 	$(PY) benchmarks/metrics.py
+	$(PY) benchmarks/lora_step.py
 
 clean:
 	rm -rf runs leaderboard .pytest_cache
