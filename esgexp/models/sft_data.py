@@ -9,8 +9,8 @@ a block-diagonal attention mask, so no example attends to another.
 from __future__ import annotations
 
 import random
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 
 import lightning as L
 import torch

@@ -149,7 +149,8 @@ class RunLogger(MLFlowLogger):
     """Lightning's MLflow logger on the job's own run; the job, not Lightning, ends the run."""
 
     def finalize(self, status: str) -> None:
-        pass
+        """Leave the run open: the job logs its final metrics and adapter, then tracked_run ends it
+        FINISHED, FAILED or KILLED."""
 
 
 def make_trainer(cfg: DictConfig, output_dir: Path, precision: str, model, extra_callbacks: list) -> tuple[L.Trainer, ModelCheckpoint]:
