@@ -33,7 +33,7 @@ def export(cfg: DictConfig) -> Path:
             f"cannot merge into a quantised base ({quantised}): merged 4-bit weights would lose the adapter's "
             "precision. Merge into the float16, bfloat16 or float32 base (model.load_in_4bit=false, unquantised weights)."
         )
-    adapter_dir, card = prepare_adapter(cfg, model_source)
+    adapter_dir, card = prepare_adapter(cfg.model, model_source, cfg.tracking.uri, cfg.paths.cache_dir)
     if card.get("load_in_4bit"):
         log.warning("the adapter was trained on a 4-bit base: merged into full-precision weights its outputs differ slightly")
     out_dir = Path(cfg.out_dir) if cfg.out_dir else adapter_dir.parent / "merged"

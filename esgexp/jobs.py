@@ -16,9 +16,11 @@ from esgexp.outputs import write_atomic, write_json
 
 # The config groups that decide a job's results: equal values make a run resumable from another.
 IDENTITY_KEYS = (
-    "task", "dataset", "model", "strategy", "template", "scoring", "retriever", "query", "retrieval", "metrics",
+    "task", "dataset", "model", "backend", "strategy", "template", "scoring", "retriever", "query", "retrieval", "metrics",
     "predictions", "recall_k", "train", "seed",
 )
+# Backend settings that decide how fast, not what: a run resumes across a change of these.
+BACKEND_RUNTIME_KEYS = ("batch_size", "progress_bar", "max_concurrency", "timeout_s", "max_retries", "accelerator", "gpu_memory_utilization")
 
 
 def check_config(cfg: DictConfig) -> Path:
@@ -33,12 +35,28 @@ def job_identity(cfg: DictConfig) -> str:
     """A hash of what decides the results (task, dataset, model, strategy, template, scoring, retriever, ...)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     key = {name: resolved.get(name) for name in IDENTITY_KEYS}
+    if isinstance(key["backend"], dict):
+        key["backend"] = {k: v for k, v in key["backend"].items() if k not in BACKEND_RUNTIME_KEYS}
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def same_job(cfg: DictConfig, run_dir: Path) -> bool:
     config_file = run_dir / "config.yaml"
     return config_file.is_file() and job_identity(OmegaConf.load(config_file)) == job_identity(cfg)
+
+
+def job_backend(cfg: DictConfig, kind: str):
+    """The job's model backend (``backend`` node, for the ``model`` node) behind the request cache
+    (``cache`` mode); refused here, before any work, when it cannot answer requests of ``kind``."""
+    from esgexp.backends import make_backend
+    from esgexp.backends.hf import RunContext
+
+    context = RunContext(cache_dir=cfg.paths.cache_dir, tracking_uri=cfg.tracking.uri, seed=cfg.seed)
+    backend = make_backend(cfg.backend, cfg.model, context, cfg.paths.request_cache, cfg.cache)
+    if not backend.supports(kind):
+        backend.close()
+        raise UserError(f"backend={cfg.backend.name} cannot answer {kind} requests for model {cfg.model.name!r}")
+    return backend
 
 
 def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:

@@ -16,8 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.errors import UserError
-from esgexp.jobs import check_config, finish, job_tags, same_job, save_inputs, summary_table, tracked_run
-from esgexp.models.loading import resolve_model_dir
+from esgexp.jobs import check_config, finish, job_backend, job_tags, same_job, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
 
 log = logging.getLogger(__name__)
@@ -62,6 +61,8 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
     if not items:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(loaded.skipped)})")
     task.prepare(items)
+    # The model comes before any retrieval index: a wrong model config fails in seconds.
+    backend = job_backend(cfg, cfg.scoring.name)
     passages, retrieval = retrieve(cfg, items)
     prompts = {item.id: task.prompt(item, passages.get(item.id)) for item in items}
 
@@ -73,28 +74,29 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         cfg,
         output_dir,
         model=cfg.model.name,
+        backend=cfg.backend.name,
         strategy=cfg.strategy.name,
         scoring=cfg.scoring.name,
         template=cfg.template.name,
         retriever=cfg.retriever.name if cfg.strategy.name == "rag" else None,
     )
     todo = [item for item in items if item.id not in done]
-    # Find the weights (and adapter) before the run starts: a wrong model config fails here, not mid-run.
-    model_source = resolve_model_dir(cfg.model, cfg.paths.cache_dir) if todo or cfg.model.adapter else None
     if cfg.model.adapter:
-        from esgexp.models.generation import prepare_adapter
         from esgexp.models.lora import adapter_tags
 
-        tags.update(adapter_tags(cfg, *prepare_adapter(cfg, model_source)))
+        tags.update(adapter_tags(cfg, *getattr(backend, "inner", backend).adapter))
     run_name = f"{tags['model']}/{cfg.strategy.name}/{cfg.scoring.name}"
     with tracked_run(cfg, run_name, tags) as run:
-        if todo:
-            try:
-                predict(cfg, task, model_source, todo, prompts, retrieval, predictions, fingerprints)
-            except (KeyboardInterrupt, SystemExit):
-                kept = len(predictions.read())
-                log.error("interrupted: %d predictions kept in %s; rerun with resume=true", kept, output_dir)
-                raise
+        usage: dict[str, int] = {}
+        try:
+            if todo:
+                usage = predict(cfg, task, backend, todo, prompts, retrieval, predictions, fingerprints)
+        except (KeyboardInterrupt, SystemExit):
+            kept = len(predictions.read())
+            log.error("interrupted: %d predictions kept in %s; rerun with resume=true", kept, output_dir)
+            raise
+        finally:
+            backend.close()
         records, metrics, info = task.score(items, latest_records(predictions, items))
         predictions.rewrite(records)
         if retrieval:
@@ -104,6 +106,8 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         metrics["n_failed"] = sum(1 for r in records if r.get("failed"))
         metrics["n_skipped_rows"] = len(loaded.skipped)
         metrics["n_resumed"] = len(done)
+        metrics.update(backend.stats())
+        metrics.update(usage_metrics(usage, cfg.model.get("price")))
         finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"], info)
         if metrics["n_failed"] == len(items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
@@ -125,44 +129,65 @@ def retrieve(cfg: DictConfig, items: list) -> tuple[dict[str, list[str]], dict[s
     return retrieve_for_items(cfg, items)
 
 
-def predict(
-    cfg: DictConfig, task, model_source: str, items: list, prompts: dict, retrieval: dict, predictions: PredictionLog, fingerprints: dict
-) -> None:
-    """Load the model from ``model_source``, run ``items`` and append one record per item to ``predictions``."""
-    from esgexp.models.generation import load_for_inference, model_input
-    from esgexp.models.inference import PromptDataModule, run_inference
-    from esgexp.models.scoring import make_scorer
+def make_requests(cfg: DictConfig, items: list, prompts: dict) -> list:
+    """One request per item: letter log-probabilities (scoring=logprob) or a generation (scoring=generate)."""
+    from esgexp.backends.base import GenerationRequest, LetterRequest
 
-    model, tokenizer = load_for_inference(cfg, model_source)
-    texts = {item.id: model_input(prompts[item.id], tokenizer, cfg.model.chat_template) for item in items}
-    ids = [item.id for item in items]
-    inputs = [texts[i] for i in ids]
-    data = PromptDataModule(ids, inputs, tokenizer, cfg.trainer.batch_size)
-    scoring = OmegaConf.to_container(cfg.scoring, resolve=True)
-    if cfg.model.reasoning and scoring["name"] == "generate":
+    scoring = cfg.scoring
+    if scoring.name == "logprob":
+        return [LetterRequest(item.id, prompts[item.id], letters=tuple(scoring.letters)) for item in items]
+    max_new_tokens = scoring.max_new_tokens
+    if cfg.model.reasoning:
         # A reasoning model thinks before it answers: a short-answer limit would cut it off mid-thought.
-        scoring["max_new_tokens"] = max(scoring["max_new_tokens"], cfg.model.generation.max_new_tokens)
-    scorer = make_scorer(scoring, tokenizer, inputs, [tokens for _, tokens in data.examples])
-    by_id = {item.id: item for item in items}
+        max_new_tokens = max(max_new_tokens, cfg.model.generation.max_new_tokens)
+    # Stop strings go to the model, except for a reasoning model (they would end its thinking).
+    stop = () if cfg.model.reasoning else tuple(scoring.get("stop") or ())
+    return [GenerationRequest(item.id, prompts[item.id], max_new_tokens=max_new_tokens, stop=stop) for item in items]
 
-    def write(results: list[dict]) -> None:
+
+def predict(
+    cfg: DictConfig, task, backend, items: list, prompts: dict, retrieval: dict, predictions: PredictionLog, fingerprints: dict
+) -> None:
+    """Send one request per item to ``backend``, append one record per answer to ``predictions``;
+    return the token usage of the answers that were not cached."""
+    requests = {r.id: r for r in make_requests(cfg, items, prompts)}
+    by_id = {item.id: item for item in items}
+    usage: dict[str, int] = {}
+
+    def write(responses: list) -> None:
         records = []
-        for result in results:
-            item_id = result["id"]
+        for response in responses:
+            item_id = response.id
             record = {
                 "id": item_id,
-                "prompt_hash": hashlib.sha256(texts[item_id].encode()).hexdigest()[:16],
+                "prompt_hash": hashlib.sha256(backend.rendered(requests[item_id]).encode()).hexdigest()[:16],
                 "item_hash": fingerprints[item_id],
             }
-            record.update(task.to_record(result, by_id[item_id]))
-            if result.get("failed"):
-                record.update(failed=True, error=result["error"])
+            record.update(task.to_record(response.to_result(), by_id[item_id]))
+            if response.failed:
+                record.update(failed=True, error=response.error)
+            if response.usage:
+                record["usage"] = response.usage
+            if response.cached:
+                record["cached"] = True
+            else:
+                for key, value in response.usage.items():
+                    usage[key] = usage.get(key, 0) + value
             if item_id in retrieval:
                 record["retrieval"] = retrieval[item_id]
             records.append(record)
         predictions.append(records)
 
-    run_inference(model, scorer, data, write, cfg.trainer.accelerator, cfg.trainer.progress_bar)
+    backend.run(list(requests.values()), write)
+    return usage
+
+
+def usage_metrics(usage: dict[str, int], price) -> dict[str, float]:
+    """``usage/<kind>_tokens`` sums and, with the model's prices per million tokens, ``usage/cost``."""
+    metrics = {f"usage/{key}": value for key, value in sorted(usage.items())}
+    if price and usage:
+        metrics["usage/cost"] = sum(usage.get(f"{kind}_tokens", 0) * float(per_million) / 1e6 for kind, per_million in price.items())
+    return metrics
 
 
 def latest_records(predictions: PredictionLog, items: list) -> list[dict]:

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from esgexp.errors import UserError
 from esgexp.models.inference import InferenceModule, PromptDataModule, run_inference
 from esgexp.models.loading import load_model_and_tokenizer, resolve_model_dir, torch_dtype
-from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids, make_scorer
+from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
 
 PROMPTS = [
     "Question: Which GRI disclosure covers Scope 2?\nAnswer:",
@@ -166,19 +166,3 @@ def test_common_prefix_leaves_a_token_of_each():
     assert common_prefix([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3]]) == [1, 2]
     assert common_prefix([[1, 2], [3]]) == []
     assert common_prefix([]) == []
-
-
-def test_make_scorer_follows_the_scoring_config(tiny):
-    _, tokenizer = tiny
-    shared = "You are an expert in ESG. Answer with one letter.\n\n"
-    prompts = [shared + p for p in PROMPTS]
-    tokens = tokenizer(prompts)["input_ids"]
-    logprob = make_scorer({"name": "logprob", "letters": list("ABCD"), "prefix_cache": True}, tokenizer, prompts, tokens)
-    assert isinstance(logprob, LogprobScorer) and logprob.prefix_ids == common_prefix(tokens)
-    assert list(logprob.letter_ids) == list("ABCD")
-    plain = make_scorer({"name": "logprob", "letters": list("ABCDZ"), "prefix_cache": False}, tokenizer, prompts, tokens)
-    assert plain.prefix_ids == [] and list(plain.letter_ids) == list("ABCDZ")
-    generate = make_scorer({"name": "generate", "max_new_tokens": 7}, tokenizer, prompts, tokens)
-    assert isinstance(generate, GenerateScorer) and generate.max_new_tokens == 7
-    with pytest.raises(UserError, match="scoring must be generate or logprob, got 'vote'"):
-        make_scorer({"name": "vote"}, tokenizer, prompts, tokens)

@@ -95,8 +95,25 @@ def converted_gguf_dir(name: str, package: str, filename: str, cache_dir: Path) 
     return target
 
 
+def cpu_has_fast_bf16() -> tuple[bool, str]:
+    """Whether this CPU computes bfloat16 natively, and the reason in words (e.g. ``CPU capability AVX2 has
+    no native bf16``). Native means torch's AVX512 kernels (``get_cpu_capability``), oneDNN's bf16 kernels
+    and AMX or AVX512-BF16 instructions; elsewhere bf16 is emulated and much slower than float32.
+    It decides ``trainer.precision=auto`` only: inference's ``model.dtype=auto`` stays float32 on every
+    CPU (``torch_dtype``), so evaluation scores do not depend on the machine."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    features = [name for name in ("amx_bf16", "avx512_bf16") if torch.cpu.get_capabilities().get(name)]
+    if capability == "AVX512" and features and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return True, f"CPU capability {capability} with native bf16 ({', '.join(features)})"
+    return False, f"CPU capability {capability} has no native bf16"
+
+
 def torch_dtype(name: str, on_gpu: bool):
-    """``auto`` is float16 on a GPU and float32 on the CPU; other names map directly."""
+    """The torch dtype for ``model.dtype``: ``auto`` is float16 on a GPU and float32 on the CPU, also one
+    with native bf16 (``cpu_has_fast_bf16``), since bfloat16 weights would change the evaluation's
+    scores and answers; other names map directly."""
     import torch
 
     if name not in DTYPES:
@@ -119,16 +136,24 @@ def check_quantisation(model_cfg: DictConfig, on_gpu: bool) -> None:
         raise UserError("model.load_in_4bit=true (QLoRA) needs the bitsandbytes package: pip install bitsandbytes")
 
 
-def load_model_and_tokenizer(source: str, model_cfg: DictConfig, on_gpu: bool, dtype=None):
-    """Load the causal LM at ``source`` (eval mode, in ``dtype`` or the config's) and a left-padding
-    tokenizer; with ``model.load_in_4bit``, the weights in 4-bit NF4 on the GPU (QLoRA)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_tokenizer(source: str):
+    """The tokenizer at ``source``, padding on the left (its pad token the EOS when it has none)."""
+    from transformers import AutoTokenizer
 
-    dtype = dtype or torch_dtype(model_cfg.dtype, on_gpu)
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model_and_tokenizer(source: str, model_cfg: DictConfig, on_gpu: bool, dtype=None, tokenizer=None):
+    """Load the causal LM at ``source`` (eval mode, in ``dtype`` or the config's) and a left-padding
+    tokenizer (``tokenizer`` when given); with ``model.load_in_4bit``, the weights in 4-bit NF4 on the GPU (QLoRA)."""
+    from transformers import AutoModelForCausalLM
+
+    dtype = dtype or torch_dtype(model_cfg.dtype, on_gpu)
+    tokenizer = tokenizer or load_tokenizer(source)
     options = {}
     if model_cfg.get("load_in_4bit"):
         import torch

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from esgexp.errors import UserError
@@ -29,24 +29,54 @@ def letter_token_ids(tokenizer, prompt: str, letters: Sequence[str]) -> dict[str
     raise UserError(f"the tokenizer has no single token for each of the letters {', '.join(letters)} after the prompt")
 
 
+class StopAfterText:
+    """Stops a row of a batch once its new text, past any leading blanks, holds one of ``stop``
+    (a transformers stopping criterion; the output is cut at the stop string afterwards)."""
+
+    def __init__(self, tokenizer, stop: Sequence[str], prompt_length: int):
+        self.tokenizer = tokenizer
+        self.stop = [s for s in stop if s]
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_length :], skip_special_tokens=True)
+        done = [any(s in text.lstrip() for s in self.stop) for text in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
 @dataclass
 class GenerateScorer:
-    """Greedy decoding; the output is the decoded text after the prompt."""
+    """Greedy decoding; the output is the decoded text after the prompt, ending at the first of ``stop``
+    that follows non-blank text (whole when none occurs)."""
 
     tokenizer: object
     max_new_tokens: int
+    stop: tuple[str, ...] = ()
 
     def __call__(self, model, input_ids, attention_mask) -> list[dict]:
+        from transformers import StoppingCriteriaList
+
+        criteria = StoppingCriteriaList([StopAfterText(self.tokenizer, self.stop, input_ids.shape[1])]) if self.stop else None
         generated = model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
             max_new_tokens=self.max_new_tokens,
             do_sample=False,
             pad_token_id=self.tokenizer.pad_token_id,
+            stopping_criteria=criteria,
         )
         new_tokens = generated[:, input_ids.shape[1] :]
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return [{"output": text} for text in texts]
+        return [{"output": cut_after_text(text, self.stop)} for text in texts]
+
+
+def cut_after_text(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to the first of ``stop`` that follows its leading blanks (the blanks kept)."""
+    body = text.lstrip()
+    ends = [body.find(s) for s in stop if s and s in body]
+    return text[: len(text) - len(body) + min(ends)] if ends else text
 
 
 def common_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
@@ -110,15 +140,3 @@ class LogprobScorer:
         cache.batch_repeat_interleave(len(rows))
         last = (lengths - 1)[:, None]
         return model(input_ids=batch, cache=cache, use_cache=True, logits_to_keep=last).logits[:, 0, :]
-
-
-def make_scorer(scoring: Mapping, tokenizer, prompts: Sequence[str], token_ids: Sequence[Sequence[int]]):
-    """The scorer that a scoring config (``conf/scoring/*.yaml``) asks for, fitted to these prompts:
-    the letters' tokens after them and, for logprob, the token prefix they all share."""
-    if scoring["name"] == "logprob":
-        letters = letter_token_ids(tokenizer, prompts[0], list(scoring["letters"]))
-        prefix = common_prefix(token_ids) if scoring["prefix_cache"] else []
-        return LogprobScorer(letters, prefix)
-    if scoring["name"] == "generate":
-        return GenerateScorer(tokenizer, scoring["max_new_tokens"])
-    raise UserError(f"scoring must be generate or logprob, got {scoring['name']!r}")

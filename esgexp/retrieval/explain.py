@@ -1,43 +1,43 @@
 """The ``explanation`` query formulation: an LLM explains each question; the explanation is the query.
 
-Explanations are cached on disk per (model config, prompt, length) and question, so a sweep over retrievers
-generates them once.
+The explanations are generated through the job's backend, so the request cache keeps them: a sweep
+over retrievers or query settings generates each once per model and prompt.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
-from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from esgexp.errors import UserError
-from esgexp.outputs import write_json
 from esgexp.records import RetrievalQuery
 
 
-def cache_file(cfg: DictConfig) -> Path:
-    model = OmegaConf.to_container(cfg.model, resolve=True)
-    key = json.dumps([model, cfg.query.prompt, cfg.query.max_new_tokens], sort_keys=True, default=str)
-    return Path(cfg.paths.cache_dir) / "explanations" / f"{cfg.model.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-
-
-def explanation_queries(cfg: DictConfig, queries: Sequence[RetrievalQuery]) -> dict[str, str]:
-    """Query id -> search text: the question's explanation (after the question when ``with_question``)."""
-    from esgexp.models.generation import generate_texts
+def explanation_queries(cfg: DictConfig, queries: Sequence[RetrievalQuery]) -> tuple[dict[str, str], dict[str, int]]:
+    """Query id -> search text: the question's explanation (after the question when ``with_question``);
+    and the backend's counts (requests sent, answers from the cache)."""
+    from esgexp.backends.base import GenerationRequest
+    from esgexp.jobs import job_backend
 
     if "{question}" not in cfg.query.prompt:
         raise UserError("query.prompt must contain {question}")
-    path = cache_file(cfg)
-    cached: dict[str, str] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    questions = sorted({q.text for q in queries} - set(cached))
-    if questions:
-        prompts = {str(i): cfg.query.prompt.replace("{question}", text) for i, text in enumerate(questions)}
-        outputs = generate_texts(cfg, prompts, cfg.query.max_new_tokens)
-        cached.update({text: outputs[str(i)].strip() for i, text in enumerate(questions)})
-        write_json(path, cached)
+    questions = sorted({q.text for q in queries})
+    requests = [
+        GenerationRequest(str(i), cfg.query.prompt.replace("{question}", text), max_new_tokens=cfg.query.max_new_tokens)
+        for i, text in enumerate(questions)
+    ]
+    explained: dict[str, str] = {}
+
+    def keep(responses: list) -> None:
+        for response in responses:
+            if response.failed:
+                raise UserError(f"the explanation of question {questions[int(response.id)]!r} failed: {response.error}")
+            explained[questions[int(response.id)]] = response.output.strip()
+
+    with job_backend(cfg, "generate") as backend:
+        backend.run(requests, keep)
+        stats = backend.stats()
     if cfg.query.with_question:
-        return {q.id: f"{q.text}\n{cached[q.text]}" for q in queries}
-    return {q.id: cached[q.text] for q in queries}
+        return {q.id: f"{q.text}\n{explained[q.text]}" for q in queries}, stats
+    return {q.id: explained[q.text] for q in queries}, stats

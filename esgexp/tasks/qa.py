@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from esgexp.errors import UserError
 from esgexp.eval.mcq import strip_reasoning
+from esgexp.models.scoring import cut_after_text
 from esgexp.records import QAItem
 from esgexp.strategies.qa import QAPrompter, draw_examples
 
@@ -20,18 +21,11 @@ log = logging.getLogger(__name__)
 ANSWER_LABEL = re.compile(r"^\s*answer\s*:\s*", flags=re.IGNORECASE)
 
 
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """``text`` up to the first of the ``stop`` strings after its leading blanks (whole when none occurs)."""
-    text = text.lstrip()
-    ends = [text.find(s) for s in stop if s and s in text]
-    return text[: min(ends)] if ends else text
-
-
 def clean_answer(output: str, reasoning: bool, stop: Sequence[str]) -> str:
     """The answer text: reasoning dropped first, then cut at the first stop string, a leading
     ``Answer:`` label and outer blanks removed."""
     text = strip_reasoning(output) if reasoning else output
-    return ANSWER_LABEL.sub("", cut_at_stop(text, stop)).strip()
+    return ANSWER_LABEL.sub("", cut_after_text(text, stop).lstrip()).strip()
 
 
 class QATask:

@@ -62,9 +62,9 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
     if cfg.query.mode == "explanation":
         from esgexp.retrieval.explain import explanation_queries
 
-        texts = explanation_queries(cfg, data.queries)
+        texts, backend_stats = explanation_queries(cfg, data.queries)
     else:
-        texts = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions)
+        texts, backend_stats = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions), {}
     retriever = job_retriever(cfg, data.passages)
     search = {"gold": [ranked_gold(q.relevance) for q in data.queries]} if retriever.needs_gold else {}
     hits = retriever.search([texts[q.id] for q in data.queries], max(ks), [q.doc_scope for q in data.queries], **search)
@@ -83,7 +83,7 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
         }
         for q, found in zip(data.queries, hits)
     ]
-    return records, metrics
+    return records, {**metrics, **backend_stats}
 
 
 def ranked_gold(relevance: dict[str, int]) -> list[str]:

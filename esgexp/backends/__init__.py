@@ -1,0 +1,22 @@
+"""Model backends behind one interface (base.py): ``hf`` (transformers here), ``openai`` (any
+OpenAI-compatible server), ``vllm`` (GPUs), each wrapped in the shared request cache (cache.py)."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.backends.base import Backend
+from esgexp.backends.cache import CachedBackend, RequestCache
+from esgexp.backends.hf import RunContext
+
+
+def make_backend(backend_cfg: DictConfig, model_cfg: DictConfig, context: RunContext, cache_path: str, cache_mode: str) -> Backend:
+    """The backend ``backend_cfg`` names (its ``_target_``, imported only now: optional dependencies
+    stay optional), for ``model_cfg``, answering from the request cache at ``cache_path`` first."""
+    from hydra.utils import get_class
+
+    settings = OmegaConf.to_container(backend_cfg, resolve=True)
+    settings.pop("name", None)
+    backend = get_class(settings.pop("_target_"))(model_cfg=model_cfg, context=context, **settings)
+    cache = RequestCache(cache_path, cache_mode)
+    return CachedBackend(backend, cache) if cache_mode != "off" else backend

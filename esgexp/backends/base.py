@@ -1,0 +1,134 @@
+"""The one interface every model backend offers the tasks: requests in, one response per item out.
+
+Two kinds of request, as in lm-evaluation-harness's ``LM`` (``generate_until`` / ``loglikelihood``):
+
+- ``GenerationRequest``: a prompt (or chat messages), max new tokens, stop strings, seed -> text;
+- ``LetterRequest``: a prompt and the option letters -> a log-probability per letter.
+
+A backend answers a list of requests through ``on_results``, batch by batch as they finish, so the
+caller can write each batch to disk before the next one starts; an item that fails is answered with
+``failed=True`` and its error, never dropped. ``identity()`` is what decides the outputs (backend,
+model, revision or weights stamp, adapter, dtype, base URL): the request cache keys on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+KINDS = ("generate", "logprob")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Greedy (``temperature`` 0) or seeded sampled text after ``prompt``, or after chat ``messages``."""
+
+    id: str
+    prompt: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None  # (role, content) pairs
+    max_new_tokens: int = 16
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    temperature: float = 0.0
+
+    kind = "generate"
+
+    def cacheable(self) -> bool:
+        """Greedy output is a function of the request; a sampled one only with its seed."""
+        return self.temperature == 0 or self.seed is not None
+
+
+@dataclass(frozen=True)
+class LetterRequest:
+    """The log-probability of each of ``letters`` as the next token after ``prompt`` (or ``messages``)."""
+
+    id: str
+    prompt: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    letters: tuple[str, ...] = ("A", "B", "C", "D")
+
+    kind = "logprob"
+
+    def cacheable(self) -> bool:
+        return True
+
+
+Request = GenerationRequest | LetterRequest
+
+
+def request_payload(request: Request) -> dict:
+    """What decides a request's answer: every field but the item id, and its kind."""
+    payload = asdict(request)
+    payload.pop("id")
+    payload["kind"] = request.kind
+    return payload
+
+
+@dataclass
+class Response:
+    """One item's answer: the text (generate) or per-letter scores (logprob), or why it failed."""
+
+    id: str
+    output: str | None = None
+    scores: dict[str, float] | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    cached: bool = False
+    failed: bool = False
+    error: str | None = None
+    # backend notes worth counting, e.g. {"retries": 2} or {"letters_missing": 1}
+    info: dict[str, int] = field(default_factory=dict)
+
+    def to_result(self) -> dict:
+        """The dict form the tasks turn into a prediction record."""
+        if self.failed:
+            return {"id": self.id, "failed": True, "error": self.error}
+        result = {"id": self.id, "output": self.output}
+        if self.scores is not None:
+            result["scores"] = self.scores
+        return result
+
+
+OnResults = Callable[[list[Response]], None]
+
+
+class Backend(ABC):
+    """A model behind one interface. Subclasses answer ``run``; the rest has sensible defaults."""
+
+    name: str = "backend"
+
+    @abstractmethod
+    def identity(self) -> dict:
+        """What decides this backend's outputs; JSON-serialisable and free of secrets."""
+
+    @abstractmethod
+    def supports(self, kind: str) -> bool:
+        """Whether requests of ``kind`` (``generate`` or ``logprob``) can be answered."""
+
+    @abstractmethod
+    def run(self, requests: Sequence[Request], on_results: OnResults) -> None:
+        """Answer every request (all of one kind), handing finished responses to ``on_results`` as they come."""
+
+    def rendered(self, request: Request) -> str:
+        """The exact input the model sees for ``request`` (its prompt hash and cache key are made from it)."""
+        if request.messages is not None:
+            return json.dumps([list(m) for m in request.messages])
+        return request.prompt or ""
+
+    def stats(self) -> dict[str, int]:
+        """Counts of this run worth reporting (requests sent, retries, failures, ...)."""
+        return {}
+
+    def close(self) -> None:
+        """Free what the backend holds (a GPU's memory, a connection pool) before the next job."""
+
+    def identity_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.identity(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

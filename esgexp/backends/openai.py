@@ -1,0 +1,318 @@
+"""``backend=openai``: any OpenAI-compatible server (OpenAI, DeepSeek, vLLM serve, llama.cpp, ...).
+
+Requests run concurrently up to ``max_concurrency``. A 429, a 5xx, a timeout or a dropped connection
+is retried with exponential backoff and jitter (``Retry-After`` honoured) up to ``max_retries``; any
+other 4xx fails that item at once with the server's message. An item whose retries run out is
+answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it.
+
+Letter log-probabilities come from ``/completions`` with ``echo`` (the exact log-probability of each
+letter after the prompt, one request per letter) or from ``/chat/completions``' ``top_logprobs`` of
+the first answer token (a letter missing from the top list scores ``-inf`` and is counted). The key
+is read from the environment variable ``api_key_env`` names and goes nowhere else.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+from omegaconf import DictConfig
+
+from esgexp.backends.base import Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
+from esgexp.errors import UserError
+
+log = logging.getLogger(__name__)
+
+APIS = ("chat", "completions")
+TOP_LOGPROBS = 20  # the most OpenAI's chat endpoint returns
+
+
+class RetryableError(Exception):
+    """A failure worth another try (429, 5xx, timeout, dropped connection); ``wait`` is the server's Retry-After."""
+
+    def __init__(self, message: str, wait: float | None = None):
+        super().__init__(message)
+        self.wait = wait
+
+
+class RequestFailed(Exception):
+    """A failure that another try will not mend (a 4xx other than 429, a malformed answer)."""
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+class OpenAIBackend(Backend):
+    """Chat or text completions from ``base_url`` for the served model ``model`` (default: the model's hub id)."""
+
+    name = "openai"
+
+    def __init__(self, model_cfg: DictConfig, context, base_url: str, api: str = "chat", model: str | None = None,
+                 api_key_env: str | None = None, max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 5,
+                 backoff_s: float = 1.0, progress_bar: bool = True):
+        if api not in APIS:
+            raise UserError(f"backend.api must be one of {', '.join(APIS)}, got {api!r}")
+        if not base_url or "://" not in str(base_url):
+            raise UserError(f"backend.base_url must be a server URL such as http://127.0.0.1:8000/v1, got {base_url!r}")
+        if model_cfg.get("adapter"):
+            raise UserError("model.adapter needs backend=hf or backend=vllm: an API server serves its own weights")
+        self.model_cfg = model_cfg
+        self.base_url = str(base_url).rstrip("/")
+        self.api = api
+        self.served = model or model_cfg.get("hub_id") or model_cfg.name
+        self.api_key_env = api_key_env
+        self.max_concurrency = max(1, int(max_concurrency))
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.progress_bar = progress_bar
+        self._key = self._read_key()
+        self._local = threading.local()
+        self._checked: set[str] = set()
+        self._counts = {"n_retries": 0, "n_failed_requests": 0, "n_letters_missing": 0}
+        self._count_lock = threading.Lock()
+
+    def _read_key(self) -> str | None:
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise UserError(
+                f"model {self.model_cfg.name!r} on {self.base_url} needs an API key: set the environment variable "
+                f"{self.api_key_env} (backend.api_key_env names it)"
+            )
+        return key
+
+    def identity(self) -> dict:
+        return {"backend": "openai", "base_url": self.base_url, "model": self.served, "api": self.api}
+
+    def supports(self, kind: str) -> bool:
+        return kind in ("generate", "logprob")
+
+    def rendered(self, request: Request) -> str:
+        if self.api == "chat":
+            return json.dumps([list(m) for m in self.messages(request)])
+        if request.messages is not None:
+            raise UserError("backend.api=completions takes a prompt, not chat messages: use backend.api=chat")
+        return request.prompt
+
+    @staticmethod
+    def messages(request: Request) -> list[tuple[str, str]]:
+        return list(request.messages) if request.messages is not None else [("user", request.prompt)]
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._count_lock:
+            self._counts[key] += n
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def run(self, requests: Sequence[Request], on_results: OnResults) -> None:
+        """Every request through a pool of ``max_concurrency`` threads; each answer handed over as it arrives."""
+        if not requests:
+            return
+        self.check_server(requests[0].kind)
+        from tqdm.auto import tqdm
+
+        answer = self.answer_letters if requests[0].kind == "logprob" else self.answer_generation
+        with ThreadPoolExecutor(self.max_concurrency) as pool, tqdm(
+            total=len(requests), desc=f"{self.served} ({self.api})", disable=not self.progress_bar
+        ) as bar:
+            futures = [pool.submit(self.answer_safely, answer, r) for r in requests]
+            try:
+                for future in as_completed(futures):
+                    on_results([future.result()])
+                    bar.update(1)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+
+    def answer_safely(self, answer, request: Request) -> Response:
+        try:
+            return answer(request)
+        except (RequestFailed, RetryableError) as error:
+            self._count("n_failed_requests")
+            log.warning("item %s failed: %s", request.id, error)
+            return Response(id=request.id, failed=True, error=str(error)[:500])
+
+    def check_server(self, kind: str) -> None:
+        """Once per kind, before any item: the server answers, and (logprob) returns log-probabilities."""
+        if kind in self._checked:
+            return
+        try:
+            if kind == "logprob":
+                probe = LetterRequest("probe", "Answer with one letter. A or B?\nAnswer:", letters=("A", "B"))
+                self.answer_letters(probe, probe_only=True)
+            else:
+                self.post(*self.generation_body(GenerationRequest("probe", "Hello", max_new_tokens=1)))
+        except RetryableError as error:
+            raise UserError(f"the server at {self.base_url} does not answer ({error}); is it running, and is this machine online?") from None
+        except RequestFailed as error:
+            raise UserError(f"the server at {self.base_url} refused a {kind} request for model {self.served!r}: {error}") from None
+        self._checked.add(kind)
+
+    # --- one request ------------------------------------------------------------------------------
+
+    def generation_body(self, request: GenerationRequest) -> tuple[str, dict]:
+        body: dict = {"model": self.served, "max_tokens": request.max_new_tokens, "temperature": request.temperature}
+        if request.stop:
+            body["stop"] = list(request.stop)
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if self.api == "chat":
+            body["messages"] = [{"role": role, "content": content} for role, content in self.messages(request)]
+            return "/chat/completions", body
+        body["prompt"] = request.prompt
+        return "/completions", body
+
+    def answer_generation(self, request: GenerationRequest) -> Response:
+        data, retries = self.post(*self.generation_body(request))
+        choice = first_choice(data)
+        text = choice["message"].get("content") if self.api == "chat" else choice.get("text")
+        return Response(id=request.id, output=text or "", usage=usage_of(data), info={"retries": retries} if retries else {})
+
+    def answer_letters(self, request: LetterRequest, probe_only: bool = False) -> Response:
+        if self.api == "completions":
+            return self.letters_by_echo(request, probe_only)
+        return self.letters_from_top(request, probe_only)
+
+    def letters_by_echo(self, request: LetterRequest, probe_only: bool) -> Response:
+        """log P(letter | prompt) for each letter: the prompt plus the letter echoed back with its token log-probabilities."""
+        spacing = "" if request.prompt[-1:].isspace() else " "
+        scores, usage, retries = {}, {}, 0
+        for letter in request.letters[:1] if probe_only else request.letters:
+            body = {"model": self.served, "prompt": request.prompt + spacing + letter, "max_tokens": 1,
+                    "temperature": 0, "echo": True, "logprobs": 1}
+            data, tries = self.post("/completions", body)
+            retries += tries
+            scores[letter] = continuation_logprob(first_choice(data).get("logprobs"), len(request.prompt))
+            for key, value in usage_of(data).items():
+                usage[key] = usage.get(key, 0) + value
+        return letter_response(request, scores, usage, retries)
+
+    def letters_from_top(self, request: LetterRequest, probe_only: bool) -> Response:
+        """The letters' log-probabilities among the top tokens of the chat answer's first token."""
+        body = {"model": self.served, "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": TOP_LOGPROBS,
+                "messages": [{"role": role, "content": content} for role, content in self.messages(request)]}
+        data, retries = self.post("/chat/completions", body)
+        content = ((first_choice(data).get("logprobs") or {}).get("content")) or []
+        if not content or "top_logprobs" not in content[0]:
+            raise RequestFailed("the chat answer has no top_logprobs: the server does not return log-probabilities "
+                                "(try backend.api=completions, or scoring=generate)")
+        scores = {letter: -math.inf for letter in request.letters}
+        for entry in content[0]["top_logprobs"]:
+            letter = entry["token"].strip()
+            if letter in scores:
+                scores[letter] = max(scores[letter], float(entry["logprob"]))
+        missing = sum(1 for value in scores.values() if value == -math.inf)
+        if missing and not probe_only:
+            self._count("n_letters_missing", missing)
+        response = letter_response(request, scores, usage_of(data), retries)
+        if missing == len(scores):
+            response.output = first_choice(data)["message"].get("content") or ""  # no letter at all: parsed as the text
+        return response
+
+    # --- HTTP -------------------------------------------------------------------------------------
+
+    def session(self):
+        import requests
+
+        if not hasattr(self._local, "session"):
+            session = requests.Session()
+            if self._key:
+                session.headers["Authorization"] = f"Bearer {self._key}"
+            self._local.session = session
+        return self._local.session
+
+    def post(self, path: str, body: dict) -> tuple[dict, int]:
+        """The JSON answer to ``body`` at ``path`` and how many retries it took."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self.post_once(path, body), attempt
+            except RetryableError as error:
+                if attempt == self.max_retries:
+                    raise RetryableError(f"{error} (gave up after {self.max_retries} retries)") from None
+                self._count("n_retries")
+                backoff = self.backoff_s * 2**attempt
+                wait = error.wait if error.wait is not None else backoff * (0.5 + random.random())
+                log.debug("retrying %s in %.1f s: %s", path, wait, error)
+                time.sleep(min(wait, 120.0))
+        raise AssertionError("unreachable")
+
+    def post_once(self, path: str, body: dict) -> dict:
+        import requests
+
+        try:
+            reply = self.session().post(self.base_url + path, json=body, timeout=self.timeout_s)
+        except requests.Timeout:
+            raise RetryableError(f"no answer within timeout_s={self.timeout_s:g}") from None
+        except requests.ConnectionError as error:
+            raise RetryableError(f"connection failed: {str(error)[:200]}") from None
+        if reply.status_code == 429 or reply.status_code >= 500:
+            raise RetryableError(f"HTTP {reply.status_code}: {reply.text[:200]}", retry_after(reply.headers.get("Retry-After")))
+        if reply.status_code >= 400:
+            raise RequestFailed(f"HTTP {reply.status_code}: {server_message(reply)}")
+        try:
+            return reply.json()
+        except ValueError:
+            raise RequestFailed(f"the answer is not JSON: {reply.text[:200]!r}") from None
+
+
+def server_message(reply) -> str:
+    """The error message in an OpenAI-style error body, else the body's start."""
+    try:
+        error = reply.json().get("error")
+        return str(error.get("message") if isinstance(error, dict) else error)[:500]
+    except (ValueError, AttributeError):
+        return reply.text[:500]
+
+
+def first_choice(data: dict) -> dict:
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices:
+        raise RequestFailed(f"the answer has no choices: {json.dumps(data)[:200]}")
+    return choices[0]
+
+
+def usage_of(data: dict) -> dict[str, int]:
+    usage = data.get("usage") or {}
+    return {key: int(usage[key]) for key in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(key), int)}
+
+
+def continuation_logprob(logprobs: dict | None, prompt_chars: int) -> float:
+    """The summed log-probability of the echoed tokens that start at or after character ``prompt_chars``."""
+    if not logprobs or not logprobs.get("token_logprobs") or not logprobs.get("text_offset"):
+        raise RequestFailed("the completion has no echoed token log-probabilities (the server ignores echo/logprobs)")
+    total, found = 0.0, False
+    # The last token is the one generated after the echo: only the echoed ones count.
+    for offset, value in zip(logprobs["text_offset"][:-1], logprobs["token_logprobs"][:-1]):
+        if offset >= prompt_chars and value is not None:
+            total += float(value)
+            found = True
+    if not found:
+        raise RequestFailed("no echoed token after the prompt: the letter merged into the prompt's last token")
+    return total
+
+
+def letter_response(request: LetterRequest, scores: dict[str, float], usage: dict, retries: int) -> Response:
+    best = max(request.letters, key=lambda letter: scores.get(letter, -math.inf))
+    return Response(id=request.id, output=best, scores=scores, usage=usage, info={"retries": retries} if retries else {})

@@ -1,0 +1,132 @@
+"""``backend=vllm``: offline ``vllm.LLM`` on one or more GPUs (``pip install -e ".[vllm]"``).
+
+Greedy decoding with stop strings, letter log-probabilities from the next token's top list (``logprobs``
+of the first generated token, the letters looked up by token id), prefix caching on, and
+``model.adapter`` served through a LoRA request, so fine-tuned adapters evaluate here too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Sequence
+
+from omegaconf import DictConfig
+
+from esgexp.backends.base import Backend, OnResults, Request, Response
+from esgexp.backends.hf import RunContext, files_stamp, weights_stamp
+from esgexp.errors import UserError
+
+DTYPES = ("float16", "bfloat16", "auto")
+
+
+class VLLMBackend(Backend):
+    """A model served in-process by vLLM: ``dtype``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``."""
+
+    name = "vllm"
+
+    def __init__(self, model_cfg: DictConfig, context: RunContext, dtype: str = "auto", tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, max_logprobs: int = 20,
+                 batch_size: int = 256):
+        if importlib.util.find_spec("vllm") is None:
+            raise UserError('backend=vllm needs the vllm package: pip install -e ".[vllm]" (on a machine with a CUDA GPU)')
+        if dtype not in DTYPES:
+            raise UserError(f"backend.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        from esgexp.models.generation import prepare_adapter
+        from esgexp.models.loading import resolve_model_dir
+
+        self.model_cfg = model_cfg
+        self.source = resolve_model_dir(model_cfg, context.cache_dir)
+        self.adapter = prepare_adapter(model_cfg, self.source, context.tracking_uri, context.cache_dir) if model_cfg.adapter else None
+        self.settings = {"dtype": dtype, "tensor_parallel_size": int(tensor_parallel_size),
+                         "gpu_memory_utilization": float(gpu_memory_utilization), "max_model_len": max_model_len,
+                         "max_logprobs": int(max_logprobs)}
+        self.batch_size = int(batch_size)
+        self.seed = context.seed
+        self._llm = None
+        self._tokenizer = None
+
+    def identity(self) -> dict:
+        identity = {"backend": "vllm", "model": self.model_cfg.get("hub_id") or self.model_cfg.name,
+                    "weights": weights_stamp(self.source), "dtype": self.settings["dtype"]}
+        if self.adapter:
+            identity["adapter"] = {"path": str(self.adapter[0]), "weights": files_stamp(self.adapter[0])}
+        return identity
+
+    def supports(self, kind: str) -> bool:
+        return kind in ("generate", "logprob")
+
+    @property
+    def llm(self):
+        if self._llm is None:
+            from vllm import LLM
+
+            self._llm = LLM(model=self.source, enable_prefix_caching=True, enable_lora=bool(self.adapter), seed=self.seed,
+                            **{k: v for k, v in self.settings.items() if v is not None})
+        return self._llm
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer, loaded without the engine (a cached rerun never starts vLLM)."""
+        if self._tokenizer is None:
+            from esgexp.models.loading import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.source)
+        return self._tokenizer
+
+    def rendered(self, request: Request) -> str:
+        from esgexp.models.generation import model_input
+
+        tokenizer = self.tokenizer
+        if request.messages is not None:
+            return tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in request.messages], tokenize=False,
+                                                 add_generation_prompt=True)
+        return model_input(request.prompt, tokenizer, self.model_cfg.chat_template)
+
+    def lora_request(self):
+        if not self.adapter:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest("adapter", 1, str(self.adapter[0]))
+
+    def run(self, requests: Sequence[Request], on_results: OnResults) -> None:
+        """Chunks of ``batch_size`` requests through ``LLM.generate``; each chunk handed over when done."""
+        from vllm import SamplingParams
+
+        from esgexp.models.scoring import letter_token_ids
+
+        letter_ids = None
+        for start in range(0, len(requests), self.batch_size):
+            chunk = list(requests[start : start + self.batch_size])
+            texts = [self.rendered(r) for r in chunk]
+            if chunk[0].kind == "logprob":
+                letter_ids = letter_ids or letter_token_ids(self.tokenizer, texts[0], list(chunk[0].letters))
+                params = [SamplingParams(max_tokens=1, temperature=0, logprobs=self.settings["max_logprobs"]) for _ in chunk]
+            else:
+                params = [SamplingParams(max_tokens=r.max_new_tokens, temperature=r.temperature, seed=r.seed, stop=list(r.stop) or None)
+                          for r in chunk]
+            outputs = self.llm.generate(texts, params, lora_request=self.lora_request(), use_tqdm=False)
+            on_results([self.response(r, out, letter_ids) for r, out in zip(chunk, outputs)])
+
+    def response(self, request: Request, output, letter_ids: dict[str, int] | None) -> Response:
+        completion = output.outputs[0]
+        usage = {"prompt_tokens": len(output.prompt_token_ids), "completion_tokens": len(completion.token_ids)}
+        if request.kind != "logprob":
+            return Response(request.id, output=completion.text, usage=usage)
+        top = completion.logprobs[0]
+        scores = {letter: float(top[token].logprob) if token in top else -math.inf for letter, token in letter_ids.items()}
+        return Response(request.id, output=max(scores, key=scores.get), scores=scores, usage=usage)
+
+    def close(self) -> None:
+        """Drop the engine and free the GPU for the next job of a sweep."""
+        if self._llm is None:
+            return
+        import gc
+
+        import torch
+
+        self._llm = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
