@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import re
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig
+
+try:
+    import fcntl
+except ImportError:  # Windows: no inter-process lock
+    fcntl = None
 
 log = logging.getLogger(__name__)
 
@@ -20,20 +27,64 @@ def is_local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
 
-def use_store(uri: str, artifact_location: str | None, experiment_name: str) -> str:
-    """Point MLflow at ``uri`` and return the id of ``experiment_name``, creating it if needed."""
-    import mlflow
+def is_locked(error: BaseException) -> bool:
+    """sqlite refused a write because another process holds the database (raised as is or inside MlflowException)."""
+    return "database is locked" in str(error)
 
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+
+def retry_locked(call, *args, attempts: int = 8, **kwargs):
+    """``call(*args, **kwargs)``, called again after a growing, jittered pause while sqlite reports the
+    database locked (parallel jobs writing to one store); any other error, or the last one, is raised."""
+    for attempt in range(attempts):
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:
+            if attempt == attempts - 1 or not is_locked(error):
+                raise
+            pause = min(0.2 * 2**attempt, 10.0) * random.uniform(0.5, 1.5)
+            log.warning("MLflow store busy (%s): retrying in %.1f s", type(error).__name__, pause)
+            time.sleep(pause)
+
+
+@contextmanager
+def store_lock(uri: str):
+    """Held by one process at a time: an exclusive ``flock`` on ``<db>.lock`` next to a sqlite store (its
+    folder is created); a no-op for other stores, and where ``fcntl`` is missing (Windows)."""
+    if not uri.startswith("sqlite:///") or fcntl is None:
+        yield
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def use_store(uri: str, artifact_location: str | None, experiment_name: str) -> str:
+    """Point MLflow at ``uri`` and return the id of ``experiment_name``, creating it if needed.
+
+    Under :func:`store_lock`, so that parallel jobs against a fresh sqlite file neither race on MLflow
+    creating and migrating its tables (done by the first call in a process) nor on creating the experiment."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
     mlflow.set_tracking_uri(uri)
-    experiment = mlflow.get_experiment_by_name(experiment_name)
-    if experiment is not None:
-        return experiment.experiment_id
-    location = None
-    if artifact_location and is_local_store(uri):
-        location = Path(artifact_location).resolve().as_uri()
-    return mlflow.create_experiment(experiment_name, artifact_location=location)
+    with store_lock(uri):
+        experiment = retry_locked(mlflow.get_experiment_by_name, experiment_name)
+        if experiment is not None:
+            return experiment.experiment_id
+        location = None
+        if artifact_location and is_local_store(uri):
+            location = Path(artifact_location).resolve().as_uri()
+        try:
+            return retry_locked(mlflow.create_experiment, experiment_name, artifact_location=location)
+        except MlflowException as error:  # created meanwhile where there is no lock (a server store)
+            if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return mlflow.get_experiment_by_name(experiment_name).experiment_id
 
 
 def git_commit(cwd: str | Path) -> str:
@@ -50,17 +101,30 @@ def mlflow_run(tracking_cfg: DictConfig, experiment_name: str, run_name: str, pa
     import mlflow
 
     experiment_id = use_store(tracking_cfg.uri, tracking_cfg.get("artifact_location"), experiment_name)
-    run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags)
+    run = retry_locked(mlflow.start_run, experiment_id=experiment_id, run_name=run_name, tags=tags)
     try:
-        mlflow.log_params({k: str(v)[:MAX_PARAM_LENGTH] for k, v in params.items()})
+        retry_locked(mlflow.log_params, {k: str(v)[:MAX_PARAM_LENGTH] for k, v in params.items()})
         yield run
     except (KeyboardInterrupt, SystemExit):  # Lightning turns Ctrl-C into SystemExit
-        mlflow.end_run(status="KILLED")
+        end_run(run.info.run_id, "KILLED")
         raise
     except BaseException:
-        mlflow.end_run(status="FAILED")
+        end_run(run.info.run_id, "FAILED")
         raise
-    mlflow.end_run(status="FINISHED")
+    end_run(run.info.run_id, "FINISHED")
+
+
+def end_run(run_id: str, status: str) -> None:
+    """End the active run with ``status``. ``mlflow.end_run`` takes the run off its stack before it writes
+    the status, so a locked store is retried on the write alone."""
+    import mlflow
+
+    try:
+        mlflow.end_run(status=status)
+    except Exception as error:
+        if not is_locked(error):
+            raise
+        retry_locked(mlflow.MlflowClient().set_terminated, run_id, status)
 
 
 MAX_METRIC_NAME = 250
@@ -86,9 +150,9 @@ def log_results(metrics: dict, files: list[Path], info: dict[str, str], step: in
         for k, v in metrics.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v  # NaN: undefined, not logged
     }
-    mlflow.log_metrics(numeric, step=step)
+    retry_locked(mlflow.log_metrics, numeric, step=step)
     if info:
-        mlflow.set_tags(info)
+        retry_locked(mlflow.set_tags, info)
     for path in files:
         if path.is_file():
-            mlflow.log_artifact(str(path))
+            retry_locked(mlflow.log_artifact, str(path))

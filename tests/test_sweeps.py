@@ -1,0 +1,131 @@
+"""Sweeps beyond one process, as a user runs them: Hydra's joblib and submitit launchers, and parallel
+jobs sharing one sqlite MLflow store (created by whichever job comes first)."""
+
+import json
+import multiprocessing
+import subprocess
+import sys
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from omegaconf import OmegaConf
+
+from esgexp import tracking
+
+
+def esgexp(cwd, env, *args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "esgexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def tiny_sweep(tmp_path, tiny_model_dir, *args):
+    """A multirun of the tiny random Llama on two sample items per job, everything under ``tmp_path``."""
+    return [
+        "-m", *args, "model=local", f"model.path={tiny_model_dir}", "dataset.limit=2",
+        "model.generation.max_new_tokens=2", "trainer.progress_bar=false", f"paths.root_dir={tmp_path}",
+    ]
+
+
+def finished_runs(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert all(r.info.status == "FINISHED" for r in runs), [r.info.status for r in runs]
+    return runs
+
+
+def job_folders(tmp_path):
+    """The sweep's job folders (``hydra.sweep.dir/<job num>``) that hold metrics.json; one sweep folder."""
+    metrics_files = sorted((tmp_path / "runs" / "esg_sample").glob("*/*/*/metrics.json"))
+    assert len({p.parent.parent for p in metrics_files}) == 1
+    assert all(json.loads(p.read_text())["n_items"] == 2 for p in metrics_files)
+    return [p.parent for p in metrics_files]
+
+
+def test_joblib_runs_jobs_in_parallel_against_one_fresh_sqlite_store(tmp_path, clean_env, tiny_model_dir):
+    result = esgexp(tmp_path, clean_env, *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Joblib.Parallel(n_jobs=3" in result.stdout
+    folders = job_folders(tmp_path)
+    assert [p.name for p in folders] == ["0", "1", "2"]
+    runs = finished_runs(tmp_path)
+    assert sorted(r.data.params["seed"] for r in runs) == ["1", "2", "3"]
+    assert {r.data.tags["run_dir"] for r in runs} == {str(p) for p in folders}
+    assert all((p / "esgexp.log").is_file() for p in folders)  # each job logs to its own folder
+
+
+def test_joblib_sweep_reports_a_user_mistake_in_one_line(tmp_path, clean_env, tiny_model_dir):
+    result = esgexp(tmp_path, clean_env, *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                                                     "dataset.path=/no/such.csv,/no/such2.csv"), timeout=120)
+    assert result.returncode == 2
+    assert "error: dataset file not found: /no/such" in result.stderr
+    assert "Traceback" not in result.stderr
+    logs = [p.read_text() for p in (tmp_path / "runs" / "esg_sample").glob("*/*/*/esgexp.log")]
+    assert any("dataset file not found" in text for text in logs)  # in the failing job's own log file
+
+
+def test_submitit_local_runs_each_job_as_its_own_submission(tmp_path, clean_env, tiny_model_dir):
+    # submitit_local pickles each job and runs it in a new process; timeout_min (whole minutes) bounds a job:
+    # it is signalled (and requeued) signal_delay_s=30 s before the end, so 2 leaves ample time for ~20 s.
+    result = esgexp(tmp_path, clean_env, *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=2", "seed=1,2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    folders = job_folders(tmp_path)
+    assert [p.name for p in folders] == ["0", "1"]
+    runs = finished_runs(tmp_path)
+    assert sorted(r.data.params["seed"] for r in runs) == ["1", "2"]
+    assert {r.data.tags["run_dir"] for r in runs} == {str(p) for p in folders}
+    # A job's console output goes to its submitit folder, not the launching terminal.
+    outputs = [p.read_text() for p in folders[0].parent.glob(".submitit/*/*_log.out")]
+    assert sum("mlflow run:" in text for text in outputs) == 2
+
+
+def open_store(uri, artifacts, barrier, results):
+    barrier.wait()
+    try:
+        results.put(tracking.use_store(uri, artifacts, "sweep"))
+    except Exception as error:  # reported to the test, which would otherwise only see a missing result
+        results.put(f"failed: {error!r}")
+
+
+def test_processes_opening_one_fresh_sqlite_store_at_once_share_one_experiment(tmp_path):
+    uri, n = f"sqlite:///{tmp_path}/mlruns/mlflow.db", 3
+    spawn = multiprocessing.get_context("spawn")
+    barrier, results = spawn.Barrier(n), spawn.Queue()
+    processes = [spawn.Process(target=open_store, args=(uri, str(tmp_path / "artifacts"), barrier, results)) for _ in range(n)]
+    for process in processes:
+        process.start()
+    ids = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(timeout=30)
+    assert len(set(ids)) == 1 and not ids[0].startswith("failed"), ids
+    assert [e.name for e in MlflowClient(uri).search_experiments()].count("sweep") == 1
+
+
+def test_a_locked_store_is_retried(tmp_path, monkeypatch, caplog):
+    import mlflow
+
+    locked = MlflowException("(sqlite3.OperationalError) database is locked")
+
+    def fails_once(real):
+        calls = []
+
+        def call(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise locked
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(mlflow, "log_params", fails_once(mlflow.log_params))
+    monkeypatch.setattr(mlflow, "log_metrics", fails_once(mlflow.log_metrics))
+    # mlflow.end_run takes the run off its stack before this write fails: the status must still be written.
+    monkeypatch.setattr(MlflowClient, "set_terminated", fails_once(MlflowClient.set_terminated))
+    cfg = OmegaConf.create({"uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db", "artifact_location": str(tmp_path / "artifacts")})
+    with tracking.mlflow_run(cfg, "locked", "job", {"seed": 1}, {"task": "mcq"}) as run:
+        tracking.log_results({"accuracy": 0.5}, [], {})
+    saved = MlflowClient(cfg.uri).get_run(run.info.run_id)
+    assert saved.info.status == "FINISHED" and saved.data.params == {"seed": "1"} and saved.data.metrics == {"accuracy": 0.5}
+    assert caplog.text.count("MLflow store busy") == 2  # set_terminated: its retry comes after mlflow.end_run failed
+    assert mlflow.active_run() is None
+
+    with pytest.raises(MlflowException, match="Invalid"):  # any other error is not retried
+        tracking.retry_locked(lambda: (_ for _ in ()).throw(MlflowException("Invalid value")))
