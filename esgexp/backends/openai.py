@@ -5,9 +5,10 @@ is retried with exponential backoff and jitter (``Retry-After`` honoured) up to 
 other 4xx fails that item at once with the server's message. An item whose retries run out is
 answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it.
 
-Letter log-probabilities come from ``/completions`` with ``echo`` (the exact log-probability of each
-letter after the prompt, one request per letter) or from ``/chat/completions``' ``top_logprobs`` of
-the first answer token (a letter missing from the top list scores ``-inf`` and is counted). The key
+Letter log-probabilities come from the top log-probabilities of the first answer token (``top_logprobs``
+of ``/chat/completions``, ``logprobs`` of ``/completions``); a letter missing from the top list scores
+``-inf`` and is counted. (Scoring each letter by ``echo`` was tried and left out: llama-cpp-python
+0.3.36 shifts echoed log-probabilities and offsets by one around the BOS token.) The key
 is read from the environment variable ``api_key_env`` names and goes nowhere else.
 """
 
@@ -32,7 +33,6 @@ from esgexp.errors import UserError
 log = logging.getLogger(__name__)
 
 APIS = ("chat", "completions")
-TOP_LOGPROBS = 20  # the most OpenAI's chat endpoint returns
 
 
 class RetryableError(Exception):
@@ -65,7 +65,7 @@ class OpenAIBackend(Backend):
 
     def __init__(self, model_cfg: DictConfig, context, base_url: str, api: str = "chat", model: str | None = None,
                  api_key_env: str | None = None, max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 5,
-                 backoff_s: float = 1.0, progress_bar: bool = True):
+                 backoff_s: float = 1.0, top_logprobs: int = 20, progress_bar: bool = True):
         if api not in APIS:
             raise UserError(f"backend.api must be one of {', '.join(APIS)}, got {api!r}")
         if not base_url or "://" not in str(base_url):
@@ -81,6 +81,7 @@ class OpenAIBackend(Backend):
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
+        self.top_logprobs = int(top_logprobs)
         self.progress_bar = progress_bar
         self._key = self._read_key()
         self._local = threading.local()
@@ -191,44 +192,39 @@ class OpenAIBackend(Backend):
         return Response(id=request.id, output=text or "", usage=usage_of(data), info={"retries": retries} if retries else {})
 
     def answer_letters(self, request: LetterRequest, probe_only: bool = False) -> Response:
-        if self.api == "completions":
-            return self.letters_by_echo(request, probe_only)
-        return self.letters_from_top(request, probe_only)
-
-    def letters_by_echo(self, request: LetterRequest, probe_only: bool) -> Response:
-        """log P(letter | prompt) for each letter: the prompt plus the letter echoed back with its token log-probabilities."""
-        spacing = "" if request.prompt[-1:].isspace() else " "
-        scores, usage, retries = {}, {}, 0
-        for letter in request.letters[:1] if probe_only else request.letters:
-            body = {"model": self.served, "prompt": request.prompt + spacing + letter, "max_tokens": 1,
-                    "temperature": 0, "echo": True, "logprobs": 1}
-            data, tries = self.post("/completions", body)
-            retries += tries
-            scores[letter] = continuation_logprob(first_choice(data).get("logprobs"), len(request.prompt))
-            for key, value in usage_of(data).items():
-                usage[key] = usage.get(key, 0) + value
-        return letter_response(request, scores, usage, retries)
-
-    def letters_from_top(self, request: LetterRequest, probe_only: bool) -> Response:
-        """The letters' log-probabilities among the top tokens of the chat answer's first token."""
-        body = {"model": self.served, "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": TOP_LOGPROBS,
-                "messages": [{"role": role, "content": content} for role, content in self.messages(request)]}
-        data, retries = self.post("/chat/completions", body)
-        content = ((first_choice(data).get("logprobs") or {}).get("content")) or []
-        if not content or "top_logprobs" not in content[0]:
-            raise RequestFailed("the chat answer has no top_logprobs: the server does not return log-probabilities "
-                                "(try backend.api=completions, or scoring=generate)")
+        """The letters' log-probabilities among the top tokens of the answer's first token."""
+        body: dict = {"model": self.served, "max_tokens": 1, "temperature": 0}
+        if self.api == "chat":
+            body.update(logprobs=True, top_logprobs=self.top_logprobs,
+                        messages=[{"role": role, "content": content} for role, content in self.messages(request)])
+            data, retries = self.post("/chat/completions", body)
+            choice = first_choice(data)
+            logprobs = choice.get("logprobs")
+            content = (logprobs or {}).get("content") or []
+            top = {entry["token"]: entry["logprob"] for entry in content[0].get("top_logprobs") or []} if content else {}
+            text = choice["message"].get("content") or ""
+        else:
+            body.update(prompt=request.prompt, logprobs=self.top_logprobs)
+            data, retries = self.post("/completions", body)
+            choice = first_choice(data)
+            logprobs = choice.get("logprobs")
+            top = ((logprobs or {}).get("top_logprobs") or [{}])[0] or {}
+            text = choice.get("text") or ""
+        if not isinstance(logprobs, dict):
+            raise RequestFailed(f"the answer has no log-probabilities: the server does not return them for api={self.api} "
+                                "(try the other backend.api, or scoring=generate)")
+        # An empty top list is a model that ended its answer at once: every letter is missing.
         scores = {letter: -math.inf for letter in request.letters}
-        for entry in content[0]["top_logprobs"]:
-            letter = entry["token"].strip()
+        for token, value in top.items():
+            letter = token.strip()
             if letter in scores:
-                scores[letter] = max(scores[letter], float(entry["logprob"]))
+                scores[letter] = max(scores[letter], float(value))
         missing = sum(1 for value in scores.values() if value == -math.inf)
         if missing and not probe_only:
             self._count("n_letters_missing", missing)
         response = letter_response(request, scores, usage_of(data), retries)
         if missing == len(scores):
-            response.output = first_choice(data)["message"].get("content") or ""  # no letter at all: parsed as the text
+            response.output = text  # no letter among the top tokens: the answer is parsed from the text
         return response
 
     # --- HTTP -------------------------------------------------------------------------------------
@@ -296,21 +292,6 @@ def first_choice(data: dict) -> dict:
 def usage_of(data: dict) -> dict[str, int]:
     usage = data.get("usage") or {}
     return {key: int(usage[key]) for key in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(key), int)}
-
-
-def continuation_logprob(logprobs: dict | None, prompt_chars: int) -> float:
-    """The summed log-probability of the echoed tokens that start at or after character ``prompt_chars``."""
-    if not logprobs or not logprobs.get("token_logprobs") or not logprobs.get("text_offset"):
-        raise RequestFailed("the completion has no echoed token log-probabilities (the server ignores echo/logprobs)")
-    total, found = 0.0, False
-    # The last token is the one generated after the echo: only the echoed ones count.
-    for offset, value in zip(logprobs["text_offset"][:-1], logprobs["token_logprobs"][:-1]):
-        if offset >= prompt_chars and value is not None:
-            total += float(value)
-            found = True
-    if not found:
-        raise RequestFailed("no echoed token after the prompt: the letter merged into the prompt's last token")
-    return total
 
 
 def letter_response(request: LetterRequest, scores: dict[str, float], usage: dict, retries: int) -> Response:

@@ -1,0 +1,183 @@
+"""backend=openai against a real OpenAI-compatible server (llama.cpp's, serving SmolLM2), through a fault proxy."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from esgexp.backends.base import GenerationRequest, LetterRequest
+from esgexp.backends.hf import RunContext
+from esgexp.backends.openai import OpenAIBackend, retry_after
+from esgexp.errors import UserError
+from esgexp.run import run_job
+
+REFERENCE = Path(__file__).parent / "data" / "smollm2_sample_predictions.jsonl"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def api(base_url: str, *extra: str) -> tuple[str, ...]:
+    """Overrides for SmolLM2 through the server at ``base_url`` (quick retries for the fault tests)."""
+    return ("backend=openai", f"backend.base_url={base_url}", "backend.backoff_s=0.05", "backend.timeout_s=20", *extra)
+
+
+def model_cfg():
+    return OmegaConf.create({"name": "smollm2-135m", "hub_id": None, "adapter": None})
+
+
+def hf_reference(scoring: str) -> dict:
+    return {r["id"]: r for r in read_jsonl(REFERENCE) if r["scoring"] == scoring}
+
+
+def test_generate_mode_agrees_with_hf_and_a_rerun_makes_no_request(make_cfg, fault_proxy, tmp_path):
+    metrics = run_job(make_cfg(*api(fault_proxy.base_url)))
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    reference = hf_reference("generate")
+    agree = sum(r["parsed"] == reference[r["id"]]["parsed"] for r in records) / len(records)
+    # The server runs the Q4_1 weights as they are, HF the dequantised ones: greedy letters agree on most items.
+    assert metrics["n_items"] == 48 and metrics["invalid_rate"] < 0.5 and agree >= 0.9, agree
+    assert metrics["n_requests"] == 48 and metrics["usage/prompt_tokens"] > 48 * 50 and metrics["usage/completion_tokens"] > 0
+    sent = fault_proxy.count_path("/v1/chat/completions")
+    assert sent == 48 + 1  # the items and the one start-up probe
+
+    again = run_job(make_cfg(*api(fault_proxy.base_url), f"paths.output_dir={tmp_path}/again"))
+    assert fault_proxy.count_path("/v1/chat/completions") == sent  # nothing reached the server
+    assert (again["n_cached"], again["n_requests"]) == (48, 0)
+    rerun = read_jsonl(tmp_path / "again" / "predictions.jsonl")
+    assert [(r["id"], r["output"], r["parsed"]) for r in rerun] == [(r["id"], r["output"], r["parsed"]) for r in records]
+
+
+def test_logprob_mode_scores_every_letter(make_cfg, llama_server, tmp_path):
+    metrics = run_job(make_cfg(*api(llama_server), "scoring=logprob", "dataset.limit=12"))
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert metrics["invalid_rate"] == 0.0 and len(records) == 12
+    for record in records:
+        assert set(record["scores"]) == set("ABCD")
+        assert record["parsed"] == max(record["scores"], key=record["scores"].get)
+    reference = hf_reference("logprob")  # the same chat prompt as HF's: the letters agree with the dequantised model's
+    assert sum(r["parsed"] == reference[r["id"]]["parsed"] for r in records) >= 10
+    assert metrics["n_letters_missing"] == sum(1 for r in records for v in r["scores"].values() if v == float("-inf"))
+
+
+def test_completions_scores_the_letters_from_the_top_list(llama_server, tmp_path):
+    backend = OpenAIBackend(model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, api="completions", progress_bar=False)
+    prompt = "<|im_start|>user\nWhich letter comes first in the alphabet? Answer with one letter: A, B, C or D.<|im_end|>\n<|im_start|>assistant\n"
+    answer = backend.answer_letters(LetterRequest("q", prompt))
+    assert answer.output == "A" and set(answer.scores) == set("ABCD") and -5.0 < answer.scores["A"] < 0
+
+
+def test_a_model_that_ends_its_answer_at_once_has_every_letter_missing(llama_server, tmp_path):
+    """SmolLM2 given a raw (not chat) prompt emits end-of-turn first: no letter, counted, parsed as the empty text."""
+    backend = OpenAIBackend(model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, api="completions", progress_bar=False)
+    answers: list = []
+    backend.run([LetterRequest("q", "Question: Which?\nA. x\nB. y\nAnswer:")], answers.extend)
+    assert answers[0].scores == {letter: float("-inf") for letter in "ABCD"} and answers[0].output == ""
+    assert backend.stats()["n_letters_missing"] == 4
+
+
+def test_faults_are_retried_and_counted(make_cfg, fault_proxy, tmp_path):
+    fault_proxy.fail_when("carbon", "429", times=2, retry_after=1)
+    fault_proxy.fail_when("emission", "500", times=2)
+    fault_proxy.fail_when("Scope", "drop", times=1)
+    fault_proxy.fail_when("GRI", "delay", times=1, delay=8)
+    start = time.monotonic()
+    metrics = run_job(make_cfg(*api(fault_proxy.base_url, "backend.timeout_s=6", "backend.max_concurrency=2"), "dataset.limit=16"))
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert len(records) == 16 and not any(r.get("failed") for r in records)
+    applied = fault_proxy.faults
+    assert metrics["n_retries"] == len(applied) and metrics["n_failed"] == 0 and len(applied) >= 3, applied
+    if "429" in applied:  # Retry-After: 1 was honoured, not the 0.05 s backoff
+        assert time.monotonic() - start >= 1.0
+
+
+def test_an_item_whose_retries_run_out_is_recorded_failed_and_resume_redoes_only_it(make_cfg, fault_proxy, tmp_path):
+    cfg = make_cfg(*api(fault_proxy.base_url, "backend.max_retries=1"), "dataset.limit=6")
+    question = first_question(cfg)
+    fault_proxy.fail_when(lambda r: question in json.dumps(r.json()), "500")  # every request for this one item
+    metrics = run_job(cfg)
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    failed = [r for r in records if r.get("failed")]
+    assert len(records) == 6 and len(failed) == 1 and "HTTP 500" in failed[0]["error"] and metrics["n_failed"] == 1
+    assert metrics["n_failed_requests"] == 1 and metrics["n_retries"] == 1
+
+    fault_proxy.reset()
+    resumed = run_job(make_cfg(*api(fault_proxy.base_url), "dataset.limit=6", "resume=true"))
+    assert resumed["n_resumed"] == 5 and resumed["n_failed"] == 0 and resumed["n_requests"] == 1
+    assert fault_proxy.count_path("/v1/chat/completions") == 2  # the probe and that one item
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert len(records) == 6 and not any(r.get("failed") for r in records)
+
+
+def first_question(cfg) -> str:
+    """The question of the first item of ``cfg``'s dataset, JSON-escaped as it appears in a request body."""
+    from hydra.utils import instantiate
+
+    return json.dumps(instantiate(cfg.dataset).load().items[0].question)[1:-1]
+
+
+def test_a_client_error_fails_the_item_at_once_with_the_servers_message(llama_server, tmp_path):
+    backend = OpenAIBackend(model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, backoff_s=0.01, progress_bar=False)
+    answers: list = []
+    long = "word " * 5000  # past the server's 2,048-token context: a 400, not worth a retry
+    backend.run([GenerationRequest("long", long), GenerationRequest("short", "Say hi.", max_new_tokens=3)], answers.extend)
+    by_id = {a.id: a for a in answers}
+    assert by_id["long"].failed and "HTTP 400" in by_id["long"].error and "context" in by_id["long"].error.lower()
+    assert not by_id["short"].failed and backend.stats()["n_retries"] == 0
+
+
+def test_an_unreachable_server_is_one_clear_message_before_any_item(make_cfg):
+    with pytest.raises(UserError, match=r"the server at http://127.0.0.1:9/v1 does not answer"):
+        run_job(make_cfg(*api("http://127.0.0.1:9/v1", "backend.max_retries=0")))
+
+
+def test_retry_after_reads_seconds_and_dates():
+    assert retry_after("3") == 3.0 and retry_after(None) is None
+    assert 0 <= retry_after("Wed, 21 Oct 2015 07:28:00 GMT") < 1  # a past date: no wait
+
+
+def test_the_key_reaches_the_server_and_nothing_else(make_cfg, fault_proxy, tmp_path, monkeypatch):
+    secret = "sk-test-5d1b9c0e7a"
+    monkeypatch.setenv("ESGEXP_TEST_KEY", secret)
+    run_job(make_cfg(*api(fault_proxy.base_url, "backend.api_key_env=ESGEXP_TEST_KEY"), "dataset.limit=2"))
+    assert all(r.headers.get("Authorization") == f"Bearer {secret}" for r in fault_proxy.requests)
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []  # not in config.yaml, params, tags, logs, predictions or the request cache
+
+
+def test_kill_9_mid_run_then_resume_loses_and_repeats_nothing(fault_proxy, tmp_path, clean_env):
+    """A CLI run is killed while it answers; resume=true finishes it without resending a finished request."""
+    fault_proxy.fail_when(lambda request: True, "delay", delay=0.4)  # every answer slowed: the kill lands mid-run
+    command = [sys.executable, "-m", "esgexp", *api(fault_proxy.base_url, "backend.max_concurrency=1"), "dataset.limit=12",
+               f"paths.root_dir={tmp_path}", f"paths.request_cache={tmp_path}/requests.sqlite", "trainer.progress_bar=false"]
+    process = subprocess.Popen(command, cwd=REPO, env=clean_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    predictions = None
+    while time.monotonic() < deadline:
+        found = list(tmp_path.glob("runs/**/predictions.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= 4:
+            predictions = found[0]
+            break
+        time.sleep(0.1)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert predictions is not None, process.stderr.read().decode()[-2000:]
+    answered = {r["id"] for r in read_jsonl(predictions)}
+    first_bodies = fault_proxy.bodies("/v1/chat/completions")
+    fault_proxy.reset()
+
+    done = subprocess.run([*command, "resume=true"], cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (latest,) = [p for p in tmp_path.glob("runs/**/predictions.jsonl") if p != predictions]
+    records = read_jsonl(latest)
+    assert len(records) == 12 and len({r["id"] for r in records}) == 12 and not any(r.get("failed") for r in records)
+    resent = [b for b in fault_proxy.bodies("/v1/chat/completions")[1:] if b in first_bodies[1 : len(answered) + 1]]
+    assert len(first_bodies) >= len(answered) and resent == []
