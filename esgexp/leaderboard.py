@@ -20,6 +20,7 @@ COLUMNS = [
     ("dataset", ("tags.dataset",)),
     ("task", ("tags.task",)),
     ("model", ("tags.model",)),
+    ("backend", ("tags.backend",)),
     ("finetuned_from", ("tags.finetuned_from",)),
     ("family", ("params.model.family",)),
     ("size_b", ("params.model.size_b",)),

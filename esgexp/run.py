@@ -114,8 +114,10 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
             raise UserError(f"every item failed (errors in {output_dir / 'predictions.jsonl'}); the MLflow run is marked FAILED")
         run_id = run.info.run_id
     rows = [("items", str(metrics["n_items"])), *task.summary_rows(metrics)]
-    rows += [(name, str(metrics[key])) for name, key in (("failed items", "n_failed"), ("skipped rows", "n_skipped_rows")) if metrics[key]]
-    title = f"{cfg.dataset.name} | {tags['model']} | {cfg.strategy.name} | {cfg.scoring.name}"
+    counts = (("failed items", "n_failed"), ("skipped rows", "n_skipped_rows"), ("answers from the cache", "n_cached"),
+              ("retries", "n_retries"))
+    rows += [(name, str(metrics[key])) for name, key in counts if metrics.get(key)]
+    title = f"{cfg.dataset.name} | {tags['model']} | {cfg.backend.name} | {cfg.strategy.name} | {cfg.scoring.name}"
     print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
     return metrics
 
@@ -135,6 +137,9 @@ def make_requests(cfg: DictConfig, items: list, prompts: dict) -> list:
 
     scoring = cfg.scoring
     if scoring.name == "logprob":
+        if cfg.model.reasoning:
+            log.warning("scoring=logprob with reasoning model %r: letter log-probabilities skip the reasoning it needs "
+                        "to answer; scoring=generate is its protocol", cfg.model.name)
         return [LetterRequest(item.id, prompts[item.id], letters=tuple(scoring.letters)) for item in items]
     max_new_tokens = scoring.max_new_tokens
     if cfg.model.reasoning:

@@ -197,3 +197,30 @@ def test_hf_predictions_equal_those_before_the_backend_interface(make_cfg, tmp_p
         assert (record["prompt_hash"], record["output"], record["parsed"]) == (expected["prompt_hash"], expected["output"], expected["parsed"])
         if scoring == "logprob":
             assert record["scores"] == pytest.approx(expected["scores"], abs=2e-3)
+
+
+# --- the headline command -------------------------------------------------------------------------
+
+
+def test_experiment_rag_runs_mcq_with_retrieved_passages(tiny_cfg, tmp_path):
+    cfg = tiny_cfg("experiment=rag", "dataset.limit=4")
+    assert (cfg.task, cfg.strategy.name, cfg.retriever.name, cfg.scoring.name, cfg.template.name) == ("mcq", "rag", "bm25", "generate", "esgenius")
+    metrics = run_job(cfg)
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert metrics["n_items"] == 4 and metrics["rag/n_with_gold"] == 4
+    assert all(len(r["retrieval"]["passages"]) == 3 for r in records)
+
+
+def test_experiment_rag_without_the_weights_fails_before_any_index(tmp_path, clean_env):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "esgexp", "experiment=rag", "model=qwen2.5-14b", f"paths.root_dir={tmp_path}",
+         f"paths.index_dir={tmp_path}/indexes"],
+        cwd=Path(__file__).resolve().parent.parent, env=clean_env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "Qwen/Qwen2.5-14B is not in the local Hugging Face cache" in done.stderr and "hf download" in done.stderr
+    assert (done.stdout + done.stderr).count("is not in the local Hugging Face cache") == 1
+    assert not (tmp_path / "indexes").exists()  # reported before retrieval built anything

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -137,6 +138,20 @@ def test_a_client_error_fails_the_item_at_once_with_the_servers_message(llama_se
 def test_an_unreachable_server_is_one_clear_message_before_any_item(make_cfg):
     with pytest.raises(UserError, match=r"the server at http://127.0.0.1:9/v1 does not answer"):
         run_job(make_cfg(*api("http://127.0.0.1:9/v1", "backend.max_retries=0")))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("backend.max_concurrency=abc", "backend.max_concurrency must be an integer >= 1, got 'abc'"),
+    ("backend.max_concurrency=0", "backend.max_concurrency must be an integer >= 1, got 0"),
+    ("backend.timeout_s=-1", "backend.timeout_s must be a number >= 0.001"),
+    ("backend.max_retries=-2", "backend.max_retries must be an integer >= 0"),
+    ("backend.api=rest", "backend.api must be one of chat, completions, got 'rest'"),
+    ("backend.base_url=localhost", "backend.base_url must be a server URL"),
+    ("cache=sometimes", "cache must be one of read_write, read_only, refresh, off"),
+])
+def test_bad_backend_settings_are_named_before_any_work(make_cfg, override, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        run_job(make_cfg("backend=openai", override, "dataset.limit=2"))
 
 
 def test_retry_after_reads_seconds_and_dates():

@@ -47,6 +47,17 @@ class RequestFailed(Exception):
     """A failure that another try will not mend (a 4xx other than 429, a malformed answer)."""
 
 
+def setting(name: str, value, kind: type, minimum: float):
+    """``backend.<name>`` as a ``kind`` of at least ``minimum``, or a UserError naming the key."""
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or number < minimum:
+        raise UserError(f"backend.{name} must be {'an integer' if kind is int else 'a number'} >= {minimum:g}, got {value!r}")
+    return number
+
+
 def retry_after(value: str | None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), or None."""
     if not value:
@@ -77,11 +88,11 @@ class OpenAIBackend(Backend):
         self.api = api
         self.served = model or model_cfg.get("hub_id") or model_cfg.name
         self.api_key_env = api_key_env
-        self.max_concurrency = max(1, int(max_concurrency))
-        self.timeout_s = float(timeout_s)
-        self.max_retries = int(max_retries)
-        self.backoff_s = float(backoff_s)
-        self.top_logprobs = int(top_logprobs)
+        self.max_concurrency = setting("max_concurrency", max_concurrency, int, 1)
+        self.timeout_s = setting("timeout_s", timeout_s, float, 0.001)
+        self.max_retries = setting("max_retries", max_retries, int, 0)
+        self.backoff_s = setting("backoff_s", backoff_s, float, 0.0)
+        self.top_logprobs = setting("top_logprobs", top_logprobs, int, 1)
         self.progress_bar = progress_bar
         self._key = self._read_key()
         self._local = threading.local()
