@@ -9,15 +9,30 @@ class UserError(Exception):
     """A mistake the user can fix; the CLI prints it as one line, without a traceback."""
 
 
+def log_to_files(log: logging.Logger, level: int, message: str) -> None:
+    """Write ``message`` at ``level`` to the file handlers ``log`` reaches (Hydra's ``<run dir>/esgexp.log``),
+    not to its console handlers."""
+    if not log.isEnabledFor(level):
+        return
+    record = log.makeRecord(log.name, level, __file__, 0, "%s", (message,), None)
+    logger = log
+    while logger is not None:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.FileHandler) and level >= handler.level:
+                handler.handle(record)
+        logger = logger.parent if logger.propagate else None
+
+
 @contextmanager
 def exit_on_user_error(log: logging.Logger):
-    """Inside a command: a user mistake (ours, or a bad config value) becomes ``error: ...`` and exit status 2."""
+    """Inside a command: a user mistake (ours, or a bad config value) becomes one ``error: ...`` line on
+    stderr, also recorded in the run's log file, and exit status 2."""
     from hydra.errors import InstantiationException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         yield
     except (UserError, OmegaConfBaseException, InstantiationException) as error:
-        log.error("%s", error)
+        log_to_files(log, logging.ERROR, str(error))
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -46,3 +46,35 @@ def test_user_mistakes_get_one_clear_message(tmp_path, clean_env, args, message)
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["dataset.limit=0"], "dataset.limit must be a positive number of items, got 0"),
+        (["dataset.path=/no/such/file.csv"], "dataset file not found: /no/such/file.csv"),
+    ],
+)
+def test_a_user_error_is_printed_once_and_kept_in_the_run_log(tmp_path, clean_env, args, message):
+    """One ``error:`` line on stderr, nothing on stdout, and the message in the run folder's esgexp.log."""
+    result = esgexp(tmp_path, clean_env, *args, timeout=120)
+    assert result.returncode == 2
+    assert (result.stdout + result.stderr).count(message) == 1 and f"error: {message}" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    (log_file,) = (tmp_path / "runs").glob("*/*/*/esgexp.log")
+    assert f"[ERROR] - {message}" in log_file.read_text()
+
+
+@pytest.mark.parametrize(
+    "module, args, message",
+    [
+        ("esgexp.ingest", ["corpus.pdf_dir=/no/such/dir", "corpus.name=x"], "document folder not found: /no/such/dir"),
+        ("esgexp.export_adapter", ["model=local", "model.path=/no/such/model", "model.adapter=/no/such/adapter"],
+         "model.path=/no/such/model is not a model folder"),
+    ],
+)
+def test_other_entry_points_print_a_user_error_once(tmp_path, clean_env, module, args, message):
+    result = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert (result.stdout + result.stderr).count(message) == 1 and "error: " in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr

@@ -17,8 +17,9 @@ from conftest import build_tiny_llama, compose_config
 from esgexp.errors import UserError
 from esgexp.run import run_job
 
+# 32-true: precision auto depends on the CPU (test_precision_auto_on_the_cpu_follows_native_bf16).
 FT = (
-    "experiment=finetune_sustainableqa", "dataset=sustainableqa_sample", "model=local",
+    "experiment=finetune_sustainableqa", "dataset=sustainableqa_sample", "model=local", "trainer.precision=32-true",
     "train.max_seq_len=512", "train.val_every_n_steps=3", "train.val_generate_items=2", "train.val_max_new_tokens=4",
     "train.lr=1e-2", "train.batch_size=4", "train.val_limit=8", "trainer.max_steps=6", "trainer.log_every_n_steps=1",
 )
@@ -228,6 +229,7 @@ def test_export_merges_the_adapter_into_a_standalone_model(trained, tiny_model_d
         (("trainer=deepspeed", "trainer.accelerator=cpu"), "needs the deepspeed package"),
         (("trainer=gpu",), "no CUDA GPU is visible"),
         (("train.schedule=step",), "train.schedule must be one of"),
+        (("train.pad_to_multiple_of=0",), "train.pad_to_multiple_of must be a positive number, got 0"),
         (("train.monitor=val/gen_f1",), "train.monitor=val/gen_f1 train.monitor_mode=min"),
         (("train.train_limit=0",), "positive number of items"),
         (("train.max_seq_len=8",), "no train item fits train.max_seq_len=8"),
@@ -300,15 +302,74 @@ def test_training_knobs_run(tmp_path, tiny_model_dir, overrides):
     assert saved["global_step"] == metrics["train/steps"]
 
 
-def test_16_mixed_on_the_cpu_says_it_runs_bf16(make_cfg, caplog):
+def fake_cpu(monkeypatch, capability: str, features: tuple[str, ...] = (), onednn_bf16: bool = True) -> None:
+    """Make torch report this CPU capability, these CPU features and oneDNN bf16 support."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {name: True for name in features})
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
+
+
+@pytest.mark.parametrize(
+    "capability, features, onednn_bf16, fast, reason",
+    [
+        ("AVX2", (), True, False, "CPU capability AVX2 has no native bf16"),
+        ("AVX512", (), True, False, "CPU capability AVX512 has no native bf16"),  # AVX512 without BF16: emulated
+        ("AVX512", ("avx512_bf16",), True, True, "CPU capability AVX512 with native bf16 (avx512_bf16)"),
+        ("AVX512", ("amx_bf16", "avx512_bf16"), True, True, "CPU capability AVX512 with native bf16 (amx_bf16, avx512_bf16)"),
+        ("AVX2", ("avx512_bf16",), True, False, "CPU capability AVX2 has no native bf16"),  # ATEN_CPU_CAPABILITY=avx2
+        ("AVX512", ("avx512_bf16",), False, False, "CPU capability AVX512 has no native bf16"),  # no oneDNN bf16
+    ],
+)
+def test_cpu_has_fast_bf16(monkeypatch, capability, features, onednn_bf16, fast, reason):
+    from esgexp.models.loading import cpu_has_fast_bf16
+
+    fake_cpu(monkeypatch, capability, features, onednn_bf16)
+    assert cpu_has_fast_bf16() == (fast, reason)
+
+
+@pytest.mark.parametrize(
+    "capability, features, expected, message",
+    [
+        ("AVX2", (), "32-true", "precision auto -> 32-true: CPU capability AVX2 has no native bf16"),
+        ("AVX512", ("amx_bf16",), "bf16-mixed", "precision auto -> bf16-mixed: CPU capability AVX512 with native bf16 (amx_bf16)"),
+    ],
+)
+def test_precision_auto_on_the_cpu_follows_native_bf16(make_cfg, monkeypatch, caplog, capability, features, expected, message):
+    """auto is bf16-mixed only on a CPU with native bf16, and says why; model.dtype=auto stays float32 for inference."""
+    from esgexp.models.loading import torch_dtype
     from esgexp.models.training import training_precision
 
+    fake_cpu(monkeypatch, capability, features)
+    with caplog.at_level("INFO", logger="esgexp"):
+        assert training_precision(make_cfg().trainer, on_gpu=False) == expected
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("esgexp")] == [("INFO", message)]
+    assert torch_dtype("auto", on_gpu=False) == torch.float32
+    assert training_precision(make_cfg().trainer, on_gpu=True) == "16-mixed"
+
+
+def test_explicit_bf16_on_a_cpu_without_native_bf16_warns(make_cfg, monkeypatch, caplog):
+    from esgexp.models.training import training_precision
+
+    fake_cpu(monkeypatch, "AVX2")
+    with caplog.at_level("WARNING", logger="esgexp"):
+        assert training_precision(make_cfg("trainer.precision=bf16-mixed").trainer, on_gpu=False) == "bf16-mixed"
+    assert "bf16 is emulated on this CPU and much slower than 32-true (CPU capability AVX2 has no native bf16)" in caplog.text
+    caplog.clear()
+    fake_cpu(monkeypatch, "AVX512", ("avx512_bf16",))
+    with caplog.at_level("WARNING", logger="esgexp"):
+        assert training_precision(make_cfg("trainer.precision=bf16-mixed").trainer, on_gpu=False) == "bf16-mixed"
+        assert training_precision(make_cfg("trainer.precision=32-true").trainer, on_gpu=False) == "32-true"
+    assert not caplog.records
+
+
+def test_16_mixed_on_the_cpu_says_it_runs_bf16(make_cfg, monkeypatch, caplog):
+    from esgexp.models.training import training_precision
+
+    fake_cpu(monkeypatch, "AVX512", ("avx512_bf16",))
     cfg = make_cfg("trainer.precision=16-mixed")
     with caplog.at_level("WARNING", logger="esgexp"):
         assert training_precision(cfg.trainer, on_gpu=False) == "16-mixed"
-    assert "runs it as bf16-mixed" in caplog.text
-    assert training_precision(make_cfg().trainer, on_gpu=False) == "32-true"
-    assert training_precision(make_cfg().trainer, on_gpu=True) == "16-mixed"
+    assert "runs it as bf16-mixed" in caplog.text and "emulated" not in caplog.text
 
 
 def test_fsdp_wraps_each_decoder_layer(make_cfg, tiny_model_dir):

@@ -214,6 +214,26 @@ def test_collate_packed_rows():
     assert batch["n_tokens"] == 7
 
 
+@pytest.mark.parametrize("multiple, width", [(1, 3), (2, 4), (4, 4), (64, 64)])
+def test_collate_pads_to_a_multiple(multiple, width):
+    """Rows padded to the longest rounded up to the multiple: pad ids, -100 labels, mask 0; n_tokens unpadded."""
+    batch = collate([Example([5, 6, 7], [IGNORE_INDEX, 6, 7]), Example([8, 9], [IGNORE_INDEX, 9])], pad_id=0, pad_to_multiple_of=multiple)
+    assert batch["input_ids"].tolist() == [[5, 6, 7] + [0] * (width - 3), [8, 9] + [0] * (width - 2)]
+    assert batch["labels"].tolist() == [[-100, 6, 7] + [-100] * (width - 3), [-100, 9] + [-100] * (width - 2)]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1] + [0] * (width - 3), [1, 1] + [0] * (width - 2)]
+    assert batch["n_tokens"] == 5
+    packed = collate([Example([5, 6, 7], [IGNORE_INDEX, 6, 7], [0, 1, 0])], pad_id=0, pad_to_multiple_of=multiple)
+    assert packed["position_ids"].tolist() == [[0, 1, 0] + list(range(width - 3))]
+    assert packed["labels"].tolist() == [[-100, 6, 7] + [-100] * (width - 3)]
+
+
+def test_data_module_pads_every_batch_to_the_multiple():
+    rows = [marked(i, 3 + 7 * i) for i in range(6)]  # 3 to 38 tokens
+    data = SFTDataModule(rows, rows[:3], batch_size=2, pad_id=0, seed=0, pad_to_multiple_of=16)
+    widths = {batch["input_ids"].shape[1] for loader in (data.train_dataloader(), data.val_dataloader()) for batch in loader}
+    assert widths <= {16, 32, 48} and 48 in widths
+
+
 def test_data_module_batches(tokenizer):
     """The train loader yields every row once per epoch, in an order fixed by the seed."""
     rows = [marked(i, 3 + i) for i in range(6)]
@@ -275,3 +295,16 @@ def test_packed_loss_equals_separate_loss(tokenizer, tiny_model):
     with torch.no_grad():
         leaky = tiny_model(input_ids=torch.tensor([row_ab.input_ids]), position_ids=running, use_cache=False).logits
     assert abs(float(token_loss_sum(leaky[0], torch.tensor(row_ab.labels)) - (separate[0] + separate[1]))) > 1e-3
+
+
+def test_padding_to_a_multiple_leaves_the_loss_unchanged(tokenizer, tiny_model):
+    """The training loss (mean over answer tokens, no KV cache as in LoraFineTuner) of unpacked and packed
+    batches is the same padded to a multiple of 64 as padded to the longest row only."""
+    items = [ITEM, QAItem(id="q3", question="Target year?", answers=("2040",), qtype="factoid")]
+    examples, _ = builder(tokenizer).build(items)
+    for rows in (examples, pack(examples, max_seq_len=4096, seed=0) + pack(examples[1:], max_seq_len=4096, seed=0)):
+        tight, padded = (collate(rows, tokenizer.pad_token_id, pad_to_multiple_of=m) for m in (1, 64))
+        assert padded["input_ids"].shape[1] % 64 == 0 and padded["input_ids"].shape[1] > tight["input_ids"].shape[1]
+        with torch.no_grad():
+            losses = [tiny_model(**{k: v for k, v in b.items() if k != "n_tokens"}, use_cache=False).loss for b in (tight, padded)]
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)

@@ -17,22 +17,19 @@ _THINK_BLOCK = re.compile(r"^.*</think>", re.DOTALL)
 
 
 def parse_answer(raw: str | None) -> str:
-    """Return the sorted answer letters in ``raw``, ``Z`` for "Not sure", or ``INVALID``."""
-    if raw is None or not raw.strip():
+    """The answer in a model's output ``raw``: its sorted, de-duplicated letters A-D, ``Z`` ("Not sure")
+    or ``INVALID``.
+
+    The kept words are the upper-case words (split at non-letters) made only of A-D and Z, joined
+    into one string. That string exactly ``Z`` is an abstention; Z with anything else (``ZZ``,
+    ``Z A``) is INVALID, and so is an output with no kept word."""
+    if raw is None:
         return INVALID
-    text = raw.strip()
-    if text == ABSTAIN:
-        return ABSTAIN
-    if set(text) <= set(ANSWER_LETTERS):
-        return "".join(sorted(set(text)))
-    words = _NON_LETTER.sub(" ", text).split()
-    kept = [w for w in words if w.isupper() and set(w) <= set(ANSWER_LETTERS + ABSTAIN)]
-    letters = set("".join(kept))
-    if not letters:
-        return INVALID
-    if ABSTAIN in letters:
-        return ABSTAIN if letters == {ABSTAIN} else INVALID
-    return "".join(sorted(letters))
+    words = _NON_LETTER.sub(" ", raw).split()
+    answer = "".join(w for w in words if w.isupper() and set(w) <= set(ANSWER_LETTERS + ABSTAIN))
+    if ABSTAIN in answer:
+        return ABSTAIN if answer == ABSTAIN else INVALID
+    return "".join(sorted(set(answer))) or INVALID
 
 
 def strip_reasoning(raw: str) -> str:

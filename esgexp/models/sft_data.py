@@ -131,10 +131,13 @@ def pack(examples: list[Example], max_seq_len: int, seed: int) -> list[Example]:
     return rows
 
 
-def collate(examples: list[Example], pad_id: int) -> dict:
-    """Right-padded tensors and ``n_tokens`` (the tokens before padding). Unpacked rows get an attention mask; packed rows get position ids, and the
-    padding becomes a segment of its own, so it attends to no example."""
-    width = max(len(e.input_ids) for e in examples)
+def collate(examples: list[Example], pad_id: int, pad_to_multiple_of: int = 1) -> dict:
+    """Tensors right-padded to the longest row rounded up to a multiple of ``pad_to_multiple_of`` (so
+    batches come in few shapes), and ``n_tokens`` (the tokens before padding). Padding has label -100.
+    Unpacked rows get an attention mask (0 on padding); packed rows get position ids, and the padding
+    becomes a segment of its own, so it attends to no example."""
+    longest = max(len(e.input_ids) for e in examples)
+    width = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
     input_ids = torch.tensor([e.input_ids + [pad_id] * (width - len(e.input_ids)) for e in examples])
     labels = torch.tensor([e.labels + [IGNORE_INDEX] * (width - len(e.labels)) for e in examples])
     batch = {"input_ids": input_ids, "labels": labels, "n_tokens": sum(len(e.input_ids) for e in examples)}
@@ -155,12 +158,13 @@ class GenerationSet:
 
 
 class SFTDataModule(L.LightningDataModule):
-    """Training rows (shuffled with the seed, split between ranks) and validation rows."""
+    """Training rows (shuffled with the seed, split between ranks) and validation rows, batched by
+    ``collate`` (padded to a multiple of ``pad_to_multiple_of`` tokens)."""
 
-    def __init__(self, train: list[Example], val: list[Example], batch_size: int, pad_id: int, seed: int):
+    def __init__(self, train: list[Example], val: list[Example], batch_size: int, pad_id: int, seed: int, pad_to_multiple_of: int = 1):
         super().__init__()
         self.train, self.val = train, val
-        self.batch_size, self.pad_id, self.seed = batch_size, pad_id, seed
+        self.batch_size, self.pad_id, self.seed, self.pad_to_multiple_of = batch_size, pad_id, seed, pad_to_multiple_of
 
     def train_dataloader(self):
         # A seeded sampler that Lightning moves to the next epoch's order (set_epoch) and that splits the
@@ -173,6 +177,5 @@ class SFTDataModule(L.LightningDataModule):
         return self._loader(self.val, None)
 
     def _loader(self, rows: list[Example], sampler):
-        return torch.utils.data.DataLoader(
-            rows, batch_size=self.batch_size, sampler=sampler, shuffle=False, collate_fn=partial(collate, pad_id=self.pad_id)
-        )
+        batch = partial(collate, pad_id=self.pad_id, pad_to_multiple_of=self.pad_to_multiple_of)
+        return torch.utils.data.DataLoader(rows, batch_size=self.batch_size, sampler=sampler, shuffle=False, collate_fn=batch)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from esgexp.errors import UserError
 from esgexp.models.inference import quiet_lightning
-from esgexp.models.loading import torch_dtype
+from esgexp.models.loading import cpu_has_fast_bf16, torch_dtype
 
 log = logging.getLogger(__name__)
 quiet_lightning()
@@ -35,14 +35,26 @@ def uses_gpu(trainer_cfg: DictConfig) -> bool:
 
 
 def training_precision(trainer_cfg: DictConfig, on_gpu: bool) -> str:
-    """The Lightning precision: auto is 16-mixed on a GPU and 32-true on the CPU."""
+    """The Lightning precision for ``trainer.precision``. auto is 16-mixed on a GPU; on the CPU it is
+    bf16-mixed where the CPU computes bf16 natively (``cpu_has_fast_bf16``), else 32-true. The choice and
+    its reason are logged; an explicit bf16 setting on a CPU that only emulates bf16 is a warning."""
     precision = str(trainer_cfg.precision)
     if precision not in PRECISIONS:
         raise UserError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if on_gpu:
+        if precision == "auto":
+            log.info("precision auto -> 16-mixed: CUDA GPU")
+            return "16-mixed"
+        return precision
+    fast_bf16, reason = cpu_has_fast_bf16()
     if precision == "auto":
-        return "16-mixed" if on_gpu else "32-true"
-    if precision == "16-mixed" and not on_gpu:
+        precision = "bf16-mixed" if fast_bf16 else "32-true"
+        log.info("precision auto -> %s: %s", precision, reason)
+        return precision
+    if precision == "16-mixed":
         log.warning("trainer.precision=16-mixed on the CPU: Lightning runs it as bf16-mixed (CPU autocast has no float16)")
+    if precision != "32-true" and not fast_bf16:
+        log.warning("trainer.precision=%s: bf16 is emulated on this CPU and much slower than 32-true (%s)", precision, reason)
     return precision
 
 

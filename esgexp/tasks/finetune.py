@@ -113,7 +113,7 @@ def check_settings(cfg: DictConfig) -> None:
         raise UserError("task=finetune needs train=lora and model.lora (use experiment=finetune_sustainableqa)")
     if cfg.train.schedule not in SCHEDULES:
         raise UserError(f"train.schedule must be one of {', '.join(SCHEDULES)}, got {cfg.train.schedule!r}")
-    for key in ("batch_size", "max_seq_len", "val_every_n_steps"):
+    for key in ("batch_size", "max_seq_len", "val_every_n_steps", "pad_to_multiple_of"):
         if int(cfg.train[key]) < 1:
             raise UserError(f"train.{key} must be a positive number, got {cfg.train[key]}")
     if int(cfg.model.lora.r) < 1:
@@ -190,7 +190,7 @@ def build_data(cfg: DictConfig, model_source: str, train_items: list, val_items:
             gen_set = GenerationSet([i.id for i, _ in chosen], [p for _, p in chosen], [i.answers for i, _ in chosen])
             scorer = GenerateScorer(tokenizer, int(cfg.train.val_max_new_tokens))
             generation = GenerationCheck(gen_set, scorer, tokenizer.pad_token_id, int(cfg.train.batch_size))
-    data = SFTDataModule(train, val, int(cfg.train.batch_size), tokenizer.pad_token_id, cfg.seed)
+    data = SFTDataModule(train, val, int(cfg.train.batch_size), tokenizer.pad_token_id, cfg.seed, int(cfg.train.pad_to_multiple_of))
     return data, reports, generation, tokenizer
 
 
