@@ -224,3 +224,24 @@ def test_experiment_rag_without_the_weights_fails_before_any_index(tmp_path, cle
     assert "Qwen/Qwen2.5-14B is not in the local Hugging Face cache" in done.stderr and "hf download" in done.stderr
     assert (done.stdout + done.stderr).count("is not in the local Hugging Face cache") == 1
     assert not (tmp_path / "indexes").exists()  # reported before retrieval built anything
+
+
+def cuda_and_vllm() -> str | None:
+    """Why a vLLM test cannot run here, or None when it can."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (vLLM does not run on the CPU)"
+    if importlib.util.find_spec("vllm") is None:
+        return 'needs vllm: pip install -e ".[vllm]"'
+    return None
+
+
+@pytest.mark.skipif(cuda_and_vllm() is not None, reason=cuda_and_vllm() or "")
+@pytest.mark.parametrize("scoring", ["generate", "logprob"])
+def test_vllm_answers_the_bundled_sample_like_hf(make_cfg, tmp_path, scoring):
+    reference = {r["id"]: r for r in read_jsonl(REFERENCE) if r["scoring"] == scoring}
+    metrics = run_job(make_cfg("backend=vllm", "backend.dtype=float16", f"scoring={scoring}", "dataset.limit=24"))
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    agree = sum(r["parsed"] == reference[r["id"]]["parsed"] for r in records) / len(records)
+    assert metrics["n_items"] == 24 and agree >= 0.8, agree

@@ -53,14 +53,22 @@ def test_joblib_runs_jobs_in_parallel_against_one_fresh_sqlite_store(tmp_path, c
     assert all((p / "esgexp.log").is_file() for p in folders)  # each job logs to its own folder
 
 
-def test_joblib_sweep_reports_a_user_mistake_in_one_line(tmp_path, clean_env, tiny_model_dir):
-    result = esgexp(tmp_path, clean_env, *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                                                     "dataset.path=/no/such.csv,/no/such2.csv"), timeout=120)
-    assert result.returncode == 2
-    assert "error: dataset file not found: /no/such" in result.stderr
-    assert "Traceback" not in result.stderr
-    logs = [p.read_text() for p in (tmp_path / "runs" / "esg_sample").glob("*/*/*/esgexp.log")]
-    assert any("dataset file not found" in text for text in logs)  # in the failing job's own log file
+@pytest.mark.parametrize("launcher", [(), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")], ids=["basic", "joblib"])
+def test_a_bad_job_does_not_end_the_sweep(tmp_path, clean_env, tiny_model_dir, launcher):
+    """One job with a missing file, one good: the good one finishes, the bad one says why, the sweep exits 1."""
+    from esgexp.config import BUNDLED_DIR
+
+    good = BUNDLED_DIR / "esg_mcq_sample.csv"
+    result = esgexp(tmp_path, clean_env, *tiny_sweep(tmp_path, tiny_model_dir, *launcher, f"dataset.path=/no/such.csv,{good}"), timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert output.count("error: dataset file not found: /no/such.csv") == 1 and "Traceback" not in output
+    assert "1 ok, 1 failed or not finished, of 2 jobs" in result.stderr
+    sweep = next((tmp_path / "runs" / "esg_sample").glob("*/*"))
+    assert (sweep / "0" / "FAILED").read_text().startswith("dataset file not found: /no/such.csv")
+    assert "dataset file not found" in (sweep / "0" / "esgexp.log").read_text()  # in the failing job's own log file
+    assert json.loads((sweep / "1" / "metrics.json").read_text())["n_items"] == 2
+    assert [r.data.tags["run_dir"] for r in finished_runs(tmp_path)] == [str(sweep / "1")]
 
 
 def test_submitit_local_runs_each_job_as_its_own_submission(tmp_path, clean_env, tiny_model_dir):

@@ -1,0 +1,75 @@
+"""Sweeps that survive a bad job: a failed job leaves a ``FAILED`` file in its run folder and the
+sweep goes on; at the end a table of every job (ok / failed with the reason / not run) and a non-zero
+exit status when any failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+log = logging.getLogger(__name__)
+
+FAILED_FILE = "FAILED"
+
+
+def in_multirun() -> bool:
+    """Whether this process runs a job of a Hydra sweep (``-m``)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def mark_failed(reason: str) -> Path:
+    """Write ``FAILED`` (the one-line reason) into the current job's run folder; return its path."""
+    from hydra.core.hydra_config import HydraConfig
+
+    path = Path(HydraConfig.get().runtime.output_dir) / FAILED_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(reason.strip().splitlines()[0][:1000] + "\n", encoding="utf-8")
+    return path
+
+
+def job_status(folder: Path) -> tuple[str, str]:
+    """(status, detail) of one job folder: ok (metrics.json), failed (FAILED's reason) or not finished."""
+    if (folder / FAILED_FILE).is_file():
+        return "failed", (folder / FAILED_FILE).read_text(encoding="utf-8").strip()
+    if (folder / "metrics.json").is_file():
+        return "ok", ""
+    return "not finished", "no metrics.json (killed, or never started)"
+
+
+def sweep_table(sweep_dir: Path, overrides: dict[str, str]) -> tuple[str, int]:
+    """The table of every job under ``sweep_dir`` and how many did not end ok."""
+    folders = sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    rows, bad = [], 0
+    for folder in folders:
+        status, detail = job_status(folder)
+        bad += status != "ok"
+        rows.append(f"{folder.name:>4}  {status:<12}  {overrides.get(folder.name, '')}" + (f"  ({detail})" if detail else ""))
+    counts = f"{len(folders) - bad} ok, {bad} failed or not finished, of {len(folders)} jobs"
+    return "\n".join([f"sweep {sweep_dir}: {counts}", *rows]), bad
+
+
+class SweepReport(Callback):
+    """Prints the sweep's job table when a multirun ends; exits 1 when a job failed."""
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():
+            return
+        overrides = {}
+        for folder in sweep_dir.iterdir():
+            task_file = folder / ".hydra" / "overrides.yaml"
+            if task_file.is_file():
+                from omegaconf import OmegaConf
+
+                overrides[folder.name] = " ".join(OmegaConf.load(task_file))
+        table, bad = sweep_table(sweep_dir, overrides)
+        print(table, file=sys.stderr if bad else sys.stdout)
+        if bad:
+            sys.exit(1)
