@@ -49,7 +49,7 @@ def job_backend(cfg: DictConfig, kind: str):
     """The job's model backend (``backend`` node, for the ``model`` node) behind the request cache
     (``cache`` mode); refused here, before any work, when it cannot answer requests of ``kind``."""
     from esgexp.backends import make_backend
-    from esgexp.backends.hf import RunContext
+    from esgexp.backends.base import RunContext
 
     context = RunContext(cache_dir=cfg.paths.cache_dir, tracking_uri=cfg.tracking.uri, seed=cfg.seed)
     backend = make_backend(cfg.backend, cfg.model, context, cfg.paths.request_cache, cfg.cache)

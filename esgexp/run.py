@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from esgexp.errors import UserError
 from esgexp.jobs import check_config, finish, job_backend, job_tags, same_job, save_inputs, summary_table, tracked_run
@@ -84,7 +84,7 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
     if cfg.model.adapter:
         from esgexp.models.lora import adapter_tags
 
-        tags.update(adapter_tags(cfg, *getattr(backend, "inner", backend).adapter))
+        tags.update(adapter_tags(cfg, *backend.adapter))
     run_name = f"{tags['model']}/{cfg.strategy.name}/{cfg.scoring.name}"
     with tracked_run(cfg, run_name, tags) as run:
         usage: dict[str, int] = {}

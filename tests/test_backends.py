@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from esgexp.backends.base import GenerationRequest, LetterRequest, Response
+from esgexp.backends.base import GenerationRequest, LetterRequest, Response, RunContext
 from esgexp.backends.cache import CachedBackend, RequestCache, cache_key
-from esgexp.backends.hf import HFBackend, RunContext
+from esgexp.backends.hf import HFBackend
 from esgexp.errors import UserError
 from esgexp.jobs import job_identity
 from esgexp.run import run_job

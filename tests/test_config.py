@@ -33,6 +33,9 @@ def test_every_experiment_composes(tmp_path, experiment):
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_file_has_the_model_keys(tmp_path, model):
     raw = yaml.safe_load((CONF_DIR / "model" / f"{model}.yaml").read_text())
+    if "api" in raw:  # an API model: its server, key variable and prices, and it selects the API backend
+        assert raw.pop("defaults") == [{"override /backend@_global_.backend": "openai"}]
+        assert set(raw.pop("api")) == {"base_url", "api", "api_key_env"} and set(raw.pop("price")) == {"prompt", "completion"}
     assert set(raw) == MODEL_KEYS and raw["name"] == model
     assert raw["dtype"] in ("auto", "float32", "bfloat16", "float16")
     assert sum(bool(raw[k]) for k in ("hub_id", "path", "gguf")) == 1

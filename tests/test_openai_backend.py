@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from esgexp.backends.base import GenerationRequest, LetterRequest
-from esgexp.backends.hf import RunContext
+from esgexp.backends.base import GenerationRequest, LetterRequest, RunContext
 from esgexp.backends.openai import OpenAIBackend, retry_after
 from esgexp.errors import UserError
 from esgexp.run import run_job

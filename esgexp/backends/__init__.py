@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.backends.base import Backend
+from esgexp.backends.base import Backend, RunContext
 from esgexp.backends.cache import CachedBackend, RequestCache
-from esgexp.backends.hf import RunContext
 
 
 def make_backend(backend_cfg: DictConfig, model_cfg: DictConfig, context: RunContext, cache_path: str, cache_mode: str) -> Backend:

@@ -94,10 +94,21 @@ class Response:
 OnResults = Callable[[list[Response]], None]
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What a backend may need beyond its own and the model's config node."""
+
+    cache_dir: str
+    tracking_uri: str
+    seed: int
+
+
 class Backend(ABC):
     """A model behind one interface. Subclasses answer ``run``; the rest has sensible defaults."""
 
     name: str = "backend"
+    # (folder, card) of the model.adapter this backend applies, from models.generation.prepare_adapter
+    adapter: tuple | None = None
 
     @abstractmethod
     def identity(self) -> dict:

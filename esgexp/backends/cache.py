@@ -114,6 +114,10 @@ class CachedBackend(Backend):
         self.n_cached = 0
         self.n_requested = 0
 
+    @property
+    def adapter(self):
+        return self.inner.adapter
+
     def identity(self) -> dict:
         return self.inner.identity()
 

@@ -7,71 +7,31 @@ The weights load on the first request that the cache cannot answer.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import groupby
-from pathlib import Path
 
 from omegaconf import DictConfig
 
-from esgexp.backends.base import Backend, OnResults, Request, Response
+from esgexp.backends.base import OnResults, Request, Response, RunContext
+from esgexp.backends.local import LocalModelBackend
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 
-
-@dataclass(frozen=True)
-class RunContext:
-    """What a backend may need beyond its own and the model's config node."""
-
-    cache_dir: str
-    tracking_uri: str
-    seed: int
-
-
-def files_stamp(folder: Path) -> str:
-    """A hash of the names, sizes and modification times of the weight files in ``folder``."""
-    entries = sorted(
-        (p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES
-    )
-    return hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
-
-
-def weights_stamp(source: str) -> str:
-    """A local folder's weight files, or the hub snapshot (commit) in the local cache."""
-    path = Path(source)
-    if path.is_dir():
-        return files_stamp(path)
-    from huggingface_hub import try_to_load_from_cache
-
-    config = try_to_load_from_cache(source, "config.json")
-    return Path(config).parent.name if isinstance(config, str) else "unknown"
-
-
-class HFBackend(Backend):
-    """A causal LM loaded with transformers (``model.path`` | packaged GGUF | hub cache), ``model.adapter`` merged."""
+class HFBackend(LocalModelBackend):
+    """A causal LM loaded with transformers, ``model.adapter`` merged into it."""
 
     name = "hf"
 
     def __init__(self, model_cfg: DictConfig, context: RunContext, accelerator: str = "auto", batch_size: int = 8,
                  progress_bar: bool = True, prefix_cache: bool = True):
-        from esgexp.models.generation import prepare_adapter
-        from esgexp.models.loading import resolve_model_dir
-
-        model = self.model_cfg = model_cfg
-        self.context = context
+        super().__init__(model_cfg, context)
         self.accelerator = accelerator
         self.batch_size = batch_size
         self.progress_bar = progress_bar
         self.prefix_cache = prefix_cache
-        # Finding the weights (and checking the adapter) comes first: a wrong model config fails here.
-        self.source = resolve_model_dir(model, context.cache_dir)
-        self.adapter = prepare_adapter(model, self.source, context.tracking_uri, context.cache_dir) if model.adapter else None
-        self._tokenizer = None
         self._model = None
 
     @property
@@ -85,36 +45,8 @@ class HFBackend(Backend):
     def identity(self) -> dict:
         from esgexp.models.loading import torch_dtype
 
-        identity = {
-            "backend": "hf",
-            "model": self.model_cfg.get("hub_id") or self.model_cfg.name,
-            "weights": weights_stamp(self.source),
-            "dtype": str(torch_dtype(self.model_cfg.dtype, self.on_gpu)).removeprefix("torch."),
-            "load_in_4bit": bool(self.model_cfg.get("load_in_4bit")),
-        }
-        if self.adapter:
-            identity["adapter"] = {"path": str(self.adapter[0]), "weights": files_stamp(self.adapter[0])}
-        return identity
-
-    def supports(self, kind: str) -> bool:
-        return kind in ("generate", "logprob")
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            from esgexp.models.loading import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.source)
-        return self._tokenizer
-
-    def rendered(self, request: Request) -> str:
-        from esgexp.models.generation import model_input
-
-        if request.messages is not None:
-            return self.tokenizer.apply_chat_template(
-                [{"role": role, "content": content} for role, content in request.messages], tokenize=False, add_generation_prompt=True
-            )
-        return model_input(request.prompt, self.tokenizer, self.model_cfg.chat_template)
+        dtype = str(torch_dtype(self.model_cfg.dtype, self.on_gpu)).removeprefix("torch.")
+        return {**super().identity(), "dtype": dtype, "load_in_4bit": bool(self.model_cfg.get("load_in_4bit"))}
 
     def loaded_model(self):
         if self._model is None:

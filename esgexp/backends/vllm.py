@@ -13,14 +13,14 @@ from collections.abc import Sequence
 
 from omegaconf import DictConfig
 
-from esgexp.backends.base import Backend, OnResults, Request, Response
-from esgexp.backends.hf import RunContext, files_stamp, weights_stamp
+from esgexp.backends.base import OnResults, Request, Response, RunContext
+from esgexp.backends.local import LocalModelBackend
 from esgexp.errors import UserError
 
 DTYPES = ("float16", "bfloat16", "auto")
 
 
-class VLLMBackend(Backend):
+class VLLMBackend(LocalModelBackend):
     """A model served in-process by vLLM: ``dtype``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``."""
 
     name = "vllm"
@@ -32,29 +32,16 @@ class VLLMBackend(Backend):
             raise UserError('backend=vllm needs the vllm package: pip install -e ".[vllm]" (on a machine with a CUDA GPU)')
         if dtype not in DTYPES:
             raise UserError(f"backend.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        from esgexp.models.generation import prepare_adapter
-        from esgexp.models.loading import resolve_model_dir
-
-        self.model_cfg = model_cfg
-        self.source = resolve_model_dir(model_cfg, context.cache_dir)
-        self.adapter = prepare_adapter(model_cfg, self.source, context.tracking_uri, context.cache_dir) if model_cfg.adapter else None
+        super().__init__(model_cfg, context)
         self.settings = {"dtype": dtype, "tensor_parallel_size": int(tensor_parallel_size),
                          "gpu_memory_utilization": float(gpu_memory_utilization), "max_model_len": max_model_len,
                          "max_logprobs": int(max_logprobs)}
         self.batch_size = int(batch_size)
         self.seed = context.seed
         self._llm = None
-        self._tokenizer = None
 
     def identity(self) -> dict:
-        identity = {"backend": "vllm", "model": self.model_cfg.get("hub_id") or self.model_cfg.name,
-                    "weights": weights_stamp(self.source), "dtype": self.settings["dtype"]}
-        if self.adapter:
-            identity["adapter"] = {"path": str(self.adapter[0]), "weights": files_stamp(self.adapter[0])}
-        return identity
-
-    def supports(self, kind: str) -> bool:
-        return kind in ("generate", "logprob")
+        return {**super().identity(), "dtype": self.settings["dtype"]}
 
     @property
     def llm(self):
@@ -64,24 +51,6 @@ class VLLMBackend(Backend):
             self._llm = LLM(model=self.source, enable_prefix_caching=True, enable_lora=bool(self.adapter), seed=self.seed,
                             **{k: v for k, v in self.settings.items() if v is not None})
         return self._llm
-
-    @property
-    def tokenizer(self):
-        """The model's tokenizer, loaded without the engine (a cached rerun never starts vLLM)."""
-        if self._tokenizer is None:
-            from esgexp.models.loading import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.source)
-        return self._tokenizer
-
-    def rendered(self, request: Request) -> str:
-        from esgexp.models.generation import model_input
-
-        tokenizer = self.tokenizer
-        if request.messages is not None:
-            return tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in request.messages], tokenize=False,
-                                                 add_generation_prompt=True)
-        return model_input(request.prompt, tokenizer, self.model_cfg.chat_template)
 
     def lora_request(self):
         if not self.adapter:
