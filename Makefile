@@ -40,13 +40,15 @@ install: $(STAMP)
 run: install
 	$(PY) -m esgexp
 
+# Tests in parallel processes (one per core, at most 4): the suite is half CLI subprocesses and servers.
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal
 
 # lm-evaluation-harness is only for the throughput comparison, not a dependency of esgexp.
 bench: install
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/mcq_throughput.py
+	$(PY) benchmarks/backends.py
 	$(PY) benchmarks/retrieval.py
 	$(PY) benchmarks/ingestion.py
 	$(PY) benchmarks/metrics.py
