@@ -234,8 +234,11 @@ def summarise(runs: list[dict], dtypes: list[str]) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| dtype | ours tok/s | plain tok/s | ratio (ours/plain) | ours peak MiB | plain peak MiB | meets 10% target |",
+def table(rows: list[dict], machine: dict) -> str:
+    """The Markdown table, under a line naming the CPU, torch's capability on it and whether bf16 is native."""
+    native = "yes" if machine["native_bf16"] else "no"
+    lines = [f"CPU: {machine['cpu_model']}, capability {machine['cpu_capability']}, native bf16: {native}", "",
+             "| dtype | ours tok/s | plain tok/s | ratio (ours/plain) | ours peak MiB | plain peak MiB | meets 10% target |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['dtype']} | {r['ours_tok_per_s']:,.1f} | {r['plain_tok_per_s']:,.1f} | {r['ratio']:.3f} | "
@@ -244,11 +247,18 @@ def table(rows: list[dict]) -> str:
 
 
 def machine_info() -> dict:
+    """Where and with what the numbers were taken, torch's CPU capability and whether bf16 is native on it."""
+    import torch
+
+    from esgexp.models.loading import cpu_has_fast_bf16
+
     versions = {package: metadata.version(package) for package in ("torch", "transformers", "peft", "lightning", "esgexp")}
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
     cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), platform.processor())
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    native_bf16, reason = cpu_has_fast_bf16()
     return {"platform": platform.platform(), "python": platform.python_version(), "cpu_model": cpu, "cpu_count": os.cpu_count(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "native_bf16": native_bf16, "native_bf16_reason": reason,
             "memory_gib": round(memory, 1), "load_average_at_start": os.getloadavg(), "versions": versions}
 
 
@@ -294,7 +304,7 @@ def main() -> None:
     report = {"date": started.isoformat(timespec="seconds"), "command": sys.argv[1:], "settings": settings, "machine": machine,
               "target_ratio": TARGET, "summary": rows, "runs": runs}
     args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(table(rows))
+    print(table(rows, machine))
     print(f"\nwritten: {args.json}")
 
 
