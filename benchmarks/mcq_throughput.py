@@ -245,6 +245,8 @@ def run_ours(job: dict) -> dict:
         "outputs": outputs,
         "answers": parsed_answers(outputs),
     }
+
+
 # --------------------------------------------------------------------------------------------
 # Worker: lm-evaluation-harness.
 
