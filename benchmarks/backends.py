@@ -19,8 +19,8 @@ of SmolLM2's chat template), answered in generate mode (greedy, 16 new tokens, n
 llama.cpp's server answers one request at a time (one model, one lock): concurrency overlaps HTTP,
 JSON and tokenisation with the model's work, it does not run two prompts at once. Throughput is
 questions / seconds of the run call (``OpenAIBackend.run`` or lm-eval's ``simple_evaluate``; the
-server probe before the clock). The sides alternate at each concurrency, so a change in the machine's
-load hits both. Prints a table, writes benchmarks/backends.json (--json PATH).
+server probe before the clock), the fastest of ``--repeats`` runs (default 3), the two sides
+alternating which goes first, so a change in the machine's load hits both. Prints a table, writes benchmarks/backends.json (--json PATH).
 
     .venv/bin/python benchmarks/backends.py
     .venv/bin/python benchmarks/backends.py --data /work/shared/data/samples/esgenius/ESGenius_1136q.csv
@@ -265,7 +265,8 @@ COLUMNS = [
 def format_table(rows: list[dict], capability: dict) -> str:
     lines = [mcq.describe_capability(capability), ""] + mcq.render(COLUMNS, rows)
     notes = [
-        "q/s: questions / seconds of the run (server probe and model load excluded). ours / lm-eval: same concurrency.",
+        "q/s: questions / seconds of the run (server probe and model load excluded), the fastest of --repeats runs;",
+        "  ours / lm-eval: at the same concurrency.",
         "llama.cpp's server computes one request at a time: concurrency overlaps only HTTP, JSON and tokenisation.",
         "cached rerun: a fresh request cache filled by one run, then the same requests again; requests to server",
         "  counts what reached the server (a counting proxy in front of it). hf: HFBackend, float32, in-process.",
@@ -284,6 +285,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions of each file")
     parser.add_argument("--concurrency", type=concurrency_list, default=concurrency_list(CONCURRENCY),
                         help=f"max_concurrency (ours) and num_concurrent (lm-eval) values (default {CONCURRENCY})")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs of each server measurement, the sides alternating; the fastest is reported (default 3)")
     parser.add_argument("--server-threads", type=int, default=2, help="llama.cpp's threads (default 2)")
     parser.add_argument("--batch-size", type=int, default=None, help="HFBackend's batch size (default: trainer.batch_size)")
     parser.add_argument("--no-lmeval", action="store_true", help="skip lm-evaluation-harness")
@@ -301,10 +304,10 @@ def measure_file(args, data: str, server, cfg) -> tuple[list[dict], dict]:
     name, n = Path(data).name, len(items)
     rows, raw = [], {"data": str(data), "n": n, "openai": {}, "lmeval": {}}
 
-    def row(system: str, concurrency, result: dict, foreign, **extra) -> dict:
+    def row(system: str, concurrency, result: dict, share: float, **extra) -> dict:
         record = {"data": name, "n": n, "system": system, "concurrency": concurrency, "seconds": result["seconds"],
-                  "qps": result["qps"], "n_failed": result.get("n_failed", 0), "foreign_cpu_share": foreign.share, **extra}
-        result["foreign_cpu_share"] = foreign.share
+                  "qps": result["qps"], "n_failed": result.get("n_failed", 0), "foreign_cpu_share": share, **extra}
+        result["foreign_cpu_share"] = share
         rows.append(record)
         return record
 
@@ -315,42 +318,65 @@ def measure_file(args, data: str, server, cfg) -> tuple[list[dict], dict]:
     def say(text: str) -> None:
         print(f"{name} ({n} q): {text}", file=sys.stderr, flush=True)
 
-    # A warm-up request, untimed: the server's first prompt pays for its buffers.
-    run_openai(cfg, server.base_url, requests[:1], 1)
-    reference = None
     def quiet() -> None:
         if args.wait_quiet:
             mcq.wait_until_quiet(args.wait_quiet)
 
-    for concurrency in args.concurrency:
+    def best_of(runs: list[tuple[dict, float]]) -> tuple[dict, float]:
+        """The fastest of the repeats stands; every repeat's seconds and foreign CPU are kept with it."""
+        result, share = min(runs, key=lambda run: run[0]["seconds"])
+        result["repeats"] = [{"seconds": r["seconds"], "foreign_cpu_share": f} for r, f in runs]
+        result["outputs_stable"] = all(r["outputs"] == result["outputs"] for r, _ in runs)
+        return result, share
+
+    def ours_once(concurrency: int) -> tuple[dict, float]:
         quiet()
-        say(f"openai backend, max_concurrency {concurrency} ...")
         with watch() as foreign:
-            ours = run_openai(cfg, server.base_url, requests, concurrency)
+            result = run_openai(cfg, server.base_url, requests, concurrency)
+        say(f"  openai backend, max_concurrency {concurrency}: {result['seconds']:.1f} s = {result['qps']:.2f} q/s "
+            f"(other processes: {foreign.share:.0%} of the CPUs)")
+        return result, foreign.share
+
+    def lmeval_once(concurrency: int) -> tuple[dict, float]:
+        quiet()
+        with watch() as foreign:
+            result = run_lmeval(server.base_url, items, prompts, concurrency)
+        say(f"  lm-eval local-chat-completions, num_concurrent {concurrency}: {result['seconds']:.1f} s = "
+            f"{result['qps']:.2f} q/s, prompts identical {result['prompts_identical']}/{n} (other processes: {foreign.share:.0%})")
+        return result, foreign.share
+
+    # A warm-up request, untimed: the server's first prompt pays for its buffers.
+    run_openai(cfg, server.base_url, requests[:1], 1)
+    reference = None
+    for concurrency in args.concurrency:
+        say(f"concurrency {concurrency}: {args.repeats} repeat(s), the two sides alternating which goes first ...")
+        ours_runs, lmeval_runs = [], []
+        for repeat in range(args.repeats):
+            order = ["ours", "lm-eval"] if repeat % 2 == 0 else ["lm-eval", "ours"]
+            for side in order:
+                if side == "ours":
+                    ours_runs.append(ours_once(concurrency))
+                elif not args.no_lmeval:
+                    lmeval_runs.append(lmeval_once(concurrency))
+        ours, share = best_of(ours_runs)
         raw["openai"][concurrency] = ours
         answers = parsed(ours["outputs"], ids)
         reference = reference or answers
-        ours_row = row("ours: openai", concurrency, ours, foreign, requests_to_server=ours["stats"].get("n_requests", n),
+        ours_row = row("ours: openai", concurrency, ours, share, requests_to_server=ours["stats"].get("n_requests", n),
                        agreement=agreement(answers, reference))
-        say(f"  {ours['seconds']:.1f} s = {ours['qps']:.2f} q/s (other processes: {foreign.share:.0%} of the CPUs)")
-        if not args.no_lmeval:
-            quiet()
-            say(f"lm-eval local-chat-completions, num_concurrent {concurrency} ...")
-            with watch() as foreign:
-                theirs = run_lmeval(server.base_url, items, prompts, concurrency)
+        if lmeval_runs:
+            theirs, share = best_of(lmeval_runs)
             raw["lmeval"][concurrency] = theirs
             ours_row["ratio"] = ours["qps"] / theirs["qps"]
-            row("lm-eval: local-chat-completions", concurrency, theirs, foreign,
+            row("lm-eval: local-chat-completions", concurrency, theirs, share,
                 agreement=agreement(parsed(theirs["outputs"], ids), reference), prompts_identical=theirs["prompts_identical"])
-            say(f"  {theirs['seconds']:.1f} s = {theirs['qps']:.2f} q/s, prompts identical {theirs['prompts_identical']}/{n} "
-                f"(other processes: {foreign.share:.0%})")
 
     concurrency = max(args.concurrency)
     say(f"cached rerun (max_concurrency {concurrency}) ...")
     with watch() as foreign:
         cached = run_cached(cfg, server.base_url, requests, concurrency)
     raw["cached"] = cached
-    row("ours: openai, cached rerun", concurrency, cached, foreign, requests_to_server=cached["requests_to_server"],
+    row("ours: openai, cached rerun", concurrency, cached, foreign.share, requests_to_server=cached["requests_to_server"],
         agreement=agreement(parsed(cached["outputs"], ids), reference))
     say(f"  {cached['seconds']:.3f} s, {cached['requests_to_server']} requests to the server "
         f"(fill run {cached['fill_seconds']:.1f} s, {cached['fill_requests_to_server']} requests)")
@@ -361,7 +387,7 @@ def measure_file(args, data: str, server, cfg) -> tuple[list[dict], dict]:
         with watch() as foreign:
             hf = run_hf(items, args.batch_size)
         raw["hf"] = hf
-        row(f"ours: hf (batch {hf['batch_size']})", "-", hf, foreign, agreement=agreement(parsed(hf["outputs"], ids), reference))
+        row(f"ours: hf (batch {hf['batch_size']})", "-", hf, foreign.share, agreement=agreement(parsed(hf["outputs"], ids), reference))
         say(f"  load {hf['load_s']:.1f} s, {hf['seconds']:.1f} s = {hf['qps']:.2f} q/s (other processes: {foreign.share:.0%})")
     return rows, raw
 
@@ -417,6 +443,7 @@ def main(argv: list[str] | None = None) -> None:
         "server": server_info,
         "lmeval_skipped": lmeval_skipped,
         "settings": {"api": "chat", "max_new_tokens": MAX_NEW_TOKENS, "concurrency": args.concurrency, "limit": args.limit,
+                     "repeats": args.repeats,
                      "wait_quiet_s": args.wait_quiet,
                      "chat_template": True, "hf_dtype": "float32"},
         "rows": rows,
