@@ -33,6 +33,10 @@ $(STAMP): pyproject.toml
 	test -f /usr/share/wordnet/index.sense || $(SUDO) sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base wordnet-sense-index' \
 		|| echo "warning: could not install Debian's WordNet data; METEOR will be reported as meteor_exact"
 	test ! -f /usr/share/wordnet/index.sense || $(PY) -m esgexp.eval.wordnet_data $(VENV)/nltk_data
+	# Chromium (Debian's package) for the HTML leaderboard's page tests, driven by Playwright with
+	# executable_path: Playwright cannot download its own browsers here. Without it those tests skip.
+	command -v chromium >/dev/null || $(SUDO) sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium' \
+		|| echo "warning: could not install Debian's chromium; the leaderboard page tests will skip"
 	touch $(STAMP)
 
 install: $(STAMP)
