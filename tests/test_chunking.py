@@ -80,6 +80,29 @@ def test_chars_bounds_are_validated():
         CharChunker(min_chars=500, max_chars=400)
 
 
+# --- paragraphs (the ingest default: CharChunker at 200-800) ---------------------------------------
+
+
+def test_ingest_defaults_to_paragraph_sized_passages():
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("ingest", overrides=["corpus.name=demo", "corpus.pdf_dir=/x"])
+    assert cfg.chunker.name == "paragraphs"
+
+
+def test_paragraphs_pack_whole_sentences_up_to_800_chars_and_cross_a_page_with_its_span():
+    # 99-character sentences "S001 xxx...x.": 8 of them and 7 spaces are 799 characters, a ninth does not fit
+    sentences = [f"S{i:03d} " + "x" * 93 + "." for i in range(60)]
+    pages = [Page(1, " ".join(sentences[:30])), Page(2, " ".join(sentences[30:]))]
+    passages = CharChunker(name="paragraphs", min_chars=200, max_chars=800).chunk("doc", pages)
+    # page 1: 8, 8, 8 sentences, its last 6 take 2 of page 2 (6 * 100 + 2 * 100 - 1 = 799); page 2: 8, 8, 8, 4
+    counts = [len(re.findall(r"S\d{3}", p.text)) for p in passages]
+    assert counts == [8, 8, 8, 8, 8, 8, 8, 4]
+    assert spans(passages) == ["1", "1", "1", "1-2", "2", "2", "2", "2"]
+    assert [len(p.text) for p in passages] == [799] * 7 + [399]
+    assert passages[3].text == " ".join(sentences[24:30]) + "\n" + " ".join(sentences[30:32])
+    assert all(p.text.endswith(".") for p in passages)
+
+
 # --- sentences (ClimRetrieve) ---------------------------------------------------------------------
 
 
@@ -190,6 +213,7 @@ def test_markdown_sections_crossing_pages_get_both_pages():
     "name, cls, params",
     [
         ("chars", CharChunker, {"min_chars": 150, "max_chars": 4500}),
+        ("paragraphs", CharChunker, {"min_chars": 200, "max_chars": 800}),
         ("sentences", SentenceChunker, {"chunk_words": 350, "overlap": 50}),
         ("window", WindowChunker, {"size": 1200, "overlap": 200}),
         ("markdown", MarkdownChunker, {"max_words": 400}),

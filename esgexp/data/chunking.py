@@ -143,11 +143,12 @@ class Chunker(ABC):
 
 @dataclass
 class CharChunker(Chunker):
-    """ESGenius: whole pages packed while the passage stays within ``max_chars``; a passage under
+    """Whole pages packed while the passage stays within ``max_chars``; a passage under
     ``min_chars`` that cannot take the next page whole borrows its first sentences (then words) until it
     reaches ``min_chars``; a page over ``max_chars`` is cut at sentence ends, then at whitespace, then
     every ``max_chars``. A passage stays under ``min_chars`` only at a document's end or before text
-    with no place to cut."""
+    with no place to cut. The defaults are ESGenius's page-sized passages (``chunker=chars``);
+    ``chunker=paragraphs`` (200-800, the ingest default) gives paragraph-sized ones."""
 
     name: str = "chars"
     min_chars: int = 150
