@@ -60,7 +60,7 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
     items = loaded.items
     if not items:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(loaded.skipped)})")
-    task.prepare(items)
+    items = task.prepare(items)  # the questions to ask (MCQ with scoring.circular: one per option rotation)
     # The model comes before any retrieval index: a wrong model config fails in seconds.
     backend = job_backend(cfg, cfg.scoring.name)
     passages, retrieval = retrieve(cfg, items)
@@ -108,7 +108,7 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         metrics["n_resumed"] = len(done)
         metrics.update(backend.stats())
         metrics.update(usage_metrics(usage, cfg.model.get("price")))
-        finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"], info)
+        finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt", "calibration.json"], info)
         if metrics["n_failed"] == len(items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
             raise UserError(f"every item failed (errors in {output_dir / 'predictions.jsonl'}); the MLflow run is marked FAILED")

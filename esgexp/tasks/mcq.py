@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
+from esgexp.eval.calibration import calibration_report
+from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
 from esgexp.eval.mcq import INVALID, mcq_metrics, parse_answer, strip_reasoning
 from esgexp.jobs import rate
+from esgexp.outputs import write_json
 from esgexp.records import MCQItem
 from esgexp.strategies.mcq import MCQPrompter
 
 
+CALIBRATION_FILE = "calibration.json"
+OPTIONAL_ROWS = (
+    ("circular accuracy", "circular/accuracy"),
+    ("position bias: RStd", "position_bias/rstd"),
+    ("calibration: ECE", "calibration/ece"),
+    ("calibration: Brier", "calibration/brier"),
+)
+
+
 class MCQTask:
-    """Builds MCQ prompts from the strategy and template, parses letters, scores accuracy."""
+    """Builds MCQ prompts from the strategy and template, parses letters, scores accuracy, position bias
+    and (scoring.circular) every cyclic option order, (scoring=logprob) calibration."""
 
     name = "mcq"
     main_metric = "accuracy"
@@ -20,8 +35,11 @@ class MCQTask:
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
         self.prompter = MCQPrompter(template=cfg.template.text, name=cfg.strategy.name, context=cfg.strategy.context)
+        self.circular = bool(cfg.scoring.get("circular", False))
 
-    def prepare(self, items: list) -> None:
+    def prepare(self, items: list) -> list:
+        """Check the dataset suits the strategy; return the items to ask: with scoring.circular=true
+        each question in its four option rotations (esgexp/eval/circular.py), else the items as they are."""
         if items and not isinstance(items[0], MCQItem):
             raise UserError(f"task=mcq needs a multiple-choice dataset; {self.cfg.dataset.name!r} holds open questions")
         if self.prompter.context and not any(item.context for item in items):
@@ -29,12 +47,15 @@ class MCQTask:
                 f"strategy={self.prompter.name} needs each question's source passage (column source_text), "
                 f"and dataset {self.cfg.dataset.name!r} has none: use the _w_ref file or strategy=zero_shot"
             )
+        return rotated_items(items) if self.circular else items
 
     def prompt(self, item: MCQItem, passages: list[str] | None) -> str:
         return self.prompter.build(item, passages)
 
     def to_record(self, result: dict, item: MCQItem) -> dict:
         record = {"gold": item.answer}
+        if "rotation" in item.meta:
+            record.update(item_id=item.meta["item_id"], rotation=item.meta["rotation"])
         if result.get("failed"):
             return {**record, "output": None, "parsed": INVALID, "correct": False}
         output = result["output"]
@@ -45,7 +66,22 @@ class MCQTask:
         return record
 
     def score(self, items: list[MCQItem], records: list[dict]) -> tuple[list[dict], dict, dict]:
-        return records, mcq_metrics(items, [r["parsed"] for r in records]), {}
+        """Accuracy and baselines over every asked item (all rotations), position bias, circular metrics
+        and, for letter scores, calibration (calibration.json goes into the run folder)."""
+        metrics = mcq_metrics(items, [r["parsed"] for r in records])
+        metrics.update(position_bias(records))
+        if self.circular:
+            metrics.update(circular_metrics(records))
+        if self.cfg.scoring.name == "logprob":
+            metrics.update(self.calibration(records))
+        return records, metrics, {}
+
+    def calibration(self, records: list[dict]) -> dict:
+        """``calibration/*`` metrics; the bins and the coverage curve written to calibration.json."""
+        metrics, report = calibration_report(records, list(self.cfg.scoring.letters))
+        if report is not None:
+            write_json(Path(self.cfg.paths.output_dir) / CALIBRATION_FILE, report)
+        return metrics
 
     def summary_rows(self, metrics: dict) -> list[tuple[str, str]]:
         return [
@@ -54,4 +90,4 @@ class MCQTask:
             ("abstention rate", rate(metrics["abstention_rate"])),
             ("baseline: random", rate(metrics["baseline/random"])),
             ("baseline: longest option", rate(metrics["baseline/longest_option"])),
-        ]
+        ] + [(name, rate(metrics[key])) for name, key in OPTIONAL_ROWS if metrics.get(key) is not None]

@@ -37,8 +37,8 @@ class QATask:
         self.cfg = cfg
         self.prompter = QAPrompter(template=OmegaConf.to_container(cfg.template), context=cfg.strategy.context)
 
-    def prepare(self, items: list) -> None:
-        """Check the dataset suits the strategy; draw the few-shot examples."""
+    def prepare(self, items: list) -> list:
+        """Check the dataset suits the strategy; draw the few-shot examples; return the items to ask."""
         if self.cfg.scoring.name != "generate":
             raise UserError(f"open questions are answered by generation: scoring={self.cfg.scoring.name} is for multiple choice")
         if not isinstance(items[0], QAItem):
@@ -50,6 +50,7 @@ class QATask:
             raise UserError(f"metrics={self.cfg.metrics.name} has no metrics for question type(s) {', '.join(missing)}")
         if self.cfg.strategy.shots:
             self.prompter.examples = self._examples(items)
+        return items
 
     def _examples(self, items: list[QAItem]) -> dict[str, list[QAItem]]:
         split = self.cfg.strategy.get("split", "train")
