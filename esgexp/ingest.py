@@ -1,5 +1,6 @@
-"""``python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=window]``: build a corpus folder.
+"""``python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=window] [tables=true]``: build a corpus folder.
 
+With ``tables=true`` every PDF's tables (``table_extractor``) are passages of kind ``table`` beside the text.
 The last line printed is ``corpus: <absolute path>``; a file that cannot be read is a warning naming it.
 """
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from esgexp.errors import exit_on_user_error
+from esgexp.errors import UserError, exit_on_user_error
 
 log = logging.getLogger("esgexp")
 
@@ -22,9 +23,13 @@ def main(cfg: DictConfig) -> None:
 
     with exit_on_user_error(log):
         out_dir = Path(cfg.corpus.dir).resolve()
-        report = ingest(cfg.corpus.pdf_dir, out_dir, instantiate(cfg.chunker), progress=cfg.progress)
+        if not isinstance(cfg.tables, bool):
+            raise UserError(f"tables must be true or false, got {cfg.tables!r}")
+        tables = instantiate(cfg.table_extractor) if cfg.tables else None
+        report = ingest(cfg.corpus.pdf_dir, out_dir, instantiate(cfg.chunker), progress=cfg.progress, tables=tables)
+    with_tables = f" ({report['n_tables']} tables)" if cfg.tables else ""
     print(
-        f"{report['n_docs']} documents, {report['n_pages']} pages, {report['n_chunks']} passages "
+        f"{report['n_docs']} documents, {report['n_pages']} pages, {report['n_chunks']} passages{with_tables} "
         f"({report['n_parsed']} read, {report['n_reused']} unchanged, {len(report['skipped'])} skipped) "
         f"in {report['seconds']:.1f} s"
     )

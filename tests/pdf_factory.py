@@ -1,4 +1,5 @@
-"""Tiny PDFs with known text for the ingestion tests: one Helvetica text line per string, one list per page."""
+"""Tiny PDFs with known text for the ingestion tests: one Helvetica text line per string, one list per page,
+and optionally ruled tables (every cell boxed by drawn lines) below a page's lines."""
 
 from __future__ import annotations
 
@@ -10,18 +11,42 @@ def _escape(line: str) -> str:
     return line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
 
-def pdf_bytes(pages: list[list[str]]) -> bytes:
-    """A valid PDF 1.4 whose page ``i`` shows the lines ``pages[i]`` top to bottom (an empty list: a blank page)."""
+COLUMN_WIDTH, ROW_HEIGHT, LEFT, TOP, LEADING = 130, 20, 72, 740, 14
+
+
+def ruled_table(grid: list[list[str]], top: float) -> str:
+    """Content-stream operators drawing ``grid`` (rows of cell texts, all rows equally long) with its top
+    edge at ``top``: a line on every row and column border, each cell's text 4 points in from its left."""
+    rows, cols = len(grid), len(grid[0])
+    right, bottom = LEFT + cols * COLUMN_WIDTH, top - rows * ROW_HEIGHT
+    lines = [f"{LEFT} {top - r * ROW_HEIGHT} m {right} {top - r * ROW_HEIGHT} l" for r in range(rows + 1)]
+    lines += [f"{LEFT + c * COLUMN_WIDTH} {top} m {LEFT + c * COLUMN_WIDTH} {bottom} l" for c in range(cols + 1)]
+    texts = [
+        f"BT /F1 10 Tf {LEFT + c * COLUMN_WIDTH + 4} {top - (r + 1) * ROW_HEIGHT + 6} Td ({_escape(cell)}) Tj ET"
+        for r, row in enumerate(grid) for c, cell in enumerate(row) if cell
+    ]
+    return "1 w " + " ".join(lines) + " S " + " ".join(texts)
+
+
+def pdf_bytes(pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None) -> bytes:
+    """A valid PDF 1.4 whose page ``i`` shows the lines ``pages[i]`` top to bottom (an empty list: a blank page)
+    and below them the ruled tables ``tables[i]`` (each a grid of cell texts), 30 points apart."""
     n = len(pages)
+    tables = tables or [[] for _ in pages]
     page_ids = [4 + 2 * i for i in range(n)]
     objects = {
         1: b"<< /Type /Catalog /Pages 2 0 R >>",
         2: b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % i for i in page_ids) + b"] /Count %d >>" % n,
         3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
     }
-    for page_id, lines in zip(page_ids, pages):
+    for page_id, lines, grids in zip(page_ids, pages, tables):
         shows = " T* ".join(f"({_escape(line)}) Tj" for line in lines)
-        content = f"BT /F1 11 Tf 14 TL 72 740 Td {shows} ET".encode("cp1252") if lines else b""
+        parts = [f"BT /F1 11 Tf {LEADING} TL {LEFT} {TOP} Td {shows} ET"] if lines else []
+        top = TOP - LEADING * len(lines) - 30
+        for grid in grids:
+            parts.append(ruled_table(grid, top))
+            top -= len(grid) * ROW_HEIGHT + 30
+        content = " ".join(parts).encode("cp1252")
         objects[page_id] = (
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
             b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (page_id + 1)
@@ -51,7 +76,7 @@ def encrypted(data: bytes, user_password: str, algorithm: str = "AES-128") -> by
     return buffer.getvalue()
 
 
-def write_pdf(path: Path, pages: list[list[str]]) -> Path:
+def write_pdf(path: Path, pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pdf_bytes(pages))
+    path.write_bytes(pdf_bytes(pages, tables))
     return path

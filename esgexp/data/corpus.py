@@ -1,9 +1,14 @@
 """The corpus store: a folder of documents -> one corpus folder, and ``Corpus.load`` to read it back.
 
 Layout of a corpus folder: ``pages.jsonl`` (doc_id, page, page_index, text), ``passages.jsonl``
-(``Passage`` fields), ``manifest.json`` (per document: file, sha256 of its bytes, counts or the skip
-reason; the chunker config) and ``report.json`` (counts, skipped files, seconds, chunker, corpus_hash).
+(``Passage`` fields: per document its text passages, then its table passages when tables were extracted),
+``tables.jsonl`` (with tables only: ``Table`` fields and page_index, one per table passage), ``manifest.json`` (per document:
+file, sha256 of its bytes, counts or the skip reason; the chunker and table extractor configs) and
+``report.json`` (counts, skipped files, seconds, chunker, tables, corpus_hash).
 Re-ingesting reads only the documents whose bytes changed; the rest come from the stored files.
+
+A table's text stays in its page's text (and so in the text passages): the page map is the verbatim page
+that evidence is checked against, and the table passage adds the table's structure beside it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from esgexp.data import pdf
 from esgexp.data.chunking import Chunker
 from esgexp.data.pdf import Page, UnreadableDocument
+from esgexp.data.tables import Table, TableExtractor
 from esgexp.errors import UserError
 from esgexp.outputs import write_atomic, write_json
 from esgexp.records import Passage, passages_hash
@@ -44,11 +50,15 @@ def read_document(path: Path) -> list[Page]:
     return [Page(1, text)]
 
 
-def ingest(pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress: bool = True) -> dict:
-    """Read every PDF/Markdown/text file under ``pdf_dir``, chunk it, and write the corpus to ``out_dir``.
+def ingest(
+    pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress: bool = True, tables: TableExtractor | None = None
+) -> dict:
+    """Read every PDF/Markdown/text file under ``pdf_dir``, chunk it, and write the corpus to ``out_dir``;
+    with ``tables``, each PDF's tables become passages of kind ``table`` too.
 
     A file that cannot be read is skipped with a warning (and listed in the report); an unchanged file
-    (same sha256) reuses its stored pages and, under the same chunker config, its passages. Returns the report.
+    (same sha256) reuses its stored pages and, under the same chunker config, its passages (its tables
+    under the same extractor config). Returns the report.
     """
     from tqdm import tqdm
 
@@ -58,7 +68,9 @@ def ingest(pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress:
     config = chunker.config()
     stored = _Stored.read(out_dir)
     same_chunker = stored.manifest.get("chunker") == config
-    documents, pages, passages, skipped = {}, [], [], []
+    tables_config = tables.config() if tables else None
+    same_tables = stored.manifest.get("tables") == tables_config
+    documents, pages, passages, found_tables, skipped = {}, [], [], [], []
     counts = {"n_parsed": 0, "n_reused": 0}
     bar = tqdm(files, desc="ingest", unit="doc", disable=not progress)
     for path in bar:
@@ -79,9 +91,14 @@ def ingest(pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress:
             documents.setdefault(doc_id, entry)
             continue
         doc_passages = stored.passages.get(doc_id, []) if reused and same_chunker else chunker.chunk(doc_id, doc_pages)
-        documents[doc_id] = {**entry, "n_pages": len(doc_pages), "n_chunks": len(doc_passages)}
+        if reused and same_tables:
+            doc_tables = stored.tables.get(doc_id, [])
+        else:
+            doc_tables = _tables(tables, path, doc_id, entry)
+        documents[doc_id] = {**entry, "n_pages": len(doc_pages), "n_chunks": len(doc_passages), "n_tables": len(doc_tables)}
         pages += [(doc_id, page) for page in doc_pages]
-        passages += doc_passages
+        passages += doc_passages + [table.passage() for table in doc_tables]
+        found_tables += doc_tables
     bar.close()
     if not pages:
         raise UserError(f"no readable document in {pdf_dir}: " + "; ".join(f"{s['file']}: {s['reason']}" for s in skipped))
@@ -90,15 +107,31 @@ def ingest(pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress:
         "n_docs": sum("skipped" not in entry for entry in documents.values()),
         "n_pages": len(pages),
         "n_chunks": len(passages),
+        "n_tables": len(found_tables),
         "skipped": skipped,
         **counts,
         "chunker": config,
+        "tables": tables_config,
         "corpus_hash": passages_hash(passages),
     }
-    _write(out_dir, pages, passages, {"reader": reader_version(), "chunker": config, "documents": documents})
+    manifest = {"reader": reader_version(), "chunker": config, "tables": tables_config, "documents": documents}
+    _write(out_dir, pages, passages, found_tables, manifest)
     report["seconds"] = round(time.perf_counter() - started, 3)
     write_json(out_dir / "report.json", report)
     return report
+
+
+def _tables(extractor: TableExtractor | None, path: Path, doc_id: str, entry: dict) -> list[Table]:
+    """A PDF's tables (none without an extractor or for text files); a PDF whose tables cannot be read
+    keeps its text passages, and the reason goes to the log and ``entry["tables_skipped"]``."""
+    if extractor is None or path.suffix.lower() != ".pdf":
+        return []
+    try:
+        return extractor.extract(path, doc_id)
+    except UnreadableDocument as error:
+        log.warning("tables skipped: %s: %s", path, error)
+        entry["tables_skipped"] = str(error)
+        return []
 
 
 def _find_files(pdf_dir: Path) -> list[Path]:
@@ -141,11 +174,15 @@ def _open(path: Path, name: str, doc_id: str, documents: dict, stored: _Stored) 
         return {**entry, "skipped": str(error)}, [], False
 
 
-def _write(out_dir: Path, pages: list[tuple[str, Page]], passages: list[Passage], manifest: dict) -> None:
+def _write(out_dir: Path, pages: list[tuple[str, Page]], passages: list[Passage], tables: list[Table], manifest: dict) -> None:
     """The data files first, the manifest last: a crash in between leaves a manifest that reuses nothing new."""
     page_records = ({"doc_id": d, "page": p.page, "page_index": p.page_index, "text": p.text} for d, p in pages)
     write_atomic(out_dir / "pages.jsonl", "".join(map(_line, page_records)))
     write_atomic(out_dir / "passages.jsonl", "".join(_line(dataclasses.asdict(p)) for p in passages))
+    if manifest["tables"] is None:  # no extractor: no tables file (one left by an earlier ingest goes)
+        (out_dir / "tables.jsonl").unlink(missing_ok=True)
+    else:
+        write_atomic(out_dir / "tables.jsonl", "".join(_line(table.record()) for table in tables))
     write_json(out_dir / "manifest.json", manifest)
 
 
@@ -183,11 +220,22 @@ def _passages(records: list[dict], path: Path) -> list[Passage]:
         raise UserError(f"{path}: bad passage record ({error})") from error
 
 
+def _tables_file(path: Path) -> list[Table]:
+    """The tables of a corpus folder's ``tables.jsonl`` (none when the file is absent)."""
+    if not path.is_file():
+        return []
+    try:
+        return [Table.from_record(record) for record in _read_jsonl(path)]
+    except (KeyError, TypeError, ValueError) as error:
+        raise UserError(f"{path}: bad table record ({type(error).__name__}: {error})") from error
+
+
 class _Stored:
     """What an earlier ingest left in the corpus folder; unreadable leftovers count as nothing stored."""
 
-    def __init__(self, manifest: dict, pages: dict[str, list[Page]], passages: dict[str, list[Passage]]):
-        self.manifest, self.pages, self.passages = manifest, pages, passages
+    def __init__(self, manifest: dict, pages: dict[str, list[Page]], passages: dict[str, list[Passage]],
+                 tables: dict[str, list[Table]]):
+        self.manifest, self.pages, self.passages, self.tables = manifest, pages, passages, tables
 
     @classmethod
     def read(cls, out_dir: Path) -> _Stored:
@@ -196,23 +244,31 @@ class _Stored:
             pages = _group_pages(_read_jsonl(out_dir / "pages.jsonl"), out_dir / "pages.jsonl")
             passages: dict[str, list[Passage]] = {}
             for passage in _passages(_read_jsonl(out_dir / "passages.jsonl"), out_dir / "passages.jsonl"):
-                passages.setdefault(passage.doc_id, []).append(passage)
+                if passage.kind == "text":
+                    passages.setdefault(passage.doc_id, []).append(passage)
+            tables: dict[str, list[Table]] = {}
+            for table in _tables_file(out_dir / "tables.jsonl"):
+                tables.setdefault(table.doc_id, []).append(table)
         except FileNotFoundError:
-            return cls({}, {}, {})
+            return cls({}, {}, {}, {})
         except (UserError, ValueError) as error:
             log.warning("%s: stored corpus unreadable (%s); every document is read again", out_dir, error)
-            return cls({}, {}, {})
+            return cls({}, {}, {}, {})
         if manifest.get("reader") != reader_version():
             log.info("%s was read by %s; every document is read again with %s", out_dir, manifest.get("reader"), reader_version())
-            return cls({}, {}, {})
-        return cls(manifest, pages, passages)
+            return cls({}, {}, {}, {})
+        return cls(manifest, pages, passages, tables)
 
     def unchanged(self, doc_id: str, sha256: str) -> dict | None:
         """The stored manifest entry of a document with these bytes, if its stored records are complete."""
         entry = self.manifest.get("documents", {}).get(doc_id)
         if not entry or entry.get("sha256") != sha256:
             return None
-        complete = len(self.pages.get(doc_id, [])) == entry.get("n_pages") and len(self.passages.get(doc_id, [])) == entry.get("n_chunks")
+        complete = (
+            len(self.pages.get(doc_id, [])) == entry.get("n_pages")
+            and len(self.passages.get(doc_id, [])) == entry.get("n_chunks")
+            and len(self.tables.get(doc_id, [])) == entry.get("n_tables", 0)
+        )
         return entry if "skipped" in entry or complete else None
 
 
@@ -233,6 +289,11 @@ class Corpus:
         pages_file = path / "pages.jsonl"
         pages = _group_pages(_read_jsonl(pages_file), pages_file) if pages_file.is_file() else {}
         return cls(path, _passages(_read_jsonl(passages_file), passages_file), pages)
+
+    @cached_property
+    def tables(self) -> dict[str, Table]:
+        """The header and cells of every table passage, by passage id (empty when none were extracted)."""
+        return {table.id: table for table in _tables_file(self.path / "tables.jsonl")}
 
     @cached_property
     def hash(self) -> str:
