@@ -70,6 +70,7 @@ class ClimRetrieveReportLevel:
     path: str
     limit: int | None = None
     seed: int = 42
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
 
     def load(self) -> RetrievalDataset:
         rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "ClimRetrieve report-level")
@@ -213,6 +214,7 @@ class ClimRetrieveBase:
     corpus: str
     min_overlap: float = 0.5
     core_only: bool = False
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
 
     def load(self) -> RetrievalDataset:
         from esgexp.data.corpus import Corpus

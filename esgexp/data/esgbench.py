@@ -36,6 +36,7 @@ class ESGBenchGold:
     path: str | None = None
     limit: int | None = None
     seed: int = 42
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
 
     def load(self) -> LoadedDataset:
         if not self.path:

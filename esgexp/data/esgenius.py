@@ -33,6 +33,7 @@ class ESGeniusCSV:
     split: str = "train"
     limit: int | None = None
     seed: int = 42
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
 
     def load(self) -> LoadedDataset:
         source = f"hub dataset {self.hf_id}" if self.hf_id else str(self.path)

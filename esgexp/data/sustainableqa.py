@@ -45,6 +45,7 @@ class SustainableQA:
     qtypes: Sequence[str] = QTYPES
     limit: int | None = None
     seed: int = 42
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
 
     def load(self) -> LoadedDataset:
         """The items of ``split``; with ``limit``, that many after a seeded shuffle."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from statistics import fmean
 
 from esgexp.errors import UserError
-from esgexp.eval.base import MetricResult
+from esgexp.eval.base import CorpusStatistic, MetricResult
 from esgexp.eval.metric_inputs import check_inputs
 from esgexp.eval.wordnet_data import find_wordnet
 
@@ -60,7 +60,11 @@ class Bleu:
         streams = [[refs[k] if k < len(refs) else None for refs in references] for k in range(width)]
         corpus = BLEU()
         summary = {"bleu": corpus.corpus_score(predictions, streams).score}
-        return MetricResult(per_item=per_item, summary=summary, info={"bleu_signature": str(corpus.get_signature())})
+        # sacrebleu's own per-sentence counts, which its significance tests resample the same way.
+        counts = CorpusStatistic(corpus._extract_corpus_statistics(predictions, streams),
+                                 lambda sums: corpus._compute_score_from_stats([int(v) for v in sums]).score)
+        info = {"bleu_signature": str(corpus.get_signature())}
+        return MetricResult(per_item=per_item, summary=summary, info=info, corpus={"bleu": counts})
 
 
 class _NoSynonyms:

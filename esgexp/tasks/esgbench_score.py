@@ -9,9 +9,13 @@ from omegaconf import DictConfig
 
 from esgexp.data.esgbench import join, load_predictions
 from esgexp.eval.esgbench_metrics import score_esgbench
-from esgexp.jobs import finish, job_tags, rate, save_inputs, summary_table, tracked_run
+from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
 from esgexp.records import LoadedDataset, QAItem
+from esgexp.stats import ItemScores, StatsSettings, cluster_info, cluster_records, headline, interval_metrics, record_clusters, with_interval
+
+# The headline metric (higher is better): numeric accuracy over all items, as the ESGBench paper reports it.
+HEADLINE = "numeric_accuracy"
 
 
 def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
@@ -29,11 +33,16 @@ def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
     with tracked_run(cfg, f"score/{Path(cfg.predictions).name}", tags) as run:
         records, metrics = score_esgbench(loaded.items, joined, k=cfg.recall_k)
         metrics["n_skipped_rows"] = len(loaded.skipped) + len(predictions.skipped)
+        cluster_key = cfg.dataset.get("cluster_key")
+        by_id = {item.id: item for item in loaded.items}
+        records = cluster_records(records, [by_id[r["id"]] for r in records], cluster_key)
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, StatsSettings.from_node(cfg.stats)))
+        metrics.update(cluster_info(records, cluster_key), headline_metric=HEADLINE, higher_is_better=True)
         PredictionLog(output_dir / "predictions.jsonl").rewrite(records)
-        finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"])
+        finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"], headline(HEADLINE))
         run_id = run.info.run_id
     rows = [("items", str(metrics["n_items"]))]
-    rows += [(key, rate(metrics[key])) for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{cfg.recall_k}") if key in metrics]
+    rows += [(key, with_interval(metrics, key)) for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{cfg.recall_k}") if key in metrics]
     rows += [(key.replace("_", " "), str(metrics[key])) for key in ("n_unjoined_predictions", "n_missing_predictions", "n_skipped_rows") if metrics.get(key)]
     print(summary_table(f"{cfg.dataset.name} | {Path(cfg.predictions).name}", rows, output_dir, run_id, cfg.tracking.uri))
     return metrics
@@ -43,3 +52,19 @@ def gold_key(item: QAItem) -> tuple[str, str]:
     """The (doc_name, question) pair predictions join on."""
     return item.meta["doc_name"], item.question
 
+
+def item_scores(records: list[dict], key: str) -> ItemScores | None:
+    """The per-item values behind ``em``, ``f1`` (a mean), ``numeric_accuracy`` (over all items),
+    ``numeric_accuracy/numeric_items`` (over items whose gold has a number) and ``recall@K`` (items
+    with retrieved pages); None for any other key."""
+    if key == "numeric_accuracy/numeric_items":
+        chosen, name = [r for r in records if r["numeric_item"]], "numeric"
+    else:
+        name = "numeric" if key == "numeric_accuracy" else key
+        if name not in ("em", "f1", "numeric") and not key.startswith("recall@"):
+            return None
+        chosen = [r for r in records if isinstance(r.get(name), (int, float))]
+    if not chosen:
+        return None
+    kind = "mean" if name == "f1" else "proportion"
+    return ItemScores([r["id"] for r in chosen], [float(r[name]) for r in chosen], kind, clusters=record_clusters(chosen))

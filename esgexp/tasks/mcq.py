@@ -9,10 +9,11 @@ from omegaconf import DictConfig
 from esgexp.errors import UserError
 from esgexp.eval.calibration import calibration_report
 from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
-from esgexp.eval.mcq import INVALID, mcq_metrics, parse_answer, strip_reasoning
+from esgexp.eval.mcq import ABSTAIN, INVALID, mcq_metrics, parse_answer, strip_reasoning
 from esgexp.jobs import rate
 from esgexp.outputs import write_json
 from esgexp.records import MCQItem
+from esgexp.stats import ItemScores, StatsSettings, cluster_info, cluster_records, headline, interval_metrics, record_clusters, with_interval
 from esgexp.strategies.mcq import MCQPrompter
 
 
@@ -30,7 +31,8 @@ class MCQTask:
     and (scoring.circular) every cyclic option order, (scoring=logprob) calibration."""
 
     name = "mcq"
-    main_metric = "accuracy"
+    headline_metric = "accuracy"
+    higher_is_better = True
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
@@ -69,12 +71,18 @@ class MCQTask:
         """Accuracy and baselines over every asked item (all rotations), position bias, circular metrics
         and, for letter scores, calibration (calibration.json goes into the run folder)."""
         metrics = mcq_metrics(items, [r["parsed"] for r in records])
+        # The rotations of one question are one cluster unless the dataset declares its own key.
+        cluster_key = self.cfg.dataset.get("cluster_key") or ("item_id" if self.circular else None)
+        records = cluster_records(records, items, cluster_key)
+        settings = StatsSettings.from_node(self.cfg.stats)
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in OUTCOMES}, settings))
+        metrics.update(cluster_info(records, cluster_key), headline_metric=self.headline_metric, higher_is_better=self.higher_is_better)
         metrics.update(position_bias(records))
         if self.circular:
             metrics.update(circular_metrics(records))
         if self.cfg.scoring.name == "logprob":
             metrics.update(self.calibration(records))
-        return records, metrics, {}
+        return records, metrics, headline(self.headline_metric, self.higher_is_better)
 
     def calibration(self, records: list[dict]) -> dict:
         """``calibration/*`` metrics; the bins and the coverage curve written to calibration.json."""
@@ -85,9 +93,25 @@ class MCQTask:
 
     def summary_rows(self, metrics: dict) -> list[tuple[str, str]]:
         return [
-            ("accuracy", rate(metrics["accuracy"])),
-            ("invalid rate", rate(metrics["invalid_rate"])),
-            ("abstention rate", rate(metrics["abstention_rate"])),
+            ("accuracy", with_interval(metrics, "accuracy")),
+            ("invalid rate", with_interval(metrics, "invalid_rate")),
+            ("abstention rate", with_interval(metrics, "abstention_rate")),
             ("baseline: random", rate(metrics["baseline/random"])),
             ("baseline: longest option", rate(metrics["baseline/longest_option"])),
         ] + [(name, rate(metrics[key])) for name, key in OPTIONAL_ROWS if metrics.get(key) is not None]
+
+
+# The 0/1 outcome per record behind each rate (as mcq_metrics counts it: Z and INVALID are never correct).
+OUTCOMES = {
+    "accuracy": lambda r: bool(r.get("correct")) and r["parsed"] not in (ABSTAIN, INVALID),
+    "invalid_rate": lambda r: r["parsed"] == INVALID,
+    "abstention_rate": lambda r: r["parsed"] == ABSTAIN,
+}
+
+
+def item_scores(records: list[dict], key: str) -> ItemScores | None:
+    """The 0/1 outcomes behind ``accuracy``, ``invalid_rate`` or ``abstention_rate``; None for another key."""
+    if key not in OUTCOMES:
+        return None
+    hits = [float(OUTCOMES[key](r)) for r in records]
+    return ItemScores([r["id"] for r in records], hits, "proportion", clusters=record_clusters(records))

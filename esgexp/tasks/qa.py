@@ -14,6 +14,9 @@ from esgexp.errors import UserError
 from esgexp.eval.mcq import strip_reasoning
 from esgexp.models.scoring import cut_after_text
 from esgexp.records import QAItem
+from esgexp.stats import (
+    ItemScores, StatsSettings, cluster_info, cluster_records, headline, record_clusters, statistic_interval, with_interval,
+)
 from esgexp.strategies.qa import QAPrompter, draw_examples
 
 log = logging.getLogger(__name__)
@@ -85,7 +88,8 @@ class QATask:
             positions[item.qtype].append(index)
         metrics: dict = {"n_items": len(items)}
         info: dict[str, str] = {}
-        records = [{**r, "metrics": {}} for r in records]
+        corpus = {}
+        records = cluster_records([{**r, "metrics": {}} for r in records], items, self.cfg.dataset.get("cluster_key"))
         for qtype, where in sorted(positions.items()):
             metrics[f"{qtype}/n"] = len(where)
             for name in self.cfg.metrics.by_qtype[qtype]:
@@ -95,6 +99,7 @@ class QATask:
                 for i, values in zip(where, result.per_item):
                     records[i]["metrics"].update(values)
                 metrics.update({f"{qtype}/{key}": value for key, value in result.summary.items()})
+                corpus.update({f"{qtype}/{key}": (where, statistic) for key, statistic in result.corpus.items()})
                 info.update(result.info)
             verdict_keys = self.cfg.metrics.get("correct_when", {}).get(qtype)
             if verdict_keys:
@@ -103,16 +108,68 @@ class QATask:
                     records[i]["metrics"]["accuracy"] = float(records[i]["correct"])
                 metrics[f"{qtype}/accuracy"] = sum(records[i]["correct"] for i in where) / len(where)
             metrics.update(category_breakdown(qtype, [items[i] for i in where], [records[i]["metrics"] for i in where]))
-        return records, metrics, info
+        metrics.update(self.intervals(metrics, records, corpus))
+        key = self.headline_metric(metrics)
+        metrics.update(cluster_info(records, self.cfg.dataset.get("cluster_key")), headline_metric=key, higher_is_better=True)
+        return records, metrics, {**info, **headline(key)}
+
+    def intervals(self, metrics: dict, records: list[dict], corpus: dict) -> dict:
+        """The interval of every ``<qtype>/<value>`` metric: from its per-item values when it is their mean,
+        by resampling the per-item counts of a corpus statistic (BLEU)."""
+        settings = StatsSettings.from_node(self.cfg.stats)
+        out: dict = {}
+        for key in [k for k in metrics if is_run_value(k)]:
+            if key in corpus:
+                where, statistic = corpus[key]
+                clusters = record_clusters([records[i] for i in where])
+                out.update(statistic_interval(statistic.rows, statistic.compute, clusters, settings).as_metrics(key))
+                continue
+            scores = item_scores(records, key, self.cfg.metrics)
+            if scores is None:
+                continue
+            if abs(sum(scores.values) / len(scores.values) - metrics[key]) > 1e-9 * max(1.0, abs(metrics[key])):
+                log.warning("no interval for %s: it is not the mean of the per-item values %r", key, key.split("/")[1])
+                continue
+            out.update(scores.interval(settings).as_metrics(key))
+        return out
+
+    def headline_metric(self, metrics: dict) -> str:
+        """The first of ``metrics.headline`` this run has (higher is better), else its first run value."""
+        declared = [key for key in self.cfg.metrics.get("headline") or () if key in metrics]
+        return declared[0] if declared else next(k for k in metrics if is_run_value(k))
 
     def summary_rows(self, metrics: dict) -> list[tuple[str, str]]:
         """Every run-level value that is not a breakdown."""
         rows = []
         for key, value in metrics.items():
-            if "/category/" in key or "/by_spans/" in key or key.startswith("n_"):
+            if "/category/" in key or "/by_spans/" in key or key.startswith(("n_", "stats/")) or key.endswith(INTERVAL_SUFFIXES):
                 continue
-            rows.append((key, f"{value:.3f}" if isinstance(value, float) else str(value)))
+            if key in ("headline_metric", "higher_is_better"):
+                continue
+            rows.append((key, with_interval(metrics, key) if isinstance(value, float) else str(value)))
         return rows
+
+
+INTERVAL_SUFFIXES = ("/ci_low", "/ci_high", "/stderr", "/ci_method")
+
+
+def is_run_value(key: str) -> bool:
+    """``<qtype>/<value>`` without a breakdown or a count (``factoid/f1``, not ``factoid/n``)."""
+    parts = key.split("/")
+    return len(parts) == 2 and parts[0] != "stats" and parts[1] != "n" and not parts[1].startswith("n_")
+
+
+def item_scores(records: list[dict], key: str, metrics_cfg) -> ItemScores | None:
+    """The per-item values behind ``<qtype>/<value>`` (the ``item_values`` alias when the per-item name
+    differs), 0/1 outcomes when the value is among ``proportions`` of the metrics config; None if absent."""
+    qtype, _, name = key.partition("/")
+    name = (metrics_cfg.get("item_values") or {}).get(name, name)
+    chosen = [r for r in records if r.get("qtype") == qtype and isinstance(r.get("metrics", {}).get(name), (int, float))]
+    if not chosen:
+        return None
+    kind = "proportion" if name in (metrics_cfg.get("proportions") or ()) else "mean"
+    values = [float(r["metrics"][name]) for r in chosen]
+    return ItemScores([r["id"] for r in chosen], values, kind, clusters=record_clusters(chosen))
 
 
 def category_breakdown(qtype: str, items: list[QAItem], per_item: list[dict]) -> dict[str, float]:

@@ -15,9 +15,10 @@ from omegaconf import DictConfig
 
 from esgexp.errors import UserError
 from esgexp.eval.retrieval_metrics import page_recall_at_k, per_query_metrics, retrieval_metrics
-from esgexp.jobs import finish, job_tags, rate, save_inputs, summary_table, tracked_run
+from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
 from esgexp.records import QAItem
+from esgexp.stats import ItemScores, StatsSettings, cluster_info, cluster_records, headline, interval_metrics, record_clusters, with_interval
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +38,50 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
         else:
             records, metrics = page_retrieval(cfg, loaded.items, ks)
         metrics["n_skipped_rows"] = len(loaded.skipped)
+        cluster_key = cfg.dataset.get("cluster_key")
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, StatsSettings.from_node(cfg.stats)))
+        key = headline_metric(ks)
+        metrics.update(cluster_info(records, cluster_key), headline_metric=key, higher_is_better=True)
         PredictionLog(output_dir / "rankings.jsonl").rewrite(records)
-        finish(output_dir, metrics, ["rankings.jsonl", "skipped_rows.txt"])
+        finish(output_dir, metrics, ["rankings.jsonl", "skipped_rows.txt"], headline(key))
         run_id = run.info.run_id
     rows = [("queries", str(metrics["n_queries"]))]
-    rows += [(name, rate(metrics[name])) for name in summary_keys(metrics, ks)]
+    rows += [(name, with_interval(metrics, name)) for name in summary_keys(metrics, ks)]
     title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={cfg.query.mode}"
     print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
     return metrics
+
+
+# The headline metric: pooled Recall@K at this K when the job has it, else at its largest K (higher is better).
+HEADLINE_K = 10
+
+
+def headline_metric(ks: list[int]) -> str:
+    return f"recall@{HEADLINE_K if HEADLINE_K in ks else max(ks)}"
+
+
+def item_scores(records: list[dict], key: str) -> ItemScores | None:
+    """The per-query values behind ``key``: pooled ``recall@K`` / ``precision@K`` as hits over relevant /
+    retrieved passages (a ratio of sums; ESGBench page recall: 0/1 per question), the mean of the
+    per-query value for ``macro/*@K``, ``ndcg@K`` and ``mrr`` over queries with a relevant passage;
+    None for any other key (baselines, counts, pooled F1)."""
+    if not records:
+        return None
+    name, at, k = key.removeprefix("macro/").partition("@")
+    pooled = not key.startswith("macro/") and name in ("recall", "precision") and at
+    if "gold_pages" in records[0]:  # ESGBench page recall
+        if not (pooled and name == "recall"):
+            return None
+        return ItemScores([r["id"] for r in records], [r["metrics"][key] for r in records], "proportion", clusters=record_clusters(records))
+    if pooled:
+        weights = [r["metrics"]["n_relevant" if name == "recall" else f"retrieved@{k}"] for r in records]
+        values = [r["metrics"][f"tp@{k}"] for r in records]
+        return ItemScores([r["id"] for r in records], values, "ratio", weights=weights, clusters=record_clusters(records))
+    value = "rr" if key == "mrr" else f"{name}@{k}"
+    if not (key == "mrr" or (at and (key.startswith("macro/") or name == "ndcg"))):
+        return None
+    chosen = [r for r in records if r["metrics"]["n_relevant"] and isinstance(r["metrics"].get(value), (int, float))]
+    return ItemScores([r["id"] for r in chosen], [r["metrics"][value] for r in chosen], "mean", clusters=record_clusters(chosen))
 
 
 def summary_keys(metrics: dict, ks: list[int]) -> list[str]:
@@ -83,7 +120,7 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
         }
         for q, found in zip(data.queries, hits)
     ]
-    return records, {**metrics, **backend_stats}
+    return cluster_records(records, data.queries, cfg.dataset.get("cluster_key")), {**metrics, **backend_stats}
 
 
 def ranked_gold(relevance: dict[str, int]) -> list[str]:
@@ -115,14 +152,18 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
         search["gold"] = [corpus.on_pages(item_doc(item), pages) for item, pages in zip(usable, gold)]
     hits = retriever.search([item.question for item in usable], max(ks), [item_doc(item) for item in usable], **search)
     metrics: dict = {"n_queries": len(usable), "n_missing_reports": len(items) - len(usable)}
+    per_query: list[dict] = [{} for _ in usable]
     for k in ks:
         # The 0-based pages of the first k chunks, in rank order (a chunk over two pages gives both).
         pages = [[i for hit in found[:k] for i in by_id[hit.passage_id].page_indexes] for found in hits]
         values = page_recall_at_k(pages, gold, k=max(map(len, pages), default=0))
         metrics[f"recall@{k}"] = sum(values) / len(values)
+        for values_of_query, value in zip(per_query, values):
+            values_of_query[f"recall@{k}"] = value
     records = [
         {"id": item.id, "doc": item_doc(item), "query": item.question, "gold_pages": item.meta["evidence_pages"],
-         "retrieved": [{"id": h.passage_id, "score": h.score, "pages": list(by_id[h.passage_id].page_indexes)} for h in found]}
-        for item, found in zip(usable, hits)
+         "retrieved": [{"id": h.passage_id, "score": h.score, "pages": list(by_id[h.passage_id].page_indexes)} for h in found],
+         "metrics": values}
+        for item, found, values in zip(usable, hits, per_query)
     ]
-    return records, metrics
+    return cluster_records(records, usable, cfg.dataset.get("cluster_key")), metrics

@@ -1,0 +1,317 @@
+"""``python -m esgexp.compare RUN [RUN ...]``: paired comparison of evaluation runs over their shared items.
+
+A RUN is a run folder or an MLflow run id. Items are joined by id (only those both runs have; the
+dropped ones are counted); the metric (default: the first run's headline) is compared per pair:
+
+- a 0/1 outcome (MCQ accuracy, EM, page recall): the paired difference with a paired-bootstrap interval
+  and McNemar's exact test (with clusters, whose items are not independent, the clustered paired
+  bootstrap's p-value instead);
+- a mean of per-item scores (F1, ROUGE-L, nDCG@K, MRR): a paired bootstrap of the mean difference;
+- a pooled retrieval value (recall@K = hits / relevant over queries): a paired bootstrap over queries of
+  the difference of the two ratios. Per-query resampling keeps what the metric pools and, unlike a
+  Wilcoxon or sign-flip test on per-query values, tests the metric itself and resamples whole reports
+  when the dataset declares them clusters.
+
+More than two runs: every run against the first (``against=first``) or every pair (``against=all``),
+p-values Holm-corrected. Writes compare.json and compare.md to ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from esgexp.errors import UserError
+from esgexp.outputs import PredictionLog, write_atomic, write_json
+from esgexp.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
+
+RUN_ID = re.compile(r"[0-9a-f]{32}")
+# Dataset settings that pick the same items from the same file differently; all other dataset keys must agree.
+SAMPLING_KEYS = ("limit", "seed", "encoding", "cluster_key")
+# Per task, the settings that change what a per-item value means (they must agree).
+SCORING_KEYS = {"qa": ("metrics",), "retrieval": ("retrieval.threshold",), "esgbench_score": ("recall_k",)}
+
+
+@dataclass
+class RunData:
+    """One run read back: its folder, MLflow id and tags (when tracked), resolved config, metrics and
+    per-item records (predictions.jsonl, or rankings.jsonl for retrieval) by id."""
+
+    ref: str
+    run_dir: Path
+    config: dict
+    metrics: dict
+    records: dict[str, dict]
+    run_id: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str:
+        return str(self.config.get("task"))
+
+    @property
+    def dataset(self) -> str:
+        return str(self.config.get("dataset", {}).get("name"))
+
+    @property
+    def label(self) -> str:
+        """What the run varied: model/strategy/scoring, retriever/query, or the scored predictions file."""
+        c = self.config
+        if self.task == "retrieval":
+            return f"{c['retriever']['name']}/{c['query']['mode']}"
+        if self.task == "esgbench_score":
+            return Path(str(c.get("predictions"))).name
+        return "/".join(str(c[group]["name"]) for group in ("model", "strategy", "scoring"))
+
+    @property
+    def headline(self) -> str:
+        found = self.metrics.get("headline_metric") or self.tags.get("headline_metric")
+        if not found:
+            raise UserError(f"run {self.ref} names no headline metric (made before intervals existed): pass metric=KEY")
+        return str(found)
+
+    @property
+    def higher_is_better(self) -> bool:
+        value = self.metrics.get("higher_is_better", self.tags.get("higher_is_better", True))
+        return value is True or str(value).lower() == "true"
+
+    def scores(self, metric: str) -> ItemScores:
+        """The per-item values behind ``metric`` (the task's own definition of them)."""
+        records = list(self.records.values())
+        if self.task == "mcq":
+            from esgexp.tasks.mcq import item_scores
+
+            found = item_scores(records, metric)
+        elif self.task == "qa":
+            from esgexp.tasks.qa import item_scores
+
+            found = item_scores(records, metric, self.config.get("metrics") or {})
+        elif self.task == "retrieval":
+            from esgexp.tasks.retrieval import item_scores
+
+            found = item_scores(records, metric)
+        elif self.task == "esgbench_score":
+            from esgexp.tasks.esgbench_score import item_scores
+
+            found = item_scores(records, metric)
+        else:
+            raise UserError(f"run {self.ref}: task={self.task} has no per-item scores to compare")
+        if found is None or not found.ids:
+            raise UserError(f"run {self.ref} has no per-item values for metric {metric!r} (task={self.task})")
+        if self.task == "qa" and self.metrics.get(metric) is not None and len(found.ids) == len(records_of(self, metric)):
+            mean = sum(found.values) / len(found.values)
+            if abs(mean - float(self.metrics[metric])) > 1e-9 * max(1.0, abs(mean)):
+                raise UserError(f"{metric} of run {self.ref} is a corpus statistic, not a mean of per-item values: "
+                                "compare a per-item metric (e.g. rougeL, f1)")
+        return found
+
+
+def records_of(run: RunData, metric: str) -> list[dict]:
+    """The QA records of ``metric``'s question type."""
+    qtype = metric.split("/")[0]
+    return [r for r in run.records.values() if r.get("qtype") == qtype]
+
+
+def load_run(ref: str | Path, tracking_uri: str | None = None) -> RunData:
+    """The run at ``ref``: a run folder, or an MLflow run id (its ``run_dir`` tag, or else its logged
+    artifacts downloaded) from ``tracking_uri`` (default: MLflow's current one)."""
+    path = Path(ref)
+    if path.is_dir():
+        return read_run_folder(path, str(ref))
+    if not RUN_ID.fullmatch(str(ref)):
+        raise UserError(f"{ref}: neither a run folder nor an MLflow run id (32 hex digits)")
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient(tracking_uri)
+    try:
+        run = client.get_run(str(ref))
+    except MlflowException as error:
+        raise UserError(f"MLflow run {ref} not found at {tracking_uri or mlflow.get_tracking_uri()}: {error.message}") from None
+    tags = dict(run.data.tags)
+    folder = Path(tags.get("run_dir", ""))
+    if not tags.get("run_dir") or not folder.is_dir():
+        folder = Path(mlflow.artifacts.download_artifacts(run_id=str(ref), tracking_uri=tracking_uri, dst_path=tempfile.mkdtemp()))
+    data = read_run_folder(folder, str(ref))
+    data.run_id, data.tags = str(ref), tags
+    return data
+
+
+def read_run_folder(folder: Path, ref: str) -> RunData:
+    from omegaconf import OmegaConf
+
+    for name in ("config.yaml", "metrics.json"):
+        if not (folder / name).is_file():
+            raise UserError(f"run {ref}: no {name} in {folder} (not a finished run folder)")
+    config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
+    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    name = "rankings.jsonl" if config.get("task") == "retrieval" else "predictions.jsonl"
+    if not (folder / name).is_file():
+        raise UserError(f"run {ref}: no {name} in {folder}: nothing per item to compare")
+    records = {r["id"]: r for r in PredictionLog(folder / name).read()}
+    return RunData(ref=ref, run_dir=folder, config=config, metrics=metrics, records=records)
+
+
+def dotted(config: dict, key: str):
+    value = config
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def check_comparable(a: RunData, b: RunData) -> None:
+    """Refuse, naming the difference, runs of different tasks, datasets, item sets or scoring settings."""
+    if a.task != b.task:
+        raise UserError(f"runs {a.ref} and {b.ref} are of different tasks: task={a.task} vs task={b.task}")
+    if a.dataset != b.dataset:
+        raise UserError(f"runs {a.ref} and {b.ref} are on different datasets: dataset={a.dataset} vs dataset={b.dataset}")
+    dataset_a, dataset_b = a.config.get("dataset", {}), b.config.get("dataset", {})
+    for key in sorted(set(dataset_a) | set(dataset_b)):
+        if key not in SAMPLING_KEYS and dataset_a.get(key) != dataset_b.get(key):
+            raise UserError(f"runs {a.ref} and {b.ref} hold different item sets: dataset.{key}={dataset_a.get(key)!r} "
+                            f"vs {dataset_b.get(key)!r}")
+    for key in SCORING_KEYS.get(a.task, ()):
+        if dotted(a.config, key) != dotted(b.config, key):
+            raise UserError(f"runs {a.ref} and {b.ref} score items differently: {key} differs "
+                            f"({_short(dotted(a.config, key))} vs {_short(dotted(b.config, key))})")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def gold_of(record: dict):
+    """What an item is scored against, as its record keeps it (an item id must mean the same item in both runs)."""
+    for key in ("gold", "references", "answer", "gold_pages"):
+        if key in record:
+            return record[key]
+    return record.get("metrics", {}).get("n_relevant")
+
+
+def compare_pair(a: RunData, b: RunData, metric: str | None = None, settings: StatsSettings | None = None) -> dict:
+    """``b`` against ``a`` on ``metric`` (default: ``a``'s headline) over their shared items.
+
+    Returns ``n_shared``, ``n_only_a``, ``n_only_b``, ``a_value``, ``b_value``, ``difference`` (b - a),
+    ``ci_low``, ``ci_high``, ``p_value`` (two-sided), ``test``, the cluster key used and, for 0/1
+    outcomes, the discordant counts ``only_a_right`` and ``only_b_right``."""
+    settings = settings or StatsSettings()
+    check_comparable(a, b)
+    metric = metric or a.headline
+    scores_a, scores_b = a.scores(metric), b.scores(metric)
+    index_b = {item_id: i for i, item_id in enumerate(scores_b.ids)}
+    pairs = [(i, index_b[item_id]) for i, item_id in enumerate(scores_a.ids) if item_id in index_b]
+    if not pairs:
+        raise UserError(f"runs {a.ref} and {b.ref} share no item with a value for {metric}")
+    for i, _ in pairs:
+        item_id = scores_a.ids[i]
+        if gold_of(a.records[item_id]) != gold_of(b.records[item_id]):
+            raise UserError(f"runs {a.ref} and {b.ref} hold different item sets: item {item_id!r} has gold "
+                            f"{_short(gold_of(a.records[item_id]))} vs {_short(gold_of(b.records[item_id]))}")
+    pick = lambda values, rows: None if values is None else [values[k] for k in rows]  # noqa: E731
+    rows_a, rows_b = [i for i, _ in pairs], [j for _, j in pairs]
+    va, vb = pick(scores_a.values, rows_a), pick(scores_b.values, rows_b)
+    wa, wb = pick(scores_a.weights, rows_a), pick(scores_b.weights, rows_b)
+    clusters = pick(scores_a.clusters, rows_a) if scores_a.clusters and scores_b.clusters else None
+    paired = paired_bootstrap(va, vb, clusters, settings, wa, wb)
+    result = {
+        "a": a.label, "b": b.label, "a_ref": a.ref, "b_ref": b.ref, "task": a.task, "dataset": a.dataset,
+        "metric": metric, "kind": scores_a.kind, "higher_is_better": a.higher_is_better,
+        "n_shared": len(pairs), "n_only_a": len(scores_a.ids) - len(pairs), "n_only_b": len(scores_b.ids) - len(pairs),
+        "a_value": sum(va) / (sum(wa) if wa else len(va)), "b_value": sum(vb) / (sum(wb) if wb else len(vb)),
+        "difference": paired.difference, "ci_low": paired.low, "ci_high": paired.high, "confidence": settings.confidence,
+        "p_value": paired.p_value, "test": paired.method,
+        "cluster_key": a.metrics.get("stats/cluster_key") if clusters else None,
+        "n_clusters": len(set(clusters)) if clusters else len(pairs),
+    }
+    if scores_a.kind == "proportion":
+        only_a = sum(1 for x, y in zip(va, vb) if x and not y)
+        only_b = sum(1 for x, y in zip(va, vb) if y and not x)
+        result.update(only_a_right=only_a, only_b_right=only_b)
+        if clusters is None:
+            result.update(p_value=mcnemar_exact(only_a, only_b), test="mcnemar_exact")
+    return result
+
+
+def compare_runs(runs: list[RunData], against: str = "first", metric: str | None = None, settings: StatsSettings | None = None) -> dict:
+    """Every run against the first (``first``) or every pair (``all``); ``p_holm`` Holm-corrects the pairs' p-values."""
+    if len(runs) < 2:
+        raise UserError(f"compare needs at least two runs, got {len(runs)}")
+    if against not in ("first", "all"):
+        raise UserError(f"against must be first or all, got {against!r}")
+    pairs = [(runs[0], run) for run in runs[1:]] if against == "first" else list(itertools.combinations(runs, 2))
+    metric = metric or runs[0].headline
+    comparisons = [compare_pair(a, b, metric, settings) for a, b in pairs]
+    for comparison, adjusted in zip(comparisons, holm([c["p_value"] for c in comparisons])):
+        comparison["p_holm"] = adjusted
+    return {"metric": metric, "against": against, "runs": [r.ref for r in runs], "comparisons": comparisons}
+
+
+def fmt(value, digits: int = 4) -> str:
+    return "n/a" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def to_markdown(report: dict) -> str:
+    """The comparison table (and who holds which items) as Markdown."""
+    first = report["comparisons"][0]
+    lines = [
+        f"# {first['dataset']} | {first['task']} | {report['metric']} "
+        f"({'higher' if first['higher_is_better'] else 'lower'} is better)",
+        "",
+        "| A | B | n shared | dropped A/B | A | B | B - A | "
+        f"{first['confidence']:.0%} CI | test | p | p (Holm) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in report["comparisons"]:
+        lines.append(
+            f"| {c['a']} | {c['b']} | {c['n_shared']} | {c['n_only_a']}/{c['n_only_b']} | {fmt(c['a_value'])} | "
+            f"{fmt(c['b_value'])} | {fmt(c['difference'])} | [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}] | {c['test']} | "
+            f"{fmt(c['p_value'])} | {fmt(c['p_holm'])} |"
+        )
+    lines += ["", "Runs: " + ", ".join(f"`{ref}`" for ref in report["runs"])]
+    if first["cluster_key"]:
+        lines.append(f"Clustered on `{first['cluster_key']}` ({first['n_clusters']} clusters).")
+    return "\n".join(lines) + "\n"
+
+
+def split_arguments(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(runs, Hydra overrides): an argument with ``=`` that is not an existing path is an override."""
+    runs, overrides = [], []
+    for arg in argv:
+        (overrides if "=" in arg and not Path(arg).exists() else runs).append(arg)
+    return runs, overrides
+
+
+def main(argv: list[str]) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from esgexp.config import CONF_DIR
+
+    refs, overrides = split_arguments(argv)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("compare", overrides=overrides)
+    settings = StatsSettings.from_node(cfg.stats)
+    runs = [load_run(ref, cfg.tracking.uri) for ref in refs]
+    report = compare_runs(runs, cfg.against, cfg.metric, settings)
+    out_dir = Path(cfg.out_dir)
+    markdown = to_markdown(report)
+    write_json(out_dir / "compare.json", report)
+    write_atomic(out_dir / "compare.md", markdown)
+    print(markdown, end="")
+    print(f"written: {out_dir / 'compare.json'}, {out_dir / 'compare.md'}")
+
+
+if __name__ == "__main__":
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        main(sys.argv[1:])
+    except (UserError, HydraException, OmegaConfBaseException) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

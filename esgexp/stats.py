@@ -1,0 +1,366 @@
+"""Uncertainty of metrics and paired tests between runs (numpy only).
+
+- Proportions (accuracy, EM, rates): Wilson score interval; with clusters, a cluster bootstrap.
+- Means of per-item scores and ratios of sums (pooled recall@K = sum of hits / sum of relevant):
+  a seeded percentile bootstrap over items, or over clusters when the dataset declares a cluster key.
+- Standard errors: the CLT standard error of the mean; with clusters the clustered standard error of
+  "Adding Error Bars to Evals" (Miller, 2024): SE^2 = SE_CLT^2 + (1/n^2) sum_c sum_{i != j in c}
+  (s_i - mean)(s_j - mean); a ratio of sums through its linearisation (delta method).
+- Paired comparison: McNemar's exact test (binomial on the discordant pairs) for 0/1 outcomes, a
+  paired bootstrap (clustered when declared) for per-item score differences, Holm's correction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from esgexp.errors import UserError
+
+# Bootstrap resamples are drawn this many at a time, so a large set of items never fills memory.
+_CHUNK = 100
+
+
+@dataclass(frozen=True)
+class StatsSettings:
+    """How intervals are computed: ``bootstrap`` resamples, their ``seed``, the ``confidence`` level."""
+
+    bootstrap: int = 1000
+    seed: int = 0
+    confidence: float = 0.95
+
+    def __post_init__(self):
+        if not isinstance(self.bootstrap, int) or self.bootstrap < 100:
+            raise UserError(f"stats.bootstrap must be a whole number of resamples >= 100, got {self.bootstrap!r}")
+        if not 0.5 <= self.confidence < 1:
+            raise UserError(f"stats.confidence must be in [0.5, 1), got {self.confidence!r}")
+
+    @classmethod
+    def from_node(cls, node) -> StatsSettings:
+        """From the ``stats`` config node (any mapping with bootstrap, seed, confidence)."""
+        return cls(bootstrap=int(node.bootstrap), seed=int(node.seed), confidence=float(node.confidence))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its interval, standard error and how the interval was computed
+    (``wilson``, ``bootstrap`` or ``cluster_bootstrap``)."""
+
+    estimate: float
+    low: float
+    high: float
+    stderr: float
+    method: str
+
+    def as_metrics(self, key: str) -> dict:
+        """``<key>/ci_low``, ``<key>/ci_high``, ``<key>/stderr`` and ``<key>/ci_method``."""
+        return {f"{key}/ci_low": self.low, f"{key}/ci_high": self.high, f"{key}/stderr": self.stderr, f"{key}/ci_method": self.method}
+
+
+NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, math.nan, "none")
+
+
+def normal_quantile(p: float) -> float:
+    """The standard normal quantile at ``p`` (bisection on erfc; exact to ~1e-12)."""
+    low, high = -40.0, 40.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        if 0.5 * math.erfc(-mid / math.sqrt(2)) < p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def wilson(successes: int, n: int, confidence: float = 0.95) -> Interval:
+    """Wilson score interval of ``successes`` out of ``n``; stderr sqrt(p(1-p)/n)."""
+    if n == 0:
+        return NAN_INTERVAL
+    z = normal_quantile(1 - (1 - confidence) / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), math.sqrt(p * (1 - p) / n), "wilson")
+
+
+def cluster_ids(clusters: Sequence | None, n: int) -> np.ndarray | None:
+    """Integer cluster ids (0..C-1) for ``n`` items; None when there are no clusters."""
+    if clusters is None:
+        return None
+    if len(clusters) != n:
+        raise ValueError(f"{len(clusters)} cluster labels for {n} items")
+    _, ids = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
+    return ids.ravel()
+
+
+def mean_stderr(values: Sequence[float], clusters: Sequence | None = None) -> float:
+    """The standard error of the mean of ``values``: CLT (sample variance / n), or with ``clusters``
+    Miller's clustered SE (the CLT term plus the within-cluster cross products)."""
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    if n < 2:
+        return math.nan
+    resid = x - x.mean()
+    clt = float((resid**2).sum() / (n - 1) / n)
+    ids = cluster_ids(clusters, n)
+    if ids is None:
+        return math.sqrt(clt)
+    sums = np.bincount(ids, weights=resid)
+    cross = float((sums**2).sum() - (resid**2).sum())  # sum over i != j in one cluster
+    return math.sqrt(max(clt + cross / (n * n), 0.0))
+
+
+def ratio_stderr(numerators: Sequence[float], denominators: Sequence[float], clusters: Sequence | None = None) -> float:
+    """Standard error of sum(numerators) / sum(denominators) by the delta method: the SE of the
+    mean of the linearised values (y_i - R x_i) / mean(x), clustered when ``clusters`` is given."""
+    y, x = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    if len(x) < 2 or x.sum() == 0:
+        return math.nan
+    ratio = y.sum() / x.sum()
+    return mean_stderr((y - ratio * x) / x.mean(), clusters)
+
+
+def _resampled_sums(rows: np.ndarray, ids: np.ndarray | None, settings: StatsSettings, rng: np.random.Generator) -> np.ndarray:
+    """``settings.bootstrap`` column sums of ``rows`` (n x d) over resamples of its rows, or of whole
+    clusters when ``ids`` is given (a resampled cluster brings all its rows)."""
+    units = rows if ids is None else np.stack([np.bincount(ids, weights=rows[:, j]) for j in range(rows.shape[1])], axis=1)
+    count = len(units)
+    out = np.empty((settings.bootstrap, rows.shape[1]))
+    for start in range(0, settings.bootstrap, _CHUNK):
+        size = min(_CHUNK, settings.bootstrap - start)
+        picks = rng.integers(0, count, size=(size, count))
+        out[start : start + size] = units[picks].sum(axis=1)
+    return out
+
+
+def bootstrap_replicates(
+    rows: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], clusters: Sequence | None, settings: StatsSettings
+) -> np.ndarray:
+    """``statistic`` (column sums, one row per resample -> one value per resample) over seeded resamples."""
+    rows = np.asarray(rows, dtype=float).reshape(len(rows), -1)
+    rng = np.random.default_rng(settings.seed)
+    return np.asarray(statistic(_resampled_sums(rows, cluster_ids(clusters, len(rows)), settings, rng)), dtype=float)
+
+
+def _percentile(replicates: np.ndarray, settings: StatsSettings) -> tuple[float, float]:
+    finite = replicates[np.isfinite(replicates)]
+    if not len(finite):
+        return math.nan, math.nan
+    tail = (1 - settings.confidence) / 2 * 100
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _method(clusters: Sequence | None) -> str:
+    return "bootstrap" if clusters is None else "cluster_bootstrap"
+
+
+def ratio_interval(
+    numerators: Sequence[float], denominators: Sequence[float], clusters: Sequence | None, settings: StatsSettings
+) -> Interval:
+    """sum(numerators) / sum(denominators) with a percentile bootstrap interval (items or clusters
+    resampled) and the delta-method standard error. A mean is the case of denominators all 1."""
+    y, x = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    if not len(x) or x.sum() == 0:
+        return NAN_INTERVAL
+    with np.errstate(invalid="ignore", divide="ignore"):
+        replicates = bootstrap_replicates(np.column_stack([y, x]), lambda s: s[:, 0] / s[:, 1], clusters, settings)
+    low, high = _percentile(replicates, settings)
+    return Interval(float(y.sum() / x.sum()), low, high, ratio_stderr(y, x, clusters), _method(clusters))
+
+
+def mean_interval(values: Sequence[float], clusters: Sequence | None, settings: StatsSettings) -> Interval:
+    """Mean of per-item ``values``: percentile bootstrap interval, CLT or clustered standard error."""
+    x = np.asarray(values, dtype=float)
+    if not len(x):
+        return NAN_INTERVAL
+    found = ratio_interval(x, np.ones(len(x)), clusters, settings)
+    return Interval(float(x.mean()), found.low, found.high, mean_stderr(x, clusters), found.method)
+
+
+def proportion_interval(hits: Sequence[float], clusters: Sequence | None, settings: StatsSettings) -> Interval:
+    """Share of 0/1 ``hits``: Wilson without clusters, the cluster bootstrap (clustered SE) with them."""
+    x = np.asarray(hits, dtype=float)
+    if clusters is None:
+        return wilson(int(x.sum()), len(x), settings.confidence)
+    return mean_interval(x, clusters, settings)
+
+
+def statistic_interval(
+    rows: Sequence[Sequence[float]], statistic: Callable[[np.ndarray], float], clusters: Sequence | None, settings: StatsSettings
+) -> Interval:
+    """A corpus-level ``statistic`` of summed per-item ``rows`` (e.g. corpus BLEU of n-gram counts):
+    percentile bootstrap interval, standard error = the standard deviation of the replicates."""
+    rows = np.asarray(rows, dtype=float)
+    if not len(rows):
+        return NAN_INTERVAL
+    replicates = bootstrap_replicates(rows, lambda sums: [statistic(row) for row in sums], clusters, settings)
+    low, high = _percentile(replicates, settings)
+    return Interval(float(statistic(rows.sum(axis=0))), low, high, float(np.std(replicates, ddof=1)), _method(clusters))
+
+
+# --- paired comparison ---
+
+
+def binomial_two_sided(k: int, n: int) -> float:
+    """Exact two-sided p-value of ``k`` successes in ``n`` fair coin flips: 2 P(X <= min(k, n-k)), at most 1."""
+    if n == 0:
+        return 1.0
+    low = min(k, n - k)
+    tail = sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2)) for i in range(low + 1))
+    return min(1.0, 2 * tail)
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """McNemar's exact p-value from the discordant pairs: items right in run A only, and in run B only."""
+    return binomial_two_sided(only_a, only_a + only_b)
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """``difference`` = statistic of B minus that of A, its interval, and the two-sided p-value."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    method: str
+
+
+def paired_bootstrap(
+    a: Sequence[float],
+    b: Sequence[float],
+    clusters: Sequence | None,
+    settings: StatsSettings,
+    weights_a: Sequence[float] | None = None,
+    weights_b: Sequence[float] | None = None,
+) -> PairedResult:
+    """Paired bootstrap of sum(b) / sum(weights_b) - sum(a) / sum(weights_a) over the same items (weights
+    1: the mean difference; relevant passages per query: a pooled recall difference), resampling items
+    or whole clusters together for both runs.
+
+    The p-value is that of the null-centred bootstrap: the share of replicates whose distance from the
+    observed difference is at least the observed difference's distance from 0, (1 + count) / (1 + B)."""
+    n = len(a)
+    ones = np.ones(n)
+    rows = np.column_stack([
+        np.asarray(a, dtype=float), ones if weights_a is None else np.asarray(weights_a, dtype=float),
+        np.asarray(b, dtype=float), ones if weights_b is None else np.asarray(weights_b, dtype=float),
+    ]) if n else np.empty((0, 4))
+    if not n or rows[:, 1].sum() == 0 or rows[:, 3].sum() == 0:
+        return PairedResult(math.nan, math.nan, math.nan, math.nan, "none")
+    sums = rows.sum(axis=0)
+    observed = float(sums[2] / sums[3] - sums[0] / sums[1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        replicates = bootstrap_replicates(rows, lambda s: s[:, 2] / s[:, 3] - s[:, 0] / s[:, 1], clusters, settings)
+    low, high = _percentile(replicates, settings)
+    finite = replicates[np.isfinite(replicates)]
+    extreme = int((np.abs(finite - observed) >= abs(observed) - 1e-12).sum())
+    return PairedResult(observed, low, high, min(1.0, (1 + extreme) / (1 + len(finite))), "paired_" + _method(clusters))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order (NaN stays NaN)."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if p == p)
+    adjusted = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+# --- per-item scores behind a metric, and the interval keys of metrics.json ---
+
+KINDS = ("proportion", "mean", "ratio")
+
+
+@dataclass(frozen=True)
+class ItemScores:
+    """The per-item values behind one metric: 0/1 ``values`` (``proportion``), scores (``mean``), or
+    numerators over ``weights`` (``ratio``: sum(values) / sum(weights)); ``clusters`` one label per item
+    or None."""
+
+    ids: list[str]
+    values: list[float]
+    kind: str
+    weights: list[float] | None = None
+    clusters: list[str] | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+
+    def interval(self, settings: StatsSettings) -> Interval:
+        if self.kind == "proportion":
+            return proportion_interval(self.values, self.clusters, settings)
+        if self.kind == "mean":
+            return mean_interval(self.values, self.clusters, settings)
+        return ratio_interval(self.values, self.weights, self.clusters, settings)
+
+
+def interval_metrics(scores: dict[str, ItemScores | None], settings: StatsSettings) -> dict:
+    """``<key>/ci_low``, ``/ci_high``, ``/stderr``, ``/ci_method`` for every metric key with scores."""
+    out: dict = {}
+    for key, found in scores.items():
+        if found is not None and found.ids:
+            out.update(found.interval(settings).as_metrics(key))
+    return out
+
+
+def record_clusters(records: Sequence[dict]) -> list[str] | None:
+    """The ``cluster`` label of every record, or None when any record has none."""
+    labels = [r.get("cluster") for r in records]
+    return None if not labels or any(label is None for label in labels) else [str(label) for label in labels]
+
+
+PASSAGE = "passage"
+
+
+def item_cluster(item, key: str) -> str:
+    """The cluster of ``item`` under the dataset's ``cluster_key``: ``passage`` is its source passage
+    (items with the same context text), any other key a field of the item or of its ``meta``."""
+    if key == PASSAGE:
+        if not item.context:
+            raise UserError(f"dataset.cluster_key=passage but item {item.id!r} has no passage (context)")
+        import hashlib
+
+        return hashlib.sha256("\n".join(item.context).encode()).hexdigest()[:16]
+    value = getattr(item, key, None)
+    if value is None:
+        value = getattr(item, "meta", {}).get(key)
+    if value is None:
+        raise UserError(f"dataset.cluster_key={key!r}: item {item.id!r} has no field or meta value {key!r}")
+    return str(value)
+
+
+def cluster_records(records: list[dict], items: Sequence, key: str | None) -> list[dict]:
+    """``records`` (aligned with ``items``) with each item's ``cluster`` label when ``key`` is set."""
+    if not key:
+        return records
+    return [{**record, "cluster": item_cluster(item, key)} for record, item in zip(records, items, strict=True)]
+
+
+def cluster_info(records: Sequence[dict], key: str | None) -> dict:
+    """What metrics.json says about clustering: ``stats/cluster_key`` (null: none) and ``stats/n_clusters``."""
+    clusters = record_clusters(records) if key else None
+    return {"stats/cluster_key": key if clusters else None, "stats/n_clusters": len(set(clusters)) if clusters else len(records)}
+
+
+def headline(metric: str, higher_is_better: bool = True) -> dict[str, str]:
+    """The MLflow tags that name a run's headline metric and its direction."""
+    return {"headline_metric": metric, "higher_is_better": "true" if higher_is_better else "false"}
+
+
+def with_interval(metrics: dict, key: str, digits: int = 3) -> str:
+    """``0.521 [0.470, 0.573]`` for the summary table (the bare value when it has no interval)."""
+    value = metrics.get(key)
+    if not isinstance(value, (int, float)) or value != value:
+        return "n/a"
+    low, high = metrics.get(f"{key}/ci_low"), metrics.get(f"{key}/ci_high")
+    if not isinstance(low, (int, float)) or low != low:
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
