@@ -67,9 +67,51 @@ def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
         "config_hash": job_identity(cfg)[:16],
         "git_commit": tracking.git_commit(cfg.paths.root_dir),
         "run_dir": str(output_dir),
+        "versions": package_versions(),
     }
+    digest = data_sha256(cfg.dataset.get("path"))
+    if digest:
+        tags["data_sha256"] = digest
     tags.update({k: str(v) for k, v in extra.items() if v is not None})
     return tags
+
+
+# The packages whose version can change a run's outputs (shown on the leaderboard's reproducibility card).
+VERSIONED_PACKAGES = ("esgexp", "torch", "transformers", "peft", "lightning", "vllm", "openai", "bm25s",
+                      "sentence-transformers", "mlflow", "hydra-core")
+
+
+def package_versions() -> str:
+    """``python 3.11.2, torch 2.13.0, ...`` for Python and each installed package of VERSIONED_PACKAGES."""
+    import platform
+    from importlib import metadata
+
+    versions = [f"python {platform.python_version()}"]
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(versions)
+
+
+def data_sha256(path: str | None) -> str | None:
+    """SHA-256 of the data file at ``path`` (a folder: its files' relative names and bytes, in name
+    order); None when there is nothing on disk there (a hub dataset)."""
+    if not path:
+        return None
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root] if root.is_file() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        if file != root:
+            digest.update(str(file.relative_to(root)).encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def save_inputs(cfg: DictConfig, output_dir: Path, skipped: list[str]) -> None:

@@ -1,0 +1,86 @@
+"""``python -m esgexp.leaderboard``: every finished MLflow evaluation run as a CSV and a Markdown table
+and one self-contained HTML page (``format=all``, or ``csv``, ``md``, ``html``, or a list).
+
+One row per run: its headline metric with the 95% interval, the "not significantly worse than the best"
+mark within its dataset and task, and MCQ, open-QA and retrieval values side by side; a model evaluated
+with a LoRA adapter names its base in ``finetuned_from``. Training runs are left out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from esgexp.errors import UserError
+from esgexp.outputs import write_atomic
+
+FORMATS = ("csv", "md", "html")
+FILES = {"csv": "leaderboard.csv", "md": "leaderboard.md", "html": "index.html"}
+
+
+def collect(tracking_uri: str, latest_only: bool = True, alpha: float = 0.05):
+    """(groups, marks): the finished runs per (dataset, task), best first, and each run's mark."""
+    from esgexp.leaderboard.significance import group_marks
+    from esgexp.leaderboard.store import finished_runs
+    from esgexp.leaderboard.table import board_groups
+
+    groups = board_groups(finished_runs(tracking_uri, latest_only))
+    marks = {}
+    for runs in groups.values():
+        marks.update(group_marks(runs, alpha))
+    return groups, marks
+
+
+def rows_of(groups: dict, marks: dict) -> list[dict]:
+    from esgexp.leaderboard.table import run_row
+
+    rows = []
+    for runs in groups.values():
+        for run in runs:
+            row = run_row(run)
+            mark = marks.get(run.run_id)
+            if mark is not None:
+                row.update(not_worse=mark.status, p_vs_best=mark.p if mark.p is not None else "")
+            rows.append(row)
+    return rows
+
+
+def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
+    """One row per finished evaluation run, best headline first within each dataset and task."""
+    return rows_of(*collect(tracking_uri, latest_only))
+
+
+def export(tracking_uri: str, out_dir: Path, latest_only: bool = True, formats=("csv", "md"), alpha: float = 0.05) -> str:
+    """Write the chosen ``formats`` (csv, md, html) into ``out_dir``; return the Markdown table."""
+    from esgexp.leaderboard.table import to_csv, to_markdown
+
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise UserError(f"format must be one of {', '.join(FORMATS)} or all, got {', '.join(unknown)}")
+    groups, marks = collect(tracking_uri, latest_only, alpha)
+    rows = rows_of(groups, marks)
+    markdown = to_markdown(rows)
+    out_dir = Path(out_dir)
+    if "csv" in formats:
+        write_atomic(out_dir / FILES["csv"], to_csv(rows))
+    if "md" in formats:
+        write_atomic(out_dir / FILES["md"], markdown)
+    if "html" in formats:
+        from esgexp.leaderboard.page import render
+
+        write_atomic(out_dir / FILES["html"], render(groups, marks, tracking_uri))
+    return markdown
+
+
+def main(overrides: list[str]) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from esgexp.config import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("leaderboard", overrides=overrides)
+    chosen = [cfg.format] if isinstance(cfg.format, str) else list(cfg.format)
+    formats = FORMATS if chosen == ["all"] else tuple(chosen)
+    out_dir = Path(cfg.out_dir)
+    markdown = export(cfg.tracking.uri, out_dir, cfg.latest_only, formats, cfg.alpha)
+    if "md" in formats:
+        print(markdown, end="")
+    print("written: " + ", ".join(str(out_dir / FILES[f]) for f in FORMATS if f in formats))

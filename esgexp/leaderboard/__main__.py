@@ -1,0 +1,10 @@
+"""``python -m esgexp.leaderboard [tracking.uri=...] [out_dir=...] [format=all|csv|md|html] [latest_only=false]``."""
+
+import logging
+import sys
+
+from esgexp.errors import exit_on_user_error
+from esgexp.leaderboard import main
+
+with exit_on_user_error(logging.getLogger("esgexp.leaderboard")):
+    main(sys.argv[1:])

@@ -1,0 +1,185 @@
+"""The page's plotly figures, each from the runs of one dataset (None when the runs hold nothing to draw)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+
+from esgexp.leaderboard.questions import QuestionMatrix
+from esgexp.leaderboard.store import Run
+
+# Open-QA values drawn per question type, as the QA task names them (<qtype>/<value>).
+QA_VALUES = ("f1", "em", "rougeL", "bertscore_f1", "accuracy", "numeric_accuracy")
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=60), height=420)
+
+
+def label(run: Run) -> str:
+    """model · strategy · scoring (retrieval: retriever · query), the run's name on a figure."""
+    if run.tags.get("task") == "retrieval":
+        parts = [run.tags.get("retriever"), run.tags.get("query")]
+    else:
+        parts = [run.tags.get("model"), run.tags.get("strategy"), run.tags.get("scoring")]
+    return " · ".join(p for p in parts if p) or run.run_id[:8]
+
+
+def value(run: Run, name: str) -> float | None:
+    found = run.metrics.get(name)
+    return None if found is None or math.isnan(found) else found
+
+
+def question_heatmap(matrix: QuestionMatrix, title: str):
+    """Models (best on top) x questions (easiest left); green correct, red wrong, blank no record. The
+    hover text is put together in the page from the matrix (see assets.PAGE_JS), each question once."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure(go.Heatmap(
+        z=matrix.correct, x=list(range(len(matrix.ids))), y=matrix.models, zmin=0, zmax=1,
+        colorscale=[[0, "#d6604d"], [0.5, "#d6604d"], [0.5, "#4dac26"], [1, "#4dac26"]], showscale=False,
+        hovertemplate="%{text}<extra></extra>", xgap=0, ygap=1,
+    ))
+    figure.update_layout(**{**LAYOUT, "height": 150 + 20 * len(matrix.models)}, title=title)
+    figure.update_xaxes(title="questions, easiest first (share of models that miss it)", showticklabels=False)
+    figure.update_yaxes(autorange="reversed", automargin=True)
+    return figure
+
+
+def framework_heatmap(runs: list[Run], title: str):
+    """Run x framework accuracy (metrics ``accuracy/framework/<name>``)."""
+    import plotly.graph_objects as go
+
+    frameworks = sorted({k.split("/", 2)[2] for run in runs for k in run.metrics if k.startswith("accuracy/framework/")})
+    if not frameworks:
+        return None
+    names = [label(run) for run in runs]
+    z = [[value(run, f"accuracy/framework/{name}") for name in frameworks] for run in runs]
+    figure = go.Figure(go.Heatmap(z=z, x=frameworks, y=names, zmin=0, zmax=1, colorscale="Viridis",
+                                  hovertemplate="%{y}<br>%{x}: %{z:.3f}<extra></extra>", colorbar=dict(title="accuracy")))
+    figure.update_layout(**{**LAYOUT, "height": max(300, 150 + 22 * len(runs))}, title=title)
+    figure.update_yaxes(autorange="reversed", automargin=True)
+    return figure
+
+
+def size_accuracy(runs: list[Run], title: str):
+    """Model size (billions, log axis) against accuracy, one colour per strategy; a line joins each
+    model's zero-shot point to its context/RAG points (same scoring and backend)."""
+    import plotly.graph_objects as go
+
+    points = defaultdict(list)  # strategy -> (size, accuracy, model)
+    for run in runs:
+        size, accuracy = run.param("model.size_b"), value(run, "accuracy")
+        if size is None or accuracy is None:
+            continue
+        points[run.tags.get("strategy", "")].append((float(size), accuracy, run))
+    if not points:
+        return None
+    figure = go.Figure()
+    base = {(r.tags.get("model"), r.tags.get("scoring"), r.tags.get("backend")): (s, a) for s, a, r in points.get("zero_shot", [])}
+    xs, ys = [], []
+    for strategy, found in points.items():
+        if strategy == "zero_shot":
+            continue
+        for size, accuracy, run in found:
+            start = base.get((run.tags.get("model"), run.tags.get("scoring"), run.tags.get("backend")))
+            if start:
+                xs += [start[0], size, None]
+                ys += [start[1], accuracy, None]
+    if xs:
+        figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="zero-shot → context/RAG",
+                                    line=dict(color="#999", width=1), hoverinfo="skip"))
+    for strategy, found in sorted(points.items()):
+        figure.add_trace(go.Scatter(
+            x=[s for s, _, _ in found], y=[a for _, a, _ in found], mode="markers", name=strategy,
+            text=[r.tags.get("model", "") for _, _, r in found],
+            hovertemplate="%{text}<br>size %{x} B<br>accuracy %{y:.3f}<extra>" + strategy + "</extra>",
+        ))
+    figure.update_layout(**LAYOUT, title=title)
+    figure.update_xaxes(type="log", title="model size (billion parameters)")
+    figure.update_yaxes(title="accuracy", range=[0, 1])
+    return figure
+
+
+def grouped_bars(runs: list[Run], keys: dict[str, str], title: str, y_title: str):
+    """One bar group per x label (``keys``: metric name -> x label), one bar per run."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for run in runs:
+        shown = [(x, value(run, name)) for name, x in keys.items() if value(run, name) is not None]
+        if shown:
+            figure.add_trace(go.Bar(x=[x for x, _ in shown], y=[v for _, v in shown], name=label(run)))
+    if not figure.data:
+        return None
+    figure.update_layout(**LAYOUT, title=title, barmode="group")
+    figure.update_yaxes(title=y_title)
+    return figure
+
+
+def qa_by_type(runs: list[Run], title: str):
+    """Open-QA values per question type (``<qtype>/<value>``, e.g. factoid/f1, table/rougeL)."""
+    pattern = re.compile(rf"^([a-z_]+)/({'|'.join(QA_VALUES)})$")
+    keys = sorted({k for run in runs for k in run.metrics if pattern.match(k)})
+    return grouped_bars(runs, {k: k.replace("/", " ") for k in keys}, title, "score")
+
+
+def qa_by_spans(runs: list[Run], title: str):
+    """Factoid F1 by number of gold spans (``<qtype>/by_spans/<bucket>/f1``)."""
+    pattern = re.compile(r"^([a-z_]+)/by_spans/([^/]+)/f1$")
+    keys = sorted({k for run in runs for k in run.metrics if pattern.match(k)}, key=lambda k: (k.split("/")[0], k.split("/")[2]))
+    return grouped_bars(runs, {k: f"{k.split('/')[0]}: {k.split('/')[2]} span(s)" for k in keys}, title, "F1")
+
+
+def recall_curves(runs: list[Run], title: str):
+    """Pooled recall@K against K, one line per retriever and query formulation."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for run in runs:
+        ks = sorted(int(m.group(1)) for k in run.metrics if (m := re.fullmatch(r"recall_at_(\d+)", k)))
+        if ks:
+            figure.add_trace(go.Scatter(x=ks, y=[run.metrics[f"recall_at_{k}"] for k in ks], mode="lines+markers", name=label(run)))
+    if not figure.data:
+        return None
+    figure.update_layout(**LAYOUT, title=title)
+    figure.update_xaxes(title="K (passages retrieved)", type="log")
+    figure.update_yaxes(title="recall@K", range=[0, 1])
+    return figure
+
+
+def category_accuracy(runs: list[Run], title: str):
+    """Accuracy per report category (``[<qtype>/]category/<name>/accuracy``: ESGBench)."""
+    pattern = re.compile(r"^(?:[a-z_]+/)?category/(.+)/accuracy$")
+    keys = sorted({k for run in runs for k in run.metrics if pattern.match(k)})
+    return grouped_bars(runs, {k: pattern.match(k).group(1) for k in keys}, title, "accuracy")
+
+
+def calibration(runs: list[Run], title: str):
+    """Reliability (accuracy against confidence, 15 bins) and accuracy against coverage for each run
+    that wrote calibration.json (logprob scoring)."""
+    import json
+
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("reliability", "abstention below a confidence threshold"))
+    for index, run in enumerate(runs):
+        path = run.file("calibration.json")
+        if path is None:
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        bins = [b for b in data.get("bins", []) if b.get("count")]
+        group = dict(legendgroup=run.run_id, name=label(run))
+        figure.add_trace(go.Scatter(x=[b["confidence"] for b in bins], y=[b["accuracy"] for b in bins], mode="lines+markers",
+                                    text=[f"{b['count']} answers" for b in bins], **group), row=1, col=1)
+        coverage = data.get("coverage", [])
+        figure.add_trace(go.Scatter(x=[c["coverage"] for c in coverage], y=[c["accuracy"] for c in coverage], mode="lines",
+                                    text=[f"threshold {c['threshold']}" for c in coverage], showlegend=False, **group),
+                         row=1, col=2)
+    if not figure.data:
+        return None
+    figure.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="perfect"), row=1, col=1)
+    figure.update_layout(**LAYOUT, title=title)
+    figure.update_xaxes(title="confidence", range=[0, 1], row=1, col=1)
+    figure.update_xaxes(title="coverage (share answered)", range=[0, 1], row=1, col=2)
+    figure.update_yaxes(title="accuracy", range=[0, 1])
+    return figure

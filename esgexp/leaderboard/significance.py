@@ -1,0 +1,56 @@
+"""The "not significantly worse than the best" mark: every run of a (dataset, task) against its best run,
+paired over shared items (esgexp.compare), Holm-corrected over the group."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from esgexp.errors import UserError
+from esgexp.leaderboard.store import Run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """``status``: best | yes (not significantly worse) | no | "" (not compared: ``note`` says why);
+    ``p``: the Holm-adjusted p-value against the best run."""
+
+    status: str
+    p: float | None = None
+    note: str = ""
+
+
+def run_ref(run: Run) -> str:
+    """What esgexp.compare.load_run reads: the run folder when it is still there, else the MLflow run id."""
+    run_dir = run.tags.get("run_dir")
+    return run_dir if run_dir and Path(run_dir).is_dir() else run.run_id
+
+
+def group_marks(group: list[Run], alpha: float = 0.05) -> dict[str, Mark]:
+    """Marks for one (dataset, task) group, best run first (as :func:`board_groups` orders it)."""
+    if not group:
+        return {}
+    from esgexp.compare import compare_pair, load_run
+    from esgexp.stats import holm
+
+    best, others = group[0], group[1:]
+    marks = {best.run_id: Mark("best")}
+    if not others:
+        return marks
+    try:
+        best_data = load_run(run_ref(best))
+    except UserError as error:
+        return {**marks, **{run.run_id: Mark("", note=f"best run unreadable: {error}") for run in others}}
+    compared, p_values = [], []
+    for run in others:
+        try:
+            p_values.append(float(compare_pair(best_data, load_run(run_ref(run)))["p_value"]))
+            compared.append(run)
+        except UserError as error:  # a different item set, or no per-item records
+            marks[run.run_id] = Mark("", note=str(error))
+    for run, p in zip(compared, holm(p_values)):
+        marks[run.run_id] = Mark("yes" if p >= alpha else "no", p) if p == p else Mark("", note="no p-value (no shared item differs)")
+    return marks

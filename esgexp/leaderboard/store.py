@@ -1,0 +1,112 @@
+"""The runs the leaderboard reads: every FINISHED evaluation run of an MLflow store, and its run-folder files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from esgexp.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """One finished MLflow run: its id, tags, params (the flattened config) and last metric values."""
+
+    run_id: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    start_time: int = 0
+    files: dict[str, Path | None] = field(default_factory=dict, repr=False)
+
+    def param(self, key: str) -> str | None:
+        """The param as logged, or None when missing or logged as None/null."""
+        value = self.params.get(key)
+        return None if value in (None, "", "None", "null") else value
+
+    def file(self, name: str) -> Path | None:
+        """``name`` from the run folder (tag ``run_dir``), else downloaded from the run's MLflow artifacts;
+        None when neither has it."""
+        if name not in self.files:
+            self.files[name] = locate_file(self, name)
+        return self.files[name]
+
+    def json_lines(self, name: str) -> list[dict]:
+        path = self.file(name)
+        if path is None:
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def locate_file(run: Run, name: str) -> Path | None:
+    """The run folder's copy while the folder is there (its artifacts hold the same files), else the artifact."""
+    run_dir = run.tags.get("run_dir")
+    if run_dir and Path(run_dir).is_dir():
+        return Path(run_dir) / name if (Path(run_dir) / name).is_file() else None
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+
+    try:
+        return Path(mlflow.artifacts.download_artifacts(run_id=run.run_id, artifact_path=name, dst_path=tempfile.mkdtemp()))
+    except Exception as error:  # not logged, or the artifact store is gone
+        log.debug("run %s has no %s: %s", run.run_id, name, error)
+        return None
+
+
+def local_store_path(uri: str) -> Path | None:
+    """The file (sqlite) or folder (file store) a local tracking URI names; None for a server."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///"))
+    if uri.startswith("file:"):
+        return Path(unquote(urlparse(uri).path))
+    if "://" not in uri:
+        return Path(uri)
+    return None
+
+
+def check_store(uri: str) -> None:
+    """Refuse a local store that does not exist (reading it through MLflow would create it)."""
+    path = local_store_path(uri)
+    if path is not None and not path.exists():
+        raise UserError(f"no MLflow store at {path} (tracking.uri={uri}): nothing to list; point tracking.uri at the "
+                        "store your jobs logged to")
+
+
+def finished_runs(uri: str, latest_only: bool = True) -> list[Run]:
+    """Every FINISHED evaluation run in ``uri``, newest first; training runs (task=finetune) are left out.
+
+    With ``latest_only`` a config run several times (same ``config_hash`` tag) gives its newest run only.
+    Raises UserError for a missing local store or one without any finished evaluation run."""
+    check_store(uri)
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    found = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string="attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        output_format="list",
+    )
+    seen: set[str] = set()
+    runs = []
+    for run in found:
+        tags = dict(run.data.tags)
+        if tags.get("task") == "finetune":  # training runs: curves, not scores
+            continue
+        config_hash = tags.get("config_hash")
+        if latest_only and config_hash:
+            if config_hash in seen:
+                continue
+            seen.add(config_hash)
+        runs.append(Run(run.info.run_id, tags, dict(run.data.params), dict(run.data.metrics), run.info.start_time or 0))
+    if not runs:
+        kind = "evaluation runs (only training runs)" if found else "runs"
+        raise UserError(f"no finished {kind} in {uri}")
+    return runs
