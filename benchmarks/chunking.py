@@ -182,8 +182,9 @@ def per_page(folder: Path) -> list[dict]:
 def table(result: dict) -> str:
     lines = [
         f"{len(result['reports'])} reports, {result['pages']} pages, {result['annotations']} annotations "
-        f"({result['rows'][0]['retrieval']['queries']} queries); annotated "
-        f"paragraphs (chars) p10/median/p90: {_spread(result['paragraph_length'])} "
+        f"({result['rows'][0]['retrieval']['queries']} queries); {result['rows'][0]['alignment']['found']} of "
+        f"{result['rows'][0]['alignment']['paragraphs']} annotated text paragraphs found in the PDF text, their "
+        f"length (chars) p10/median/p90: {_spread(result['paragraph_length'])} "
         f"(all reports: {_spread(result['paragraph_length_all_reports'])})",
         "",
         f"| chunker | passages | per page | chars p10/med/p90 | cover | precision | f1 | rel./query | random R@{K} | BM25 R@{K} | BM25 R@{BUDGET} chars |",

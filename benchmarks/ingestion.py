@@ -4,8 +4,12 @@
 * chunk:   each chunker on the pages already in memory (both PDFs).
 * ingest:  ``esgexp.data.corpus.ingest`` into an empty folder (hash, parse, chunk, write).
 * reingest: the same folder again with nothing changed (hashes checked, stored results reused).
+* tables:  ``esgexp.data.tables.TableExtractor.found`` (pdfplumber's table finder) per PDF and strategy
+  (``lines``: ruled tables, the default; ``text``: columns guessed from word positions), with how many
+  tables it finds and how many the default size filter keeps (3+ rows, 2+ columns).
+* ingest+tables: ``ingest`` with ``tables=TableExtractor()`` (the default chunker) into an empty folder.
 
-Each time is the best of --repeats runs. Run from the repository root on an otherwise idle machine:
+Each time is the best of --repeats runs (table extraction: --table-repeats, default 1: it is slow). Run from the repository root on an otherwise idle machine:
 
     .venv/bin/python benchmarks/ingestion.py [--pdfs ../shared/data/samples/pdfs] [--repeats 3]
 
@@ -27,12 +31,15 @@ from pathlib import Path
 from esgexp.data.chunking import CharChunker, MarkdownChunker, SentenceChunker, WindowChunker
 from esgexp.data.corpus import ingest
 from esgexp.data.pdf import read_pages
+from esgexp.data.tables import TableExtractor
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PDFS = ROOT.parent / "shared" / "data" / "samples" / "pdfs"
 DEFAULT_JSON = ROOT / "benchmarks" / "ingestion.json"
 FILES = ("1_1_AG.pdf", "MAX_AUTOMATION_SE.pdf")
-CHUNKERS = (CharChunker(), SentenceChunker(), WindowChunker(), MarkdownChunker())
+PARAGRAPHS = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # conf/chunker/paragraphs.yaml, the default
+CHUNKERS = (PARAGRAPHS, CharChunker(), SentenceChunker(), WindowChunker(), MarkdownChunker())
+STRATEGIES = ("lines", "text")
 
 
 def best_time(repeats: int, work) -> tuple[float, object]:
@@ -45,12 +52,27 @@ def best_time(repeats: int, work) -> tuple[float, object]:
     return best, result
 
 
-def row(stage: str, target: str, pages: int, seconds: float, passages: int | None = None) -> dict:
+def row(stage: str, target: str, pages: int, seconds: float, passages: int | None = None, **extra) -> dict:
     return {"stage": stage, "target": target, "pages": pages, "seconds": round(seconds, 5),
-            "pages_per_s": round(pages / seconds, 1), "passages": passages}
+            "pages_per_s": round(pages / seconds, 1), "passages": passages, **extra}
 
 
-def measure(pdf_dir: Path, repeats: int) -> list[dict]:
+def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
+    """Table extraction per PDF and strategy; ``passages`` is the tables kept, ``found`` all pdfplumber found,
+    ``kept`` the (page, rows, columns) of each kept table."""
+    rows = []
+    for strategy in STRATEGIES:
+        extractor = TableExtractor(strategy=strategy)
+        for name in FILES:
+            seconds, found = best_time(repeats, lambda: extractor.found(pdf_dir / name))
+            kept = extractor.keep(found, name)
+            rows.append(row("tables", f"{name} {strategy}", len(pages[name]), seconds, len(kept), found=len(found),
+                            kept=[(t.page, len(t.rows) + 1, len(t.header)) for t in kept]))
+    return rows
+
+
+def measure(pdf_dir: Path, repeats: int, table_repeats: int = 0) -> list[dict]:
+    """Every stage's rows; the table stages only with ``table_repeats`` >= 1."""
     rows, pages = [], {}
     for name in FILES:
         seconds, pages[name] = best_time(repeats, lambda: read_pages(pdf_dir / name))
@@ -72,14 +94,23 @@ def measure(pdf_dir: Path, repeats: int) -> list[dict]:
             seconds, report = best_time(repeats, lambda: ingest(folder, Path(scratch) / f"{chunker.name}-0", chunker, progress=False))
             assert report["n_parsed"] == 0, "re-ingest parsed a file"
             rows.append(row("reingest", chunker.name, total, seconds, report["n_chunks"]))
+        if table_repeats < 1:
+            return rows
+        rows += measure_tables(pdf_dir, pages, table_repeats)
+        fresh = iter(range(table_repeats))
+        seconds, report = best_time(table_repeats, lambda: ingest(
+            folder, Path(scratch) / f"tables-{next(fresh)}", PARAGRAPHS, progress=False, tables=TableExtractor()))
+        rows.append(row("ingest+tables", PARAGRAPHS.name, total, seconds, report["n_chunks"], tables=report["n_tables"]))
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| stage | target | pages | ms | pages/s | passages |", "|---|---|---|---|---|---|"]
+    lines = ["| stage | target | pages | ms | pages/s | passages | tables found / kept |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        passages = "" if r["passages"] is None else r["passages"]
-        lines.append(f"| {r['stage']} | {r['target']} | {r['pages']} | {r['seconds'] * 1000:,.1f} | {r['pages_per_s']:,.1f} | {passages} |")
+        passages = "" if r["passages"] is None or r["stage"] == "tables" else r["passages"]
+        tables = f"{r['found']} / {r['passages']}" if "found" in r else r.get("tables", "")
+        lines.append(f"| {r['stage']} | {r['target']} | {r['pages']} | {r['seconds'] * 1000:,.1f} | {r['pages_per_s']:,.1f} | "
+                     f"{passages} | {tables} |")
     return "\n".join(lines)
 
 
@@ -87,15 +118,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pdfs", default=str(DEFAULT_PDFS), help="folder holding the two sample PDFs")
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best counts")
+    parser.add_argument("--table-repeats", type=int, default=1, help="runs per table-extraction measurement")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the numbers")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
-    rows = measure(Path(args.pdfs).resolve(), args.repeats)
+    rows = measure(Path(args.pdfs).resolve(), args.repeats, args.table_repeats)
     print(table(rows))
     result = {
         "date": datetime.date.today().isoformat(),
         "machine": {"cpus": os.cpu_count(), "load_avg_1min_at_start": round(load, 2), "python": platform.python_version()},
         "pypdf": version("pypdf"),
+        "pdfplumber": version("pdfplumber"),
         "repeats": args.repeats,
         "rows": rows,
     }
