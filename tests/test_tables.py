@@ -95,6 +95,8 @@ def test_cli_tables_true_reports_the_tables(report, tmp_path, clean_env):
     assert "1 documents, 3 pages, 3 passages (2 tables)" in result.stdout
     assert result.stdout.splitlines()[-1] == f"corpus: {folder}"
     assert [json.loads(line)["id"] for line in (folder / "tables.jsonl").read_text().splitlines()] == ["report#t0", "report#t1"]
+    wrong = subprocess.run([*command, "tables=maybe"], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2 and "error: tables must be true or false, got 'maybe'" in wrong.stderr
 
 
 def test_real_reports_tables(shared_samples):
