@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,10 @@ import numpy as np
 
 from esgexp.errors import UserError
 
+log = logging.getLogger(__name__)
+
+# Fewer clusters than this make a clustered interval unreliable (it is reported, with a warning).
+FEW_CLUSTERS = 10
 # Bootstrap resamples are drawn this many at a time, so a large set of items never fills memory.
 _CHUNK = 100
 
@@ -347,6 +352,8 @@ def cluster_records(records: list[dict], items: Sequence, key: str | None) -> li
 def cluster_info(records: Sequence[dict], key: str | None) -> dict:
     """What metrics.json says about clustering: ``stats/cluster_key`` (null: none) and ``stats/n_clusters``."""
     clusters = record_clusters(records) if key else None
+    if clusters and len(set(clusters)) < FEW_CLUSTERS:
+        log.warning("only %d clusters of dataset.cluster_key=%s: clustered intervals are rough with so few", len(set(clusters)), key)
     return {"stats/cluster_key": key if clusters else None, "stats/n_clusters": len(set(clusters)) if clusters else len(records)}
 
 

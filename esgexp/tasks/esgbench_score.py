@@ -20,6 +20,7 @@ HEADLINE = "numeric_accuracy"
 
 def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
     """Join predictions to gold on (doc_name, question); EM, F1, numeric accuracy, page recall, per category."""
+    stats = StatsSettings.from_node(cfg.stats)
     full = instantiate(cfg.dataset, limit=None).load()
     loaded = LoadedDataset(list(full.items), full.skipped).sample(cfg.dataset.limit, cfg.dataset.seed)
     predictions = load_predictions(cfg.predictions)
@@ -36,7 +37,7 @@ def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
         cluster_key = cfg.dataset.get("cluster_key")
         by_id = {item.id: item for item in loaded.items}
         records = cluster_records(records, [by_id[r["id"]] for r in records], cluster_key)
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, StatsSettings.from_node(cfg.stats)))
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, stats))
         metrics.update(cluster_info(records, cluster_key), headline_metric=HEADLINE, higher_is_better=True)
         PredictionLog(output_dir / "predictions.jsonl").rewrite(records)
         finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"], headline(HEADLINE))

@@ -38,6 +38,7 @@ class MCQTask:
         self.cfg = cfg
         self.prompter = MCQPrompter(template=cfg.template.text, name=cfg.strategy.name, context=cfg.strategy.context)
         self.circular = bool(cfg.scoring.get("circular", False))
+        self.stats = StatsSettings.from_node(cfg.stats)
 
     def prepare(self, items: list) -> list:
         """Check the dataset suits the strategy; return the items to ask: with scoring.circular=true
@@ -74,8 +75,7 @@ class MCQTask:
         # The rotations of one question are one cluster unless the dataset declares its own key.
         cluster_key = self.cfg.dataset.get("cluster_key") or ("item_id" if self.circular else None)
         records = cluster_records(records, items, cluster_key)
-        settings = StatsSettings.from_node(self.cfg.stats)
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in OUTCOMES}, settings))
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in OUTCOMES}, self.stats))
         metrics.update(cluster_info(records, cluster_key), headline_metric=self.headline_metric, higher_is_better=self.higher_is_better)
         metrics.update(position_bias(records))
         if self.circular:

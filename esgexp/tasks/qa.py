@@ -39,6 +39,7 @@ class QATask:
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
         self.prompter = QAPrompter(template=OmegaConf.to_container(cfg.template), context=cfg.strategy.context)
+        self.stats = StatsSettings.from_node(cfg.stats)
 
     def prepare(self, items: list) -> list:
         """Check the dataset suits the strategy; draw the few-shot examples; return the items to ask."""
@@ -116,13 +117,12 @@ class QATask:
     def intervals(self, metrics: dict, records: list[dict], corpus: dict) -> dict:
         """The interval of every ``<qtype>/<value>`` metric: from its per-item values when it is their mean,
         by resampling the per-item counts of a corpus statistic (BLEU)."""
-        settings = StatsSettings.from_node(self.cfg.stats)
         out: dict = {}
         for key in [k for k in metrics if is_run_value(k)]:
             if key in corpus:
                 where, statistic = corpus[key]
                 clusters = record_clusters([records[i] for i in where])
-                out.update(statistic_interval(statistic.rows, statistic.compute, clusters, settings).as_metrics(key))
+                out.update(statistic_interval(statistic.rows, statistic.compute, clusters, self.stats).as_metrics(key))
                 continue
             scores = item_scores(records, key, self.cfg.metrics)
             if scores is None:
@@ -130,7 +130,7 @@ class QATask:
             if abs(sum(scores.values) / len(scores.values) - metrics[key]) > 1e-9 * max(1.0, abs(metrics[key])):
                 log.warning("no interval for %s: it is not the mean of the per-item values %r", key, key.split("/")[1])
                 continue
-            out.update(scores.interval(settings).as_metrics(key))
+            out.update(scores.interval(self.stats).as_metrics(key))
         return out
 
     def headline_metric(self, metrics: dict) -> str:

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
     """Index the passages, search every query, write rankings.jsonl and metrics.json, track the run."""
+    stats = StatsSettings.from_node(cfg.stats)
     loaded = instantiate(cfg.dataset).load()
     ks = sorted({int(k) for k in cfg.retrieval.ks})
     if not ks or ks[0] < 1:
@@ -39,7 +40,7 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
             records, metrics = page_retrieval(cfg, loaded.items, ks)
         metrics["n_skipped_rows"] = len(loaded.skipped)
         cluster_key = cfg.dataset.get("cluster_key")
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, StatsSettings.from_node(cfg.stats)))
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, stats))
         key = headline_metric(ks)
         metrics.update(cluster_info(records, cluster_key), headline_metric=key, higher_is_better=True)
         PredictionLog(output_dir / "rankings.jsonl").rewrite(records)

@@ -1,0 +1,158 @@
+"""Paired comparison of runs (esgexp.compare): synthetic run folders in the real format, built through the
+tasks' own scoring, and the CLI on two real retrieval runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from esgexp.compare import compare_pair, compare_runs, load_run, main
+from esgexp.errors import UserError
+from esgexp.outputs import PredictionLog, write_atomic, write_json
+from esgexp.run import run_job
+from esgexp.stats import StatsSettings, mcnemar_exact
+
+from conftest import REPO, SAMPLE_CSV
+
+CLIM = ("experiment=climretrieve_retrieval", "dataset=climretrieve_sample")
+
+
+def write_run(folder, cfg, records, metrics):
+    """A run folder as a job leaves it: resolved config.yaml, metrics.json, predictions.jsonl."""
+    write_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_json(folder / "metrics.json", metrics)
+    PredictionLog(folder / "predictions.jsonl").rewrite(records)
+    return folder
+
+
+@pytest.fixture
+def mcq_run(make_cfg, tmp_path):
+    """``mcq_run(name, wrong, drop=(), *overrides)``: an MCQ run on the bundled sample, wrong on the items at
+    positions ``wrong``, without the items at ``drop``, scored by MCQTask.score."""
+    from esgexp.tasks.mcq import MCQTask
+
+    def build(name, wrong=(), drop=(), *overrides):
+        cfg = make_cfg(f"paths.output_dir={tmp_path}/{name}", *overrides)
+        items = [item for i, item in enumerate(instantiate(cfg.dataset).load().items) if i not in drop]
+        records = []
+        for i, item in enumerate(items):
+            answer = next(letter for letter in "ABCD" if letter != item.answer) if i in wrong else item.answer
+            records.append({"id": item.id, "gold": item.answer, "output": answer, "parsed": answer, "correct": answer == item.answer})
+        records, metrics, _ = MCQTask(cfg).score(items, records)
+        return write_run(tmp_path / name, cfg, records, metrics)
+
+    return build
+
+
+def test_mcq_runs_get_mcnemar_and_a_paired_interval(mcq_run):
+    best = load_run(mcq_run("best"))
+    worse = load_run(mcq_run("worse", range(12)))
+    assert best.metrics["accuracy/ci_method"] == "wilson" and best.metrics["headline_metric"] == "accuracy"
+    found = compare_pair(best, worse)
+    assert found["n_shared"] == 48 and found["n_only_a"] == found["n_only_b"] == 0
+    assert found["difference"] == pytest.approx(-12 / 48) and found["ci_high"] < 0
+    assert (found["only_a_right"], found["only_b_right"]) == (12, 0)
+    assert found["test"] == "mcnemar_exact" and found["p_value"] == pytest.approx(2 * 0.5**12)
+
+
+def test_a_null_pair_is_not_significant(mcq_run):
+    a, b = load_run(mcq_run("a", range(6))), load_run(mcq_run("b", range(6, 12)))
+    found = compare_pair(a, b)
+    assert found["difference"] == 0.0 and found["ci_low"] < 0 < found["ci_high"] and found["p_value"] == 1.0
+
+
+def test_only_shared_items_are_compared(mcq_run):
+    found = compare_pair(load_run(mcq_run("all")), load_run(mcq_run("fewer", (), range(8))))
+    assert (found["n_shared"], found["n_only_a"], found["n_only_b"]) == (40, 8, 0)
+
+
+def test_more_runs_are_holm_corrected(mcq_run):
+    runs = [load_run(mcq_run(name, wrong)) for name, wrong in (("r0", ()), ("r1", range(10)), ("r2", range(3)))]
+    first = compare_runs(runs, "first", settings=StatsSettings())
+    assert [c["b_ref"] for c in first["comparisons"]] == [runs[1].ref, runs[2].ref]
+    p = [mcnemar_exact(0, 10), mcnemar_exact(0, 3)]
+    assert [c["p_holm"] for c in first["comparisons"]] == pytest.approx([2 * p[0], max(2 * p[0], p[1])])
+    assert len(compare_runs(runs, "all")["comparisons"]) == 3
+    with pytest.raises(UserError, match="against must be first or all"):
+        compare_runs(runs, "best")
+
+
+def test_refused_comparisons_name_the_difference(mcq_run, tmp_path):
+    base = load_run(mcq_run("base"))
+    other_data = load_run(mcq_run("other", (), (), "dataset.name=esg_copy"))
+    with pytest.raises(UserError, match="different datasets: dataset=esg_sample vs dataset=esg_copy"):
+        compare_pair(base, other_data)
+    copy = tmp_path / "elsewhere.csv"
+    copy.write_bytes(SAMPLE_CSV.read_bytes())
+    other_file = load_run(mcq_run("file", (), (), f"dataset.path={copy}"))
+    with pytest.raises(UserError, match="different item sets: dataset.path="):
+        compare_pair(base, other_file)
+    edited = load_run(mcq_run("edited"))
+    item_id = next(iter(edited.records))
+    edited.records[item_id]["gold"] = "Z"
+    with pytest.raises(UserError, match=f"item {item_id!r} has gold"):
+        compare_pair(base, edited)
+    qa = load_run(mcq_run("qa"))
+    qa.config["task"] = "qa"
+    with pytest.raises(UserError, match="different tasks: task=mcq vs task=qa"):
+        compare_pair(base, qa)
+    with pytest.raises(UserError, match="neither a run folder nor an MLflow run id"):
+        load_run(str(tmp_path / "missing"))
+
+
+def test_qa_scores_are_clustered_on_the_passage(make_cfg, tmp_path):
+    from esgexp.tasks.qa import QATask
+
+    runs = []
+    for name in ("gold", "half"):
+        cfg = make_cfg("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", f"paths.output_dir={tmp_path}/{name}")
+        items = instantiate(cfg.dataset).load().items
+        records = [{"id": item.id, "qtype": item.qtype, "category": None, "references": list(item.answers), "output": "",
+                    "answer": item.answers[0] if name == "gold" or i % 2 else ""} for i, item in enumerate(items)]
+        records, metrics, info = QATask(cfg).score(items, records)
+        runs.append(load_run(write_run(tmp_path / name, cfg, records, metrics)))
+    gold, half = runs
+    assert info == {**info, "headline_metric": "factoid/f1", "higher_is_better": "true"}
+    assert gold.metrics["stats/cluster_key"] == "passage" and gold.metrics["stats/n_clusters"] < gold.metrics["n_items"]
+    assert half.metrics["factoid/f1/ci_method"] == "cluster_bootstrap" and half.metrics["factoid/em/ci_method"] == "cluster_bootstrap"
+    assert half.metrics["factoid/f1/ci_low"] < half.metrics["factoid/f1"] < half.metrics["factoid/f1/ci_high"]
+    found = compare_pair(gold, half)
+    assert found["metric"] == "factoid/f1" and found["test"] == "paired_cluster_bootstrap" and found["cluster_key"] == "passage"
+    assert found["difference"] == pytest.approx(half.metrics["factoid/f1"] - 1.0) and found["ci_high"] < 0
+    assert found["p_value"] < 0.01
+
+
+def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env):
+    for name in ("bm25", "oracle"):
+        run_job(make_cfg(*CLIM, f"retriever={name}", f"paths.output_dir={tmp_path}/{name}"))
+    saved = json.loads((tmp_path / "bm25" / "metrics.json").read_text())
+    assert saved["headline_metric"] == "recall@10" and saved["stats/cluster_key"] == "report"
+    assert saved["recall@10/ci_method"] == "cluster_bootstrap" and saved["recall@10/ci_low"] <= saved["recall@10"] <= saved["recall@10/ci_high"]
+    assert {"ndcg@10/stderr", "mrr/ci_low", "macro/recall@5/ci_high", "precision@5/stderr"} <= set(saved)
+
+    out = tmp_path / "compare"
+    command = [sys.executable, "-m", "esgexp.compare", str(tmp_path / "bm25"), str(tmp_path / "oracle"), f"out_dir={out}"]
+    done = subprocess.run(command, cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "compare.json").read_text())
+    [found] = report["comparisons"]
+    oracle = json.loads((tmp_path / "oracle" / "metrics.json").read_text())
+    assert found["metric"] == "recall@10" and found["test"] == "paired_cluster_bootstrap" and found["n_shared"] == 6
+    assert found["difference"] == pytest.approx(oracle["recall@10"] - saved["recall@10"]) and found["ci_low"] <= found["difference"]
+    assert "recall@10" in done.stdout and "paired_cluster_bootstrap" in (out / "compare.md").read_text()
+
+    # An MLflow run id reads the same run (tags included); one run alone is refused.
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    [run] = [r for r in mlflow.search_runs(search_all_experiments=True, output_format="list") if r.data.tags["retriever"] == "oracle"]
+    by_id = load_run(run.info.run_id, uri)
+    assert by_id.run_dir == tmp_path / "oracle" and (by_id.tags["headline_metric"], by_id.tags["higher_is_better"]) == ("recall@10", "true")
+    with pytest.raises(UserError, match="at least two runs"):
+        main([str(tmp_path / "bm25"), f"out_dir={out}"])

@@ -1,0 +1,187 @@
+"""esgexp.stats against hand-computed values: Wilson, standard errors, bootstrap, McNemar, paired bootstrap, Holm."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from esgexp.errors import UserError
+from esgexp.records import QAItem
+from esgexp.stats import (
+    ItemScores,
+    StatsSettings,
+    binomial_two_sided,
+    holm,
+    item_cluster,
+    mcnemar_exact,
+    mean_interval,
+    mean_stderr,
+    normal_quantile,
+    paired_bootstrap,
+    proportion_interval,
+    ratio_interval,
+    ratio_stderr,
+    statistic_interval,
+    wilson,
+    with_interval,
+)
+
+SETTINGS = StatsSettings(bootstrap=1000, seed=0, confidence=0.95)
+
+
+def test_normal_quantile():
+    assert normal_quantile(0.975) == pytest.approx(1.959964, abs=1e-6)
+    assert normal_quantile(0.5) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("successes, n, low, high", [
+    # By hand, z = 1.959964: centre (p + z^2/2n) / (1 + z^2/n), half-width z/(1 + z^2/n) sqrt(p(1-p)/n + z^2/4n^2).
+    (8, 10, 0.490162, 0.943318),
+    (0, 10, 0.0, 0.277533),    # upper end z^2 / (n + z^2)
+    (10, 10, 0.722467, 1.0),
+    (50, 100, 0.403832, 0.596168),
+])
+def test_wilson_interval_on_known_counts(successes, n, low, high):
+    found = wilson(successes, n)
+    assert (found.low, found.high) == (pytest.approx(low, abs=1e-6), pytest.approx(high, abs=1e-6))
+    assert found.estimate == successes / n and found.method == "wilson"
+    assert found.stderr == pytest.approx(math.sqrt(successes / n * (1 - successes / n) / n))
+
+
+def test_wilson_of_nothing_is_undefined():
+    assert math.isnan(wilson(0, 0).low)
+
+
+def test_standard_errors_by_hand():
+    # [1, 2, 3, 4]: sample variance 5/3, SE sqrt(5/3 / 4).
+    assert mean_stderr([1, 2, 3, 4]) == pytest.approx(math.sqrt(5 / 12))
+    # Singleton clusters add no cross terms: the clustered SE is the CLT one.
+    assert mean_stderr([1, 2, 3, 4], ["a", "b", "c", "d"]) == pytest.approx(math.sqrt(5 / 12))
+    # [1, 1, 3, 3] in clusters {1, 1}, {3, 3}: residuals -1 -1 1 1, CLT term (4/3)/4; within-cluster cross
+    # products 2 * (1 + 1) = 4 over n^2 = 16: SE^2 = 1/3 + 1/4.
+    assert mean_stderr([1, 1, 3, 3], ["a", "a", "b", "b"]) == pytest.approx(math.sqrt(1 / 3 + 1 / 4))
+    # A ratio with denominators all 1 is a mean.
+    assert ratio_stderr([1, 2, 3, 4], [1, 1, 1, 1]) == pytest.approx(math.sqrt(5 / 12))
+
+
+def test_bootstrap_is_reproducible_and_covers_the_estimate():
+    values = np.random.default_rng(7).random(300)
+    first, again = mean_interval(values, None, SETTINGS), mean_interval(values, None, SETTINGS)
+    assert first == again and first.method == "bootstrap"
+    assert first.low < values.mean() < first.high and first.estimate == pytest.approx(values.mean())
+    other_seed = mean_interval(values, None, StatsSettings(seed=1))
+    assert other_seed.low != first.low
+    # For 300 items the percentile interval is close to mean +- 1.96 SE.
+    assert first.high - first.low == pytest.approx(2 * 1.96 * first.stderr, rel=0.1)
+
+
+def test_clustered_interval_is_wider_on_clustered_data():
+    # 30 passages of 10 questions each, every question of a passage right or wrong together.
+    passage_right = np.random.default_rng(3).random(30) < 0.6
+    hits = np.repeat(passage_right, 10).astype(float)
+    clusters = np.repeat(np.arange(30), 10).tolist()
+    plain = proportion_interval(hits, None, SETTINGS)
+    clustered = proportion_interval(hits, clusters, SETTINGS)
+    assert plain.method == "wilson" and clustered.method == "cluster_bootstrap"
+    assert clustered.estimate == plain.estimate
+    assert clustered.high - clustered.low > 2 * (plain.high - plain.low)
+    # Perfectly correlated clusters of 10: the clustered SE is about sqrt(10) times the plain one.
+    assert clustered.stderr / mean_stderr(hits) == pytest.approx(math.sqrt(10), rel=0.05)
+
+
+def test_pooled_ratio_interval_resamples_queries():
+    hits, relevant = [2, 0, 3, 1, 4, 2], [4, 2, 3, 2, 5, 4]
+    found = ratio_interval(hits, relevant, None, SETTINGS)
+    assert found.estimate == pytest.approx(12 / 20) and found.low < 0.6 < found.high
+    # A corpus statistic of summed rows resamples the same items: same interval as the ratio.
+    same = statistic_interval(np.column_stack([hits, relevant]), lambda s: s[0] / s[1], None, SETTINGS)
+    assert (same.low, same.high) == pytest.approx((found.low, found.high))
+    assert ItemScores(list("abcdef"), hits, "ratio", weights=relevant).interval(SETTINGS) == found
+
+
+def test_corpus_bleu_interval_from_sacrebleu_counts():
+    from esgexp.eval.text_metrics import Bleu
+
+    predictions = ["the plant emitted 120 tonnes", "water use fell by ten percent", "the board has five members", "no answer"]
+    references = [("the plant emitted 120 tonnes of CO2",), ("water use fell ten percent",), ("five members sit on the board",),
+                  ("scope 3 is not reported",)]
+    result = Bleu().score(predictions, references)
+    counts = result.corpus["bleu"]
+    found = statistic_interval(counts.rows, counts.compute, None, SETTINGS)
+    assert found.estimate == pytest.approx(result.summary["bleu"]) and found.low <= found.estimate <= found.high
+
+
+@pytest.mark.parametrize("only_a, only_b, p", [
+    (2, 8, 2 * (1 + 10 + 45) / 1024),  # 2 P(X <= 2), X ~ Bin(10, 1/2)
+    (1, 9, 2 * 11 / 1024),
+    (0, 5, 2 / 32),
+    (3, 3, 1.0),
+    (0, 0, 1.0),
+])
+def test_mcnemar_exact_p_on_hand_made_tables(only_a, only_b, p):
+    assert mcnemar_exact(only_a, only_b) == pytest.approx(p)
+
+
+def test_binomial_tail_is_exact_for_large_n():
+    # 2 P(X <= 0) with n = 60: 2^-59.
+    assert binomial_two_sided(0, 60) == pytest.approx(2.0**-59, rel=1e-9)
+
+
+def test_paired_bootstrap_detects_a_real_difference():
+    rng = np.random.default_rng(11)
+    a = (rng.random(200) < 0.5).astype(float)
+    b = a.copy()
+    b[np.flatnonzero(a == 0)[:25]] = 1.0  # B fixes 25 of A's misses and loses none
+    found = paired_bootstrap(a, b, None, SETTINGS)
+    assert found.difference == pytest.approx(25 / 200)
+    assert 0 < found.low <= found.difference <= found.high and found.p_value < 0.01
+
+
+def test_paired_bootstrap_finds_no_difference_in_a_null_pair():
+    rng = np.random.default_rng(12)
+    a = rng.random(200)
+    b = a + rng.normal(0, 0.1, 200)  # noise around the same scores
+    b -= b.mean() - a.mean()  # exactly the same mean
+    found = paired_bootstrap(a, b, None, SETTINGS)
+    assert found.low < 0 < found.high and found.p_value > 0.5
+
+
+def test_clustered_paired_bootstrap_is_wider():
+    rng = np.random.default_rng(5)
+    gain = np.repeat(rng.normal(0.05, 0.2, 20), 10)  # per-report effects
+    a = rng.random(200)
+    plain = paired_bootstrap(a, a + gain, None, SETTINGS)
+    clustered = paired_bootstrap(a, a + gain, np.repeat(np.arange(20), 10).tolist(), SETTINGS)
+    assert clustered.method == "paired_cluster_bootstrap"
+    assert clustered.high - clustered.low > 2 * (plain.high - plain.low)
+
+
+def test_holm_adjusts_in_input_order():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.2, 0.9]) == pytest.approx([0.4, 0.9])
+    adjusted = holm([0.01, float("nan")])
+    assert adjusted[0] == pytest.approx(0.01) and math.isnan(adjusted[1])
+
+
+def test_settings_are_checked():
+    with pytest.raises(UserError, match="stats.bootstrap"):
+        StatsSettings(bootstrap=10)
+    with pytest.raises(UserError, match="stats.confidence"):
+        StatsSettings(confidence=95)
+
+
+def test_item_cluster_by_passage_or_field():
+    one = QAItem("q1", "?", ("a",), "factoid", context=("Passage one.",), meta={"report": "R1"})
+    two = QAItem("q2", "?", ("b",), "factoid", context=("Passage one.",), meta={"report": "R2"})
+    assert item_cluster(one, "passage") == item_cluster(two, "passage")
+    assert item_cluster(one, "report") == "R1"
+    with pytest.raises(UserError, match="cluster_key='doc_name'.*'q1'"):
+        item_cluster(one, "doc_name")
+
+
+def test_summary_value_shows_its_interval():
+    metrics = {"accuracy": 0.5, "accuracy/ci_low": 0.25, "accuracy/ci_high": 0.75, "mrr": float("nan")}
+    assert with_interval(metrics, "accuracy") == "0.500 [0.250, 0.750]"
+    assert with_interval({"f1": 0.5}, "f1") == "0.500" and with_interval(metrics, "mrr") == "n/a"
