@@ -5,7 +5,7 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
-from esgexp.errors import exit_on_user_error
+from esgexp.errors import exit_on_user_error, suggest_misspelt_keys
 
 log = logging.getLogger("esgexp")
 
@@ -19,4 +19,5 @@ def main(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    with suggest_misspelt_keys():
+        main()

@@ -24,10 +24,13 @@ BACKEND_RUNTIME_KEYS = ("batch_size", "progress_bar", "max_concurrency", "timeou
 
 
 def check_config(cfg: DictConfig) -> Path:
-    """Fail early on a mandatory value left unset; return the run folder."""
+    """Fail early on a mandatory value left unset or a bad setting (esgexp/settings.py); return the run folder."""
+    from esgexp.settings import check_settings
+
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
+    check_settings(cfg)
     return Path(cfg.paths.output_dir)
 
 

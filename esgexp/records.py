@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from esgexp.errors import UserError
-
 
 @dataclass(frozen=True)
 class MCQItem:
@@ -98,11 +96,9 @@ class LoadedDataset:
     skipped: list[str] = field(default_factory=list)
 
     def sample(self, limit: int | None, seed: int) -> LoadedDataset:
-        """Keep ``limit`` items drawn by a seeded shuffle (all when ``limit`` is None)."""
+        """Keep ``limit`` (>= 1, checked with the settings) items drawn by a seeded shuffle (all when ``limit`` is None)."""
         if limit is None:
             return self
-        if limit < 1:
-            raise UserError(f"dataset.limit must be a positive number of items, got {limit}")
         random.Random(seed).shuffle(self.items)
         self.items = self.items[:limit]
         return self

@@ -24,14 +24,35 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def mark_failed(reason: str) -> Path:
-    """Write ``FAILED`` (the one-line reason) into the current job's run folder; return its path."""
+def failed_file() -> Path | None:
+    """The current job's ``FAILED`` path (in its run folder); None outside a Hydra job, and for a single
+    run without a folder of its own (``hydra.output_subdir: null``: ingestion runs in the launch folder)."""
     from hydra.core.hydra_config import HydraConfig
 
-    path = Path(HydraConfig.get().runtime.output_dir) / FAILED_FILE
+    if not HydraConfig.initialized():
+        return None
+    hydra = HydraConfig.get()
+    if hydra.output_subdir is None and not in_multirun():
+        return None
+    return Path(hydra.runtime.output_dir) / FAILED_FILE
+
+
+def mark_failed(reason: str) -> Path | None:
+    """Write ``FAILED`` (the one-line reason) into the current job's run folder; return its path."""
+    path = failed_file()
+    if path is None:
+        return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(reason.strip().splitlines()[0][:1000] + "\n", encoding="utf-8")
+    lines = reason.strip().splitlines() or ["unknown error"]
+    path.write_text(lines[0][:1000] + "\n", encoding="utf-8")
     return path
+
+
+def clear_failed() -> None:
+    """Remove a ``FAILED`` an earlier try left in the current run folder (the job is being run again)."""
+    path = failed_file()
+    if path is not None:
+        path.unlink(missing_ok=True)
 
 
 def job_status(folder: Path) -> tuple[str, str]:

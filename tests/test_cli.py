@@ -51,7 +51,7 @@ def test_user_mistakes_get_one_clear_message(tmp_path, clean_env, args, message)
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["dataset.limit=0"], "dataset.limit must be a positive number of items, got 0"),
+        (["dataset.limit=0"], "dataset.limit must be an integer >= 1 or null, got 0"),
         (["dataset.path=/no/such/file.csv"], "dataset file not found: /no/such/file.csv"),
     ],
 )

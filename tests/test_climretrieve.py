@@ -100,8 +100,6 @@ def test_limit_takes_seeded_queries_and_their_reports():
     assert len(first.passages) == 24 and set(first.n_candidates) == {q.id for q in first.queries}
     one = ClimRetrieveReportLevel("x", path, limit=1, seed=42).load()
     assert {p.doc_id for p in one.passages} == {one.queries[0].doc_scope} and len(one.passages) == 12
-    with pytest.raises(UserError, match="dataset.limit must be a positive number of queries, got 0"):
-        ClimRetrieveReportLevel("x", path, limit=0).load()
 
 
 def test_report_level_bad_rows_are_listed_and_skipped(tmp_path):
@@ -118,11 +116,11 @@ def test_report_level_bad_rows_are_listed_and_skipped(tmp_path):
     path = write_csv(tmp_path / "rl.csv", REPORT_HEADER, rows)
     data = ClimRetrieveReportLevel("x", str(path)).load()
     assert data.skipped == [
-        f"{path}, row 2: field 'relevance': empty; row skipped",
-        f"{path}, row 3: field 'relevance': '5' is not a grade 0-3; row skipped",
-        f"{path}, row 4: field 'relevance': 'high' is not a number; row skipped",
-        f"{path}, row 5: field 'paragraph': empty; row skipped",
-        f"{path}, row 7: field 'relevance': grade 1 conflicts with grade 2 in row 6 for the same paragraph "
+        f"{path} line 3: field 'relevance': empty; row skipped",
+        f"{path} line 4: field 'relevance': '5' is not a grade 0-3; row skipped",
+        f"{path} line 5: field 'relevance': 'high' is not a number; row skipped",
+        f"{path} line 6: field 'paragraph': empty; row skipped",
+        f"{path} line 8: field 'relevance': grade 1 conflicts with grade 2 in line 7 for the same paragraph "
         "and question; kept 2",
     ]
     assert [p.text for p in data.passages] == ["Para A.", "Para B."]
@@ -147,20 +145,20 @@ def test_shared_base_sample_annotations(shared_samples):
     # 49 rows: 6 without source text, 2 more without a score
     assert len(loaded.items) == 41
     assert loaded.skipped == [
-        f"{path}, row {n}: field '{field}': empty; row skipped"
-        for n, field in [(6, "Source Relevance Score"), (11, "Relevant"), (16, "Relevant"), (32, "Relevant"),
-                         (39, "Source Relevance Score"), (40, "Relevant"), (42, "Relevant"), (47, "Relevant")]
+        f"{path} line {n}: field '{field}': empty; row skipped"  # the file line each record starts on
+        for n, field in [(20, "Source Relevance Score"), (31, "Relevant"), (38, "Relevant"), (82, "Relevant"),
+                         (91, "Source Relevance Score"), (92, "Relevant"), (96, "Relevant"), (110, "Relevant")]
     ]
     items = loaded.items
     assert Counter(a.relevance for a in items) == {3: 16, 2: 16, 1: 9}
     assert Counter(a.source for a in items) == {"text": 34, "table": 6, "graph": 1}
     assert sum(a.core for a in items) == 38
-    assert [a.where for a in items if a.page is None] == [f"{path}, row 1"]  # kept: matched by text only
+    assert [a.where for a in items if a.page is None] == [f"{path} line 2"]  # kept: matched by text only
     lloyds = items[1]
     assert (lloyds.document, lloyds.page, lloyds.relevance, lloyds.source, lloyds.core) == (
         "2023 Lloyds sustainability report.pdf", 99, 3, "table", True)
     assert lloyds.relevant.startswith("Short term (2024-5): \nFocus on achieving our legacy commitment")
-    assert min(a.page for a in items if a.page) == 4  # no page 0 (the smallest, 2, is in skipped row 6): 1-based
+    assert min(a.page for a in items if a.page) == 4  # no page 0 (the smallest, 2, is in skipped line 20): 1-based
 
 
 def test_base_bad_rows_and_missing_column(tmp_path):
@@ -169,10 +167,10 @@ def test_base_bad_rows_and_missing_column(tmp_path):
     path = write_csv(tmp_path / "base.csv", BASE_HEADER, rows)
     loaded = load_base_annotations(path)
     assert loaded.skipped == [
-        f"{path}, row 2: field 'Page': 'p. 12' is not a number; row skipped",
-        f"{path}, row 3: field 'Source Relevance Score': empty; row skipped",
-        f"{path}, row 4: field 'Source Relevance Score': '4' is not a score 1-3; row skipped",
-        f"{path}, row 6: field 'Relevant': empty; row skipped",
+        f"{path} line 3: field 'Page': 'p. 12' is not a number; row skipped",
+        f"{path} line 4: field 'Source Relevance Score': empty; row skipped",
+        f"{path} line 5: field 'Source Relevance Score': '4' is not a score 1-3; row skipped",
+        f"{path} line 7: field 'Relevant': empty; row skipped",
     ]
     assert [a.page for a in loaded.items] == [4, 12, None]
     header = [name for name in BASE_HEADER if name != "Page"]
@@ -314,7 +312,7 @@ def test_query_text_errors(tmp_path):
     blank = write_csv(tmp_path / "core.csv", ["question", "Definition", "Refined Definition",
                                               "Information Retrieval Background"], [[queries[1].text, " ", "", "x"]])
     assert query_texts(queries[1:], "concepts", blank) == {"a#q2": "What are Scope 1 emissions?\nx"}
-    with pytest.raises(UserError, match=r"core\.csv, row 1: 'Refined Definition' and 'Definition' empty for "
+    with pytest.raises(UserError, match=r"core\.csv line 2: 'Refined Definition' and 'Definition' empty for "
                                         r"'What are Scope 1 emissions\?'; query mode 'definition' needs it"):
         query_texts(queries[1:], "definition", blank)
 

@@ -229,9 +229,9 @@ def test_export_merges_the_adapter_into_a_standalone_model(trained, tiny_model_d
         (("trainer=deepspeed", "trainer.accelerator=cpu"), "needs the deepspeed package"),
         (("trainer=gpu",), "no CUDA GPU is visible"),
         (("train.schedule=step",), "train.schedule must be one of"),
-        (("train.pad_to_multiple_of=0",), "train.pad_to_multiple_of must be a positive number, got 0"),
+        (("train.pad_to_multiple_of=0",), "train.pad_to_multiple_of must be an integer >= 1, got 0"),
         (("train.monitor=val/gen_f1",), "train.monitor=val/gen_f1 train.monitor_mode=min"),
-        (("train.train_limit=0",), "positive number of items"),
+        (("train.train_limit=0",), "train.train_limit must be an integer >= 1 or null, got 0"),
         (("train.max_seq_len=8",), "no train item fits train.max_seq_len=8"),
     ],
 )

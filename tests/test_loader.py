@@ -81,10 +81,11 @@ def test_bad_rows_are_listed_and_skipped(tmp_path):
     assert [i.id for i in loaded.items] == ["1", "5"]
     assert loaded.items[1].answer == "B"  # lower-case gold letters are normalised
     assert len(loaded.skipped) == 4
-    assert "q.csv, row 2: field 'B': empty option (id 2)" in loaded.skipped[0]
-    assert "row 3: field 'answer': 'E'" in loaded.skipped[1]
-    assert "row 4: field 'answer'" in loaded.skipped[2]
-    assert "row 6: field 'query_id': duplicate id '1'" in loaded.skipped[3]
+    # file lines: the header is line 1
+    assert "q.csv line 3: field 'B': empty option (id 2)" in loaded.skipped[0]
+    assert "line 4: field 'answer': 'E'" in loaded.skipped[1]
+    assert "line 5: field 'answer'" in loaded.skipped[2]
+    assert "line 7: field 'query_id': duplicate id '1'" in loaded.skipped[3]
 
 
 def test_file_without_any_usable_row_is_an_error(tmp_path):

@@ -144,7 +144,7 @@ def test_an_unreachable_server_is_one_clear_message_before_any_item(make_cfg):
 @pytest.mark.parametrize("override, message", [
     ("backend.max_concurrency=abc", "backend.max_concurrency must be an integer >= 1, got 'abc'"),
     ("backend.max_concurrency=0", "backend.max_concurrency must be an integer >= 1, got 0"),
-    ("backend.timeout_s=-1", "backend.timeout_s must be a number >= 0.001"),
+    ("backend.timeout_s=-1", "backend.timeout_s must be a number > 0, got -1"),
     ("backend.max_retries=-2", "backend.max_retries must be an integer >= 0"),
     ("backend.api=rest", "backend.api must be one of chat, completions, got 'rest'"),
     ("backend.base_url=localhost", "backend.base_url must be a server URL"),

@@ -20,11 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from esgexp.backends.base import Backend, OnResults, Request, Response, request_payload
-from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
 
-MODES = ("read_write", "read_only", "refresh", "off")
 SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL, created REAL NOT NULL)"
 
 
@@ -41,8 +39,6 @@ class RequestCache:
     """Responses by key in one sqlite file; safe across threads (one lock) and processes (WAL, busy timeout)."""
 
     def __init__(self, path: str | Path, mode: str = "read_write"):
-        if mode not in MODES:
-            raise UserError(f"cache must be one of {', '.join(MODES)}, got {mode!r}")
         self.path = Path(path)
         self.mode = mode
         self._lock = threading.Lock()

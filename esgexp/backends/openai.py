@@ -32,7 +32,6 @@ from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
 
-APIS = ("chat", "completions")
 
 
 class RetryableError(Exception):
@@ -45,17 +44,6 @@ class RetryableError(Exception):
 
 class RequestFailed(Exception):
     """A failure that another try will not mend (a 4xx other than 429, a malformed answer)."""
-
-
-def setting(name: str, value, kind: type, minimum: float):
-    """``backend.<name>`` as a ``kind`` of at least ``minimum``, or a UserError naming the key."""
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or isinstance(value, bool) or number < minimum:
-        raise UserError(f"backend.{name} must be {'an integer' if kind is int else 'a number'} >= {minimum:g}, got {value!r}")
-    return number
 
 
 def retry_after(value: str | None) -> float | None:
@@ -77,10 +65,6 @@ class OpenAIBackend(Backend):
     def __init__(self, model_cfg: DictConfig, context, base_url: str, api: str = "chat", model: str | None = None,
                  api_key_env: str | None = None, max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 5,
                  backoff_s: float = 1.0, top_logprobs: int = 20, progress_bar: bool = True):
-        if api not in APIS:
-            raise UserError(f"backend.api must be one of {', '.join(APIS)}, got {api!r}")
-        if not base_url or "://" not in str(base_url):
-            raise UserError(f"backend.base_url must be a server URL such as http://127.0.0.1:8000/v1, got {base_url!r}")
         if model_cfg.get("adapter"):
             raise UserError("model.adapter needs backend=hf or backend=vllm: an API server serves its own weights")
         self.model_cfg = model_cfg
@@ -88,11 +72,12 @@ class OpenAIBackend(Backend):
         self.api = api
         self.served = model or model_cfg.get("hub_id") or model_cfg.name
         self.api_key_env = api_key_env
-        self.max_concurrency = setting("max_concurrency", max_concurrency, int, 1)
-        self.timeout_s = setting("timeout_s", timeout_s, float, 0.001)
-        self.max_retries = setting("max_retries", max_retries, int, 0)
-        self.backoff_s = setting("backoff_s", backoff_s, float, 0.0)
-        self.top_logprobs = setting("top_logprobs", top_logprobs, int, 1)
+        # api, base_url and the numbers are checked with every setting (esgexp/settings.py).
+        self.max_concurrency = int(max_concurrency)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.top_logprobs = int(top_logprobs)
         self.progress_bar = progress_bar
         self._key = self._read_key()
         self._local = threading.local()

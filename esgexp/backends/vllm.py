@@ -17,8 +17,6 @@ from esgexp.backends.base import OnResults, Request, Response, RunContext
 from esgexp.backends.local import LocalModelBackend
 from esgexp.errors import UserError
 
-DTYPES = ("float16", "bfloat16", "auto")
-
 
 class VLLMBackend(LocalModelBackend):
     """A model served in-process by vLLM: ``dtype``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``."""
@@ -30,8 +28,6 @@ class VLLMBackend(LocalModelBackend):
                  batch_size: int = 256):
         if importlib.util.find_spec("vllm") is None:
             raise UserError('backend=vllm needs the vllm package: pip install -e ".[vllm]" (on a machine with a CUDA GPU)')
-        if dtype not in DTYPES:
-            raise UserError(f"backend.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         super().__init__(model_cfg, context)
         self.settings = {"dtype": dtype, "tensor_parallel_size": int(tensor_parallel_size),
                          "gpu_memory_utilization": float(gpu_memory_utilization), "max_model_len": max_model_len,

@@ -16,14 +16,13 @@
 * Core questions (``Core_Questions_with_Explanations``): ``query_texts`` builds the query formulations of the
   paper's experiment for the 16 core questions (see ``QUERY_MODES``).
 
-Rows are numbered from 1 over data records (a quoted cell may span several file lines); the first, unnamed
-column is an old pandas index and is ignored. Bad rows are listed and skipped; a missing file or column is a
-UserError.
+A row is named by the file line it starts on (CSV; a quoted cell may span several lines) or by its sheet
+row (Excel); the first, unnamed column is an old pandas index and is ignored. Bad rows are listed and
+skipped; a missing file or column, or a byte not valid in the file's encoding, is a UserError.
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 import random
 import re
@@ -33,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from esgexp.data.text_files import SETTING, csv_records, decoding, open_text
 from esgexp.errors import UserError
 from esgexp.records import LoadedDataset, Passage, RetrievalQuery
 
@@ -48,7 +48,8 @@ WORD = re.compile(r"\w+")
 QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 CONCEPT_MARKUP = re.compile(r"^\s*(?:\[\[C\d+\]\])?\s*(?:\|[\s|]*(?:Co|La)[\s|]*)?(?:\d+\.\s*)?")
 
-Rows = list[tuple[int, Mapping[str, str]]]
+# (where the row is in its file: "line 5" of a CSV or "row 5" of a sheet, the row's cells by column)
+Rows = list[tuple[str, Mapping[str, str]]]
 
 
 @dataclass
@@ -70,15 +71,14 @@ class ClimRetrieveReportLevel:
     path: str
     limit: int | None = None
     seed: int = 42
+    encoding: str = "utf-8"
     cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
 
     def load(self) -> RetrievalDataset:
-        rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "ClimRetrieve report-level")
+        rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "ClimRetrieve report-level", self.encoding)
         dataset = report_level_dataset(rows, str(self.path))
         if self.limit is None:
             return dataset
-        if self.limit < 1:
-            raise UserError(f"dataset.limit must be a positive number of queries, got {self.limit}")
         shuffled = list(dataset.queries)
         random.Random(self.seed).shuffle(shuffled)
         keep = {query.id for query in shuffled[: self.limit]}
@@ -92,17 +92,17 @@ class ClimRetrieveReportLevel:
         )
 
 
-def report_level_dataset(rows: Iterable[tuple[int, Mapping[str, str]]], source: str) -> RetrievalDataset:
-    """Passages and per-report queries from numbered report-level rows; conflicting grades keep the highest."""
+def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: str) -> RetrievalDataset:
+    """Passages and per-report queries from located report-level rows; conflicting grades keep the highest."""
     skipped: list[str] = []
     paragraphs: dict[str, dict[str, str]] = {}  # report -> paragraph text -> passage id
-    grades: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}  # (report, question) -> id -> (grade, row)
+    grades: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}  # (report, question) -> id -> (grade, where)
     for number, row in rows:
         try:
             report, question, paragraph = (required_text(row, name) for name in ("report", "question", "paragraph"))
             grade = parse_whole(row.get("relevance"), "relevance", 0, 3, "a grade 0-3")
         except ValueError as problem:
-            note(skipped, f"{source}, row {number}: {problem}; row skipped")
+            note(skipped, f"{source} {number}: {problem}; row skipped")
             continue
         ids = paragraphs.setdefault(report, {})
         passage_id = ids.setdefault(paragraph, f"{doc_id_for(report)}#p{len(ids) + 1}")
@@ -110,8 +110,8 @@ def report_level_dataset(rows: Iterable[tuple[int, Mapping[str, str]]], source: 
         earlier = graded.get(passage_id)
         if earlier is not None and earlier[0] != grade:
             (low, low_row), (high, high_row) = sorted([earlier, (grade, number)])
-            note(skipped, f"{source}, row {low_row}: field 'relevance': grade {low} conflicts with grade {high} "
-                          f"in row {high_row} for the same paragraph and question; kept {high}")
+            note(skipped, f"{source} {low_row}: field 'relevance': grade {low} conflicts with grade {high} "
+                          f"in {high_row} for the same paragraph and question; kept {high}")
         graded[passage_id] = max(earlier or (grade, number), (grade, number))
 
     passages = [
@@ -154,12 +154,12 @@ class SourceAnnotation:
     where: str
 
 
-def load_base_annotations(path: str | Path) -> LoadedDataset:
+def load_base_annotations(path: str | Path, encoding: str = "utf-8") -> LoadedDataset:
     """The usable annotations of a ClimRetrieve base CSV; a row without source text or score, or with a bad
     number, is skipped (a blank page is kept as None)."""
     loaded = LoadedDataset(items=[])
-    for number, row in read_rows(path, BASE_COLUMNS, "ClimRetrieve base"):
-        where = f"{path}, row {number}"
+    for number, row in read_rows(path, BASE_COLUMNS, "ClimRetrieve base", encoding):
+        where = f"{path} {number}"
         try:
             loaded.items.append(parse_annotation(row, where))
         except ValueError as problem:
@@ -214,12 +214,13 @@ class ClimRetrieveBase:
     corpus: str
     min_overlap: float = 0.5
     core_only: bool = False
+    encoding: str = "utf-8"
     cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
 
     def load(self) -> RetrievalDataset:
         from esgexp.data.corpus import Corpus
 
-        loaded = load_base_annotations(self.path)
+        loaded = load_base_annotations(self.path, self.encoding)
         annotations = [a for a in loaded.items if a.core or not self.core_only]
         dataset = annotations_to_queries(annotations, Corpus.load(self.corpus).passages, self.min_overlap)
         dataset.skipped[:0] = loaded.skipped
@@ -287,11 +288,11 @@ class CoreQuestion:
 def load_core_questions(path: str | Path) -> dict[str, CoreQuestion]:
     """The core-questions table by normalised question text; rows with a blank question are ignored."""
     table: dict[str, CoreQuestion] = {}
-    for number, row in read_rows(path, CORE_COLUMNS, "ClimRetrieve core-questions"):
+    for number, row in read_rows(path, CORE_COLUMNS, "ClimRetrieve core-questions", setting=None):
         question = (row.get("question") or "").strip()
         if not question:
             continue
-        where = f"{path}, row {number}"
+        where = f"{path} {number}"
         key = normalise(question)
         if key in table:
             raise UserError(f"{where}: question {question!r} repeats {table[key].where}")
@@ -342,27 +343,31 @@ def query_texts(
     return texts
 
 
-def read_rows(path: str | Path, required: Sequence[str], what: str) -> Rows:
-    """The numbered data rows of a CSV or Excel (.xlsx, first sheet: the published ClimRetrieve files)
-    file, every cell as text; a missing file or required column is a UserError."""
+def read_rows(path: str | Path, required: Sequence[str], what: str, encoding: str = "utf-8",
+              setting: str | None = SETTING) -> Rows:
+    """The located data rows of a CSV (in ``encoding``; ``setting`` names its key in a decoding error) or
+    Excel (.xlsx, first sheet: the published ClimRetrieve files) file, every cell as text; a missing file
+    or required column is a UserError."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} file not found: {path}")
     if path.suffix.lower() == ".xlsx":
         columns, records = excel_rows(path)
+        rows = [(f"row {number}", record) for number, record in records]
     else:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            columns, records = list(reader.fieldnames or []), list(reader)
+        with decoding(path, encoding, setting), open_text(path, encoding) as handle:
+            columns, records = csv_records(handle, path)
+        rows = [(f"line {number}", record) for number, record in records]
     columns = [name for name in columns if name]
     missing = [name for name in required if name not in columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
-    return list(enumerate(records, start=1))
+    return rows
 
 
-def excel_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """Header and rows of the first sheet; numbers keep their written form (``2``, not ``2.0``)."""
+def excel_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """Header and rows of the first sheet, each with its sheet row number (the header is row 1); numbers
+    keep their written form (``2``, not ``2.0``)."""
     import pandas as pd
 
     try:
@@ -370,7 +375,8 @@ def excel_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
         raise UserError(f"{path}: not a readable Excel workbook ({error})") from None
     columns = ["" if str(name).startswith("Unnamed:") else str(name) for name in frame.columns]
-    return columns, [dict(zip(columns, values)) for values in frame.itertuples(index=False, name=None)]
+    rows = frame.itertuples(index=False, name=None)
+    return columns, [(number, dict(zip(columns, values))) for number, values in enumerate(rows, start=2)]
 
 
 def required_text(row: Mapping[str, str], name: str) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from esgexp.data.text_files import SETTING, decoding, open_text, valid_unicode
 from esgexp.errors import UserError
 from esgexp.records import LoadedDataset, QAItem
 
@@ -37,13 +38,14 @@ class ESGBenchGold:
     limit: int | None = None
     seed: int = 42
     cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
+    encoding: str = "utf-8"
 
     def load(self) -> LoadedDataset:
         if not self.path:
             raise UserError("dataset.path is not set: give the ESGBench gold JSONL with dataset.path=FILE")
         loaded = LoadedDataset(items=[])
         first_line: dict[Key, int] = {}
-        for number, row in read_jsonl(self.path, loaded.skipped):
+        for number, row in read_jsonl(self.path, loaded.skipped, self.encoding):
             try:
                 item = row_to_item(row, number)
                 key = (item.meta["doc_name"], item.question)
@@ -97,17 +99,18 @@ class PredictionFile:
     skipped: list[str]
 
 
-def load_predictions(path: str | Path) -> PredictionFile:
+def load_predictions(path: str | Path, encoding: str = "utf-8") -> PredictionFile:
     """Read a predictions JSONL (the answer in ``pred``, or else ``answer``); bad or repeated lines are
     reported and skipped."""
     loaded = PredictionFile(str(path), {}, [])
-    for number, row in read_jsonl(path, loaded.skipped):
+    for number, row in read_jsonl(path, loaded.skipped, encoding, setting=None):
         try:
             key = _key(row)
             field = "pred" if "pred" in row else "answer"
             text = row.get(field)
             if not isinstance(text, str):
                 raise _bad_type(field, row, "a string")
+            valid_unicode(text, field)
             pages = _retrieved_pages(row)
             if key in loaded.by_key:
                 raise _repeated(loaded.by_key[key].line)
@@ -157,17 +160,18 @@ def join(items: Sequence[QAItem], predictions: PredictionFile, gold_source: str 
     return result
 
 
-def read_jsonl(path: str | Path, skipped: list[str]) -> Iterator[tuple[int, dict]]:
+def read_jsonl(
+    path: str | Path, skipped: list[str], encoding: str = "utf-8", setting: str | None = SETTING
+) -> Iterator[tuple[int, dict]]:
     """The JSON objects of a JSONL file with their 1-based line numbers; a bad line goes to ``skipped``.
 
-    A missing, unreadable or empty file is a UserError at once."""
+    A missing, undecodable (``setting`` names the encoding's key in the message) or empty file is a
+    UserError at once."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"file not found: {path}")
-    try:
-        lines = path.read_text(encoding="utf-8-sig").split("\n")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text ({exc})") from None
+    with decoding(path, encoding, setting), open_text(path, encoding) as handle:
+        lines = handle.read().split("\n")
     if not any(line.strip() for line in lines):
         raise UserError(f"{path} is empty: expected one JSON object per line")
     return _objects(path, lines, skipped)
@@ -204,7 +208,7 @@ def _text(row: dict, field: str) -> str:
         raise _bad_type(field, row, "a string")
     if not value.strip():
         raise ValueError(f"field '{field}': empty")
-    return value
+    return valid_unicode(value, field)
 
 
 def _optional_text(row: dict, field: str) -> str:
@@ -213,7 +217,7 @@ def _optional_text(row: dict, field: str) -> str:
         return ""
     if not isinstance(value, str):
         raise _bad_type(field, row, "a string")
-    return value.strip()
+    return valid_unicode(value, field).strip()
 
 
 def _evidence(row: dict) -> tuple[list[int], tuple[str, ...]]:
@@ -234,6 +238,7 @@ def _evidence(row: dict) -> tuple[list[int], tuple[str, ...]]:
             text = ""
         if not isinstance(text, str):
             raise _bad_type("evidence_text", entry, "a string", label=f"evidence[{index}].evidence_text")
+        valid_unicode(text, f"evidence[{index}].evidence_text")
         pages.append(page)
         if text.strip():
             texts.append(text)

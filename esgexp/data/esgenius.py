@@ -1,17 +1,18 @@
 """ESGenius multiple-choice CSV loader (also reads our bundled sample, which uses the same format).
 
 Columns: ``query_id,new_id,query,answer,A,B,C,D,Z``; the ``_w_ref`` variant adds ``ref_doc``,
-``ref_page`` and ``source_text``. Bad rows are reported and skipped; a missing column is fatal.
+``ref_page`` and ``source_text``. Bad rows are reported (file line, field) and skipped; a missing
+column, or a byte that is not valid in ``encoding``, is fatal.
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from esgexp.data.text_files import csv_records, decoding, open_text
 from esgexp.errors import UserError
 from esgexp.records import LoadedDataset, MCQItem
 
@@ -34,11 +35,12 @@ class ESGeniusCSV:
     limit: int | None = None
     seed: int = 42
     cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
+    encoding: str = "utf-8"
 
     def load(self) -> LoadedDataset:
         source = f"hub dataset {self.hf_id}" if self.hf_id else str(self.path)
         rows = self._hub_rows() if self.hf_id else self._csv_rows()
-        loaded = rows_to_items(rows, source)
+        loaded = rows_to_items(rows, source, "row" if self.hf_id else "line")
         return loaded.sample(self.limit, self.seed)
 
     def _csv_rows(self) -> Iterable[tuple[int, Mapping[str, str]]]:
@@ -47,11 +49,10 @@ class ESGeniusCSV:
         path = Path(self.path)
         if not path.is_file():
             raise UserError(f"dataset file not found: {path} (set dataset.path=FILE)")
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            check_columns(reader.fieldnames or [], str(path))
-            rows = list(reader)
-        return enumerate(rows, start=1)
+        with decoding(path, self.encoding), open_text(path, self.encoding) as handle:
+            columns, rows = csv_records(handle, path)
+        check_columns(columns, str(path))
+        return rows
 
     def _hub_rows(self) -> Iterable[tuple[int, Mapping[str, str]]]:
         import datasets
@@ -78,8 +79,9 @@ def check_columns(columns: Iterable[str], source: str) -> None:
         raise UserError(f"{source}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
 
 
-def rows_to_items(rows: Iterable[tuple[int, Mapping[str, str]]], source: str) -> LoadedDataset:
-    """Turn numbered rows into items; each bad row is logged, listed and skipped."""
+def rows_to_items(rows: Iterable[tuple[int, Mapping[str, str]]], source: str, unit: str = "line") -> LoadedDataset:
+    """Turn numbered rows (``unit``: file line, or row of a hub table) into items; each bad row is logged,
+    listed and skipped."""
     loaded = LoadedDataset(items=[])
     seen_ids: set[str] = set()
     for number, row in rows:
@@ -88,7 +90,7 @@ def rows_to_items(rows: Iterable[tuple[int, Mapping[str, str]]], source: str) ->
             if item.id in seen_ids:
                 raise ValueError(f"field 'query_id': duplicate id {item.id!r}")
         except ValueError as problem:
-            message = f"{source}, row {number}: {problem}; row skipped"
+            message = f"{source} {unit} {number}: {problem}; row skipped"
             log.warning(message)
             loaded.skipped.append(message)
             continue
@@ -101,23 +103,23 @@ def rows_to_items(rows: Iterable[tuple[int, Mapping[str, str]]], source: str) ->
 
 def row_to_item(row: Mapping[str, str]) -> MCQItem:
     """One CSV row to an MCQItem; raises ValueError naming the bad field."""
-    item_id = (row.get("query_id") or row.get("new_id") or "").strip()
+    item_id = cell(row, "query_id") or cell(row, "new_id")
     if not item_id:
         raise ValueError("field 'query_id': empty id")
-    question = (row.get("query") or "").strip()
+    question = cell(row, "query")
     if not question:
         raise ValueError(f"field 'query': empty question (id {item_id})")
     options = {}
     for letter in OPTION_LETTERS:
-        text = (row.get(letter) or "").strip()
+        text = cell(row, letter)
         if not text:
             raise ValueError(f"field '{letter}': empty option (id {item_id})")
         options[letter] = text
-    answer = (row.get("answer") or "").strip().upper()
+    answer = cell(row, "answer").upper()
     if not answer or not set(answer) <= VALID_ANSWER_LETTERS or ("Z" in answer and answer != "Z"):
         raise ValueError(f"field 'answer': {row.get('answer')!r} is not one of A-D or Z (id {item_id})")
-    source_text = (row.get("source_text") or "").strip()
-    meta = {key: (row.get(key) or "").strip() for key in ("new_id", "ref_doc", "ref_page") if row.get(key)}
+    source_text = cell(row, "source_text")
+    meta = {key: cell(row, key) for key in ("new_id", "ref_doc", "ref_page") if cell(row, key)}
     return MCQItem(
         id=item_id,
         question=question,
@@ -126,3 +128,13 @@ def row_to_item(row: Mapping[str, str]) -> MCQItem:
         context=(source_text,) if source_text else (),
         meta=meta,
     )
+
+
+def cell(row: Mapping[str, str], field: str) -> str:
+    """The stripped text of ``row[field]`` ("" when absent); ValueError naming the field when it is not text."""
+    value = row.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"field {field!r}: expected text, got {type(value).__name__}")
+    return value.strip()

@@ -7,8 +7,8 @@
 a table has ``metadata`` (or ``meta_data``: ``table_caption``, ``paragraph``, ...) and ``qa_pairs``.
 
 Files are streamed with ijson, one pass per top-level key, so only one record at a time is held
-besides the items. Bad records and QA pairs are listed and skipped; a missing file or top-level key
-and malformed JSON are fatal. A missing or unknown classification is kept and logged; a page number
+besides the items. Bad records and QA pairs are listed and skipped; a missing file or top-level key,
+malformed JSON and a byte that is not valid in ``encoding`` are fatal. A missing or unknown classification is kept and logged; a page number
 that is not a whole number (the source writes ``N/A``) becomes ``None``.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import ijson
 
+from esgexp.data.text_files import Utf8Reader, codec, decode_error, decoding, open_text, valid_unicode
 from esgexp.errors import UserError
 from esgexp.records import LoadedDataset, QAItem
 
@@ -45,6 +46,7 @@ class SustainableQA:
     qtypes: Sequence[str] = QTYPES
     limit: int | None = None
     seed: int = 42
+    encoding: str = "utf-8"
     cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
 
     def load(self) -> LoadedDataset:
@@ -56,7 +58,7 @@ class SustainableQA:
         """Every item of ``split`` (e.g. ``train`` for few-shot examples) of the wanted qtypes, in file order."""
         qtypes = self._qtypes()
         path = split_file(self.path, split)
-        loaded = read_split(path, split, qtypes)
+        loaded = read_split(path, split, qtypes, self.encoding)
         if not loaded.items:
             raise UserError(
                 f"{path}: no usable question of type(s) {', '.join(qtypes)} (records skipped: {len(loaded.skipped)})"
@@ -90,14 +92,14 @@ def split_file(folder: str | None, split: str) -> Path:
     return path
 
 
-def read_split(path: Path, split: str, qtypes: Sequence[str]) -> LoadedDataset:
+def read_split(path: Path, split: str, qtypes: Sequence[str], encoding: str = "utf-8") -> LoadedDataset:
     """Stream ``path`` into items whose ids start with ``split``; skipped records are logged once, summed up."""
     reader = _SplitReader(path, split, qtypes)
     if any(q in CHUNK_SECTIONS for q in qtypes):
-        for index, chunk in stream_records(path, CHUNKS):
+        for index, chunk in stream_records(path, CHUNKS, encoding):
             reader.chunk(index, chunk)
     if "table" in qtypes:
-        for index, table in stream_records(path, TABLES):
+        for index, table in stream_records(path, TABLES, encoding):
             reader.table(index, table)
     if reader.loaded.skipped:
         log.warning("%s: %d record(s) skipped, first: %s", path, len(reader.loaded.skipped), reader.loaded.skipped[0])
@@ -106,18 +108,26 @@ def read_split(path: Path, split: str, qtypes: Sequence[str]) -> LoadedDataset:
     return reader.loaded
 
 
-def stream_records(path: Path, key: str) -> Iterator[tuple[int, object]]:
-    """Yield ``(index, record)`` for the top-level list ``key``, holding one record at a time."""
+def stream_records(path: Path, key: str, encoding: str = "utf-8") -> Iterator[tuple[int, object]]:
+    """Yield ``(index, record)`` for the top-level list ``key``, holding one record at a time. UTF-8 is
+    parsed as bytes; another ``encoding`` is decoded and handed to ijson as UTF-8."""
     count = 0
-    with path.open("rb") as handle:
+    utf8 = codec(encoding) == "utf-8-sig"
+    with decoding(path, encoding), (path.open("rb") if utf8 else open_text(path, encoding)) as handle:
         try:
-            for count, record in enumerate(ijson.items(handle, f"{key}.item", use_float=True), start=1):
+            for count, record in enumerate(ijson.items(_bytes(handle, utf8), f"{key}.item", use_float=True), start=1):
                 yield count - 1, record
             if not count:
                 handle.seek(0)
-                _check_empty_list(handle, path, key)
+                _check_empty_list(_bytes(handle, utf8), path, key)
         except ijson.JSONError as problem:
+            if utf8 and "invalid bytes in UTF8" in str(problem):
+                raise decode_error(path, encoding) from None
             raise UserError(f"{path}: not valid JSON ({problem})") from None
+
+
+def _bytes(handle, utf8: bool):
+    return handle if utf8 else Utf8Reader(handle)
 
 
 def _check_empty_list(handle, path: Path, key: str) -> None:
@@ -201,7 +211,7 @@ class _SplitReader:
         passage = text_field(metadata, "paragraph", f"{label}.")
         category = metadata.get("classification")
         if category not in CATEGORIES:
-            self.odd_categories.add(category)
+            self.odd_categories.add(category if isinstance(category, (str, int, float, type(None))) else repr(category))
         meta = {
             "category": category,
             "report": metadata.get("report_name"),
@@ -210,7 +220,7 @@ class _SplitReader:
         }
         if kind == "table":
             caption = metadata.get("table_caption")
-            meta["caption"] = caption.strip() if isinstance(caption, str) else None
+            meta["caption"] = valid_unicode(caption, f"{label}.table_caption").strip() if isinstance(caption, str) else None
             if meta["caption"]:
                 passage = f"{meta['caption']}\n{passage}"
         return (passage,), meta
@@ -249,7 +259,7 @@ def text_field(record: dict, field: str, prefix: str = "") -> str:
         raise ValueError(f"field '{prefix}{field}' is not text ({type(value).__name__})")
     if not value.strip():
         raise ValueError(f"field '{prefix}{field}' is empty")
-    return value.strip()
+    return valid_unicode(value, prefix + field).strip()
 
 
 def whole_number(value: object) -> int | None:

@@ -8,7 +8,6 @@ from esgexp.errors import UserError
 from esgexp.records import MCQItem
 
 NO_CONTEXT = "No relevant context found.\n\n"
-CONTEXT_MODES = (None, "full", "best_line")
 
 
 def best_line(passage: str, prompt: str) -> str | None:
@@ -35,10 +34,6 @@ class MCQPrompter:
     template: str
     name: str = "zero_shot"
     context: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.context not in CONTEXT_MODES:
-            raise UserError(f"strategy.context must be one of full, best_line or null, got {self.context!r}")
 
     def build(self, item: MCQItem, passages: list[str] | None = None) -> str:
         """The prompt; with ``passages`` (retrieved, already formatted) they form the context."""

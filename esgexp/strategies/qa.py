@@ -35,8 +35,6 @@ class QAPrompter:
         missing = [part for part in TEMPLATE_PARTS if part not in self.template]
         if missing:
             raise UserError(f"the QA template lacks the part(s) {', '.join(missing)} (needs {', '.join(TEMPLATE_PARTS)})")
-        if self.context not in (None, "full"):
-            raise UserError(f"strategy.context for open questions must be full or null, got {self.context!r}")
 
     def build(self, item: QAItem, passages: list[str] | None = None) -> str:
         """The prompt; ``passages`` (retrieved, already formatted) replace the item's own passage."""

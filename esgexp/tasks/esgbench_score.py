@@ -8,6 +8,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from esgexp.data.esgbench import join, load_predictions
+from esgexp.errors import UserError
 from esgexp.eval.esgbench_metrics import score_esgbench
 from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
@@ -20,6 +21,9 @@ HEADLINE = "numeric_accuracy"
 
 def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
     """Join predictions to gold on (doc_name, question); EM, F1, numeric accuracy, page recall, per category."""
+    if not Path(cfg.predictions).is_file():
+        raise UserError(f"predictions={cfg.predictions}: file not found (the predictions JSONL to score, one "
+                        "{doc_name, question, pred} object per line)")
     stats = StatsSettings.from_node(cfg.stats)
     full = instantiate(cfg.dataset, limit=None).load()
     loaded = LoadedDataset(list(full.items), full.skipped).sample(cfg.dataset.limit, cfg.dataset.seed)

@@ -30,12 +30,13 @@ CONTEXT_STRATEGIES = ("zero_shot", "zero_context")
 
 
 def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
+    on_gpu, precision, ckpt_path = check_before_loading(cfg)
+
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
     from esgexp.models.lora_module import RankAgreement
     from esgexp.models.training import RunLogger, launchable_as_one_job, make_trainer
 
-    on_gpu, precision, ckpt_path = check_before_loading(cfg)
     train_items, val_items, skipped = load_items(cfg)
     model_source = check_model(cfg)
     data, reports, generation, tokenizer = build_data(cfg, model_source, train_items, val_items)
@@ -68,17 +69,19 @@ def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
 
 def check_before_loading(cfg: DictConfig) -> tuple[bool, str, str | None]:
     """Whether training uses a GPU, the Lightning precision and the checkpoint to resume, once every
-    setting is checked."""
+    setting is checked. The groups and the checkpoint come first, before torch and Lightning load."""
+    check_groups(cfg)
+    ckpt_path = resolve_ckpt_path(cfg)
+
     from esgexp.models.loading import check_quantisation
     from esgexp.models.training import check_monitor, check_strategy, training_precision, uses_gpu
 
-    check_settings(cfg)
     check_monitor(cfg.train)
     check_strategy(cfg.trainer)
     on_gpu = uses_gpu(cfg.trainer)
     precision = training_precision(cfg.trainer, on_gpu)
     check_quantisation(cfg.model, on_gpu)
-    return on_gpu, precision, resolve_ckpt_path(cfg)
+    return on_gpu, precision, ckpt_path
 
 
 def check_model(cfg: DictConfig) -> str:
@@ -103,23 +106,12 @@ def record(output_dir: Path, metrics: dict, adapter_dir: Path, generation) -> No
     mlflow.log_artifacts(str(adapter_dir), artifact_path="adapter")
 
 
-def check_settings(cfg: DictConfig) -> None:
-    """Settings that are wrong whatever the data: strategy, schedule, lengths, LoRA shape."""
-    from esgexp.models.lora_module import SCHEDULES
-
+def check_groups(cfg: DictConfig) -> None:
+    """The groups fine-tuning needs (the numbers are checked with every setting, esgexp/settings.py)."""
     if cfg.strategy.name not in CONTEXT_STRATEGIES:
         raise UserError(f"fine-tuning prompts are {' or '.join(CONTEXT_STRATEGIES)} (with or without the passage), not strategy={cfg.strategy.name}")
     if cfg.get("train") is None or cfg.model.get("lora") is None:
         raise UserError("task=finetune needs train=lora and model.lora (use experiment=finetune_sustainableqa)")
-    if cfg.train.schedule not in SCHEDULES:
-        raise UserError(f"train.schedule must be one of {', '.join(SCHEDULES)}, got {cfg.train.schedule!r}")
-    for key in ("batch_size", "max_seq_len", "val_every_n_steps", "pad_to_multiple_of"):
-        if int(cfg.train[key]) < 1:
-            raise UserError(f"train.{key} must be a positive number, got {cfg.train[key]}")
-    if int(cfg.model.lora.r) < 1:
-        raise UserError(f"model.lora.r must be a positive rank, got {cfg.model.lora.r}")
-    if not cfg.trainer.max_steps and not cfg.trainer.max_epochs:
-        raise UserError("set trainer.max_steps or trainer.max_epochs for fine-tuning")
 
 
 def resolve_ckpt_path(cfg: DictConfig) -> str | None:

@@ -27,9 +27,7 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
     """Index the passages, search every query, write rankings.jsonl and metrics.json, track the run."""
     stats = StatsSettings.from_node(cfg.stats)
     loaded = instantiate(cfg.dataset).load()
-    ks = sorted({int(k) for k in cfg.retrieval.ks})
-    if not ks or ks[0] < 1:
-        raise UserError(f"retrieval.ks must list positive cut-offs, got {list(cfg.retrieval.ks)}")
+    ks = sorted(set(cfg.retrieval.ks))
     save_inputs(cfg, output_dir, loaded.skipped)
     explained = cfg.query.mode == "explanation"
     tags = job_tags(cfg, output_dir, retriever=cfg.retriever.name, query=cfg.query.mode, model=cfg.model.name if explained else None)
@@ -48,6 +46,8 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
         run_id = run.info.run_id
     rows = [("queries", str(metrics["n_queries"]))]
     rows += [(name, with_interval(metrics, name)) for name in summary_keys(metrics, ks)]
+    if metrics["n_skipped_rows"]:
+        rows.append(("skipped rows", str(metrics["n_skipped_rows"])))
     title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={cfg.query.mode}"
     print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
     return metrics
