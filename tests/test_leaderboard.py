@@ -116,6 +116,11 @@ def build_store(root: Path, empty_db: Path | None = None) -> dict[str, str]:
                            {"config.yaml": json.dumps({"task": "retrieval", "retriever": {"name": "bm25"}, "query": {"mode": "question"}})})
     qa = {"n_items": 5, "factoid/f1": 0.5, "factoid/em": 0.2, "factoid/by_spans/1/f1": 0.6, "factoid/by_spans/2/f1": 0.3,
           "table/rougeL": 0.25}
+    esgbench = {"n_items": 8, "numeric_accuracy": 0.5, "category/Water/accuracy": 0.75, "category/Emissions/accuracy": 0.25,
+                "headline_metric": "numeric_accuracy", "higher_is_better": True}
+    runs["esgbench"] = log_run(uri, root / "runs" / "score", {"task": "esgbench_score", "dataset": "esgbench_sample", "model": "external",
+                                                              "predictions": "preds.jsonl", "headline_metric": "numeric_accuracy"},
+                               {}, esgbench, {"config.yaml": json.dumps({"task": "esgbench_score", "predictions": "preds.jsonl"})})
     runs["qa"] = log_run(uri, root / "runs" / "qa", {"task": "qa", "dataset": "sustainableqa_sample", "model": "alpha-7b"},
                          {"model.size_b": "7.0"}, qa, {"config.yaml": "{}"})
     return runs
@@ -171,7 +176,7 @@ def test_csv_and_markdown_carry_the_interval_and_mark_columns(store, tmp_path):
 
     assert gamma["ci_low"] == f"{wilson(12, 48).low:.4f}" and float(gamma["p_vs_best"]) < 1e-6
     assert "| headline | value | ci_low | ci_high | stderr | not_worse | p_vs_best |" in markdown
-    assert markdown.count("\n") == 2 + 6 and not (tmp_path / "out" / "index.html").exists()
+    assert markdown.count("\n") == 2 + 7 and not (tmp_path / "out" / "index.html").exists()
 
 
 def test_question_matrix_orders_models_by_accuracy_and_questions_by_difficulty(store):
@@ -212,3 +217,24 @@ def test_an_empty_store_says_so_and_fails(tmp_path, clean_env, empty_db):
     out = leaderboard_cli(f"tracking.uri={uri}", env=clean_env, cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip() == f"error: no finished runs in {uri}" and not (tmp_path / "leaderboard").exists()
+
+
+def test_circular_rotations_are_one_question_right_only_when_every_rotation_is():
+    from esgexp.leaderboard.questions import by_question
+
+    records = [{"id": f"q1#r{k}", "item_id": "q1", "rotation": k, "gold": "ABCD"[k], "parsed": "ABCD"[k] if k != 2 else "A",
+                "correct": k != 2} for k in (3, 1, 0, 2)]
+    records += [{"id": f"q2#r{k}", "item_id": "q2", "rotation": k, "gold": "B", "parsed": "B", "correct": True} for k in range(4)]
+    folded = by_question(records + [{"id": "q3", "gold": "C", "parsed": "Z", "correct": False}])
+    assert folded["q1"] == {"id": "q1", "gold": "A", "parsed": "A (right in 3 of 4 rotations)", "correct": False}
+    assert folded["q2"]["correct"] is True and folded["q2"]["parsed"] == "B (right in 4 of 4 rotations)"
+    assert folded["q3"]["parsed"] == "Z" and list(folded) == ["q1", "q2", "q3"]
+
+
+def test_an_unknown_format_is_refused_before_the_store_is_read(tmp_path):
+    from esgexp.errors import UserError
+    from esgexp.leaderboard import export
+
+    with pytest.raises(UserError, match="format must be one of csv, md, html or all, got pdf"):
+        export(f"sqlite:///{tmp_path}/none.db", tmp_path / "out", formats=("html", "pdf"))
+    assert not (tmp_path / "none.db").exists()
