@@ -28,9 +28,22 @@ def ruled_table(grid: list[list[str]], top: float) -> str:
     return "1 w " + " ".join(lines) + " S " + " ".join(texts)
 
 
-def pdf_bytes(pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None) -> bytes:
+def underlined_table(grid: list[list[str]], top: float) -> str:
+    """Like :func:`ruled_table`, but no borders: only a rule under each cell, 6 points shorter than its
+    column (the gaps mark the columns), as report KPI tables are often drawn."""
+    texts = []
+    rules = []
+    for r, row in enumerate(grid):
+        y = top - (r + 1) * ROW_HEIGHT
+        rules += [f"{LEFT + c * COLUMN_WIDTH} {y} m {LEFT + (c + 1) * COLUMN_WIDTH - 6} {y} l" for c in range(len(row))]
+        texts += [f"BT /F1 10 Tf {LEFT + c * COLUMN_WIDTH + 4} {y + 6} Td ({_escape(cell)}) Tj ET" for c, cell in enumerate(row) if cell]
+    return "1 w " + " ".join(rules) + " S " + " ".join(texts)
+
+
+def pdf_bytes(pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None, underlined: bool = False) -> bytes:
     """A valid PDF 1.4 whose page ``i`` shows the lines ``pages[i]`` top to bottom (an empty list: a blank page)
-    and below them the ruled tables ``tables[i]`` (each a grid of cell texts), 30 points apart."""
+    and below them the ruled tables ``tables[i]`` (each a grid of cell texts), 30 points apart; ``underlined``
+    draws every table with rules under its cells only."""
     n = len(pages)
     tables = tables or [[] for _ in pages]
     page_ids = [4 + 2 * i for i in range(n)]
@@ -44,7 +57,7 @@ def pdf_bytes(pages: list[list[str]], tables: list[list[list[list[str]]]] | None
         parts = [f"BT /F1 11 Tf {LEADING} TL {LEFT} {TOP} Td {shows} ET"] if lines else []
         top = TOP - LEADING * len(lines) - 30
         for grid in grids:
-            parts.append(ruled_table(grid, top))
+            parts.append((underlined_table if underlined else ruled_table)(grid, top))
             top -= len(grid) * ROW_HEIGHT + 30
         content = " ".join(parts).encode("cp1252")
         objects[page_id] = (
@@ -76,7 +89,8 @@ def encrypted(data: bytes, user_password: str, algorithm: str = "AES-128") -> by
     return buffer.getvalue()
 
 
-def write_pdf(path: Path, pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None) -> Path:
+def write_pdf(path: Path, pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None,
+              underlined: bool = False) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pdf_bytes(pages, tables))
+    path.write_bytes(pdf_bytes(pages, tables, underlined))
     return path

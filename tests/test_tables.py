@@ -41,13 +41,23 @@ def test_ruled_tables_come_back_with_their_page_box_header_and_cells(report):
     assert (emissions.passage().kind, emissions.passage().page_span) == ("table", "2")
 
 
+def test_underlined_rows_are_a_table_for_rules_and_nothing_for_lines(tmp_path):
+    kpis = [["GHG emissions (t)", "2023", "2022"], ["Scope 1", "1,772.6", "1,293.5"], ["Scope 2", "456.4", "359.8"]]
+    path = write_pdf(tmp_path / "kpi.pdf", [["Key figures."]], [[kpis]], underlined=True)
+    (table,) = TableExtractor().extract(path, "kpi")
+    assert (table.page, table.header, table.rows) == (1, tuple(kpis[0]), tuple(map(tuple, kpis[1:])))
+    # the first rule lies at 740 - 14 - 30 - 20 = 676 (116 from the top); the header row above it is one row (20) high
+    assert table.bbox == (72.0, 96.0, 456.0, 156.0)
+    assert TableExtractor(strategy="lines").extract(path, "kpi") == []
+
+
 def test_small_tables_are_dropped_by_the_size_settings(report):
     raw = TableExtractor().found(report)
     assert [(page, len(cells), len(cells[0])) for page, _, cells in raw] == [(2, 3, 3), (3, 4, 2), (3, 2, 2), (3, 3, 1)]
     loose = TableExtractor(min_rows=2, min_cols=1).extract(report, "r")
     assert [t.header for t in loose] == [tuple(EMISSIONS[0]), tuple(WATER[0]), tuple(TWO_ROWS[0]), tuple(FRAMED_BOX[0])]
     assert [t.page for t in TableExtractor().extract(report, "r", pages=[3])] == [3]
-    with pytest.raises(UserError, match="strategy must be one of lines, text, got 'stream'"):
+    with pytest.raises(UserError, match="strategy must be one of rules, lines, text, got 'stream'"):
         TableExtractor(strategy="stream")
     with pytest.raises(UserError, match="min_rows >= 2"):
         TableExtractor(min_rows=1)
@@ -68,7 +78,7 @@ def test_ingest_stores_table_passages_beside_the_text_and_reuses_them(report, tm
                         lambda self, *a: calls.__setitem__("tables", calls["tables"] + 1) or extract(self, *a))
     out = tmp_path / "corpus"
     first = ingest(report.parent, out, CharChunker(), progress=False, tables=TableExtractor())
-    assert (first["n_tables"], first["n_chunks"], first["tables"]["strategy"]) == (2, 3, "lines")
+    assert (first["n_tables"], first["n_chunks"], first["tables"]["strategy"]) == (2, 3, "rules")
     corpus = Corpus.load(out)
     assert [(p.id, p.kind, p.page_span) for p in corpus.passages] == [
         ("report#0", "text", "1-3"), ("report#t0", "table", "2"), ("report#t1", "table", "3")]
@@ -101,14 +111,21 @@ def test_cli_tables_true_reports_the_tables(report, tmp_path, clean_env):
 
 def test_real_reports_tables(shared_samples):
     reports = shared_samples / "pdfs"
-    one_and_one = TableExtractor().extract(reports / "1_1_AG.pdf", "1_1_AG", pages=[10, 58])
-    assert [(t.page, len(t.header), len(t.rows)) for t in one_and_one] == [(10, 3, 4), (58, 2, 3)]
-    materiality = one_and_one[0]  # "Table: List of Material Topics", its first header cell spans two columns
+    found = TableExtractor().extract(reports / "1_1_AG.pdf", "1_1_AG", pages=[10, 16, 40])
+    assert [(t.page, len(t.header), len(t.rows)) for t in found] == [(10, 3, 4), (16, 4, 14), (40, 4, 26)]
+    materiality, emissions, diversity = found
+    # a drawn grid; "Significant Sustainability Issues" spans the first two columns
     assert materiality.header == ("Significant Sustainability Issues", "", "CSR-RUG Non-financial Aspects")
     assert materiality.rows[0] == ("", "Decarbonisation Material Efficiency and Circularity", "Environmental Matters")
-    assert materiality.rows[-1] == ("", "Responsible Supply Chain", "Respect for Human Rights/ Environmental Concerns")
-    assert one_and_one[1].rows == (("N/EL", "N/EL"), ("0.0%", "0.0%"), ("0.0%", "0.0%"))
-    # MAX Automation's page 29 frames its text in ruled one-column boxes: found, but not tables
+    # underlined rows only, the current year highlighted above the others' header
+    assert emissions.header == ("GHG Inventory in t CO e 2", "2023", "2022(12)", "2021")
+    assert emissions.rows[0] == ("Scope 1: Direct emissions", "1,772.6 t", "1,293.5 t", "1,107.3 t")
+    assert diversity.header == ("", "2023", "2022", "2021")
+    assert ("Woman", "35.1", "36.1", "37.1") in diversity.rows
+    assert TableExtractor(strategy="lines").extract(reports / "1_1_AG.pdf", "1_1_AG", pages=[16, 40]) == []
+    # MAX Automation's page 29 frames criteria and answers in boxes: one-column for lines, two for rules
     max_automation = reports / "MAX_AUTOMATION_SE.pdf"
-    assert {len(cells[0]) for _, _, cells in TableExtractor().found(max_automation, pages=[29])} == {1}
-    assert TableExtractor().extract(max_automation, "MAX", pages=[29]) == []
+    assert {len(cells[0]) for _, _, cells in TableExtractor(strategy="lines").found(max_automation, pages=[29])} == {1}
+    (answers,) = TableExtractor().extract(max_automation, "MAX", pages=[29])
+    assert answers.header[0].startswith("The company discloses how the target")
+    assert answers.rows[0][1].startswith("The Remuneration Report is available on the MAX website")

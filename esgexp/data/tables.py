@@ -10,6 +10,7 @@ header and cells themselves are kept in the corpus's ``tables.jsonl`` (``Table``
 from __future__ import annotations
 
 import logging
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -20,7 +21,7 @@ from esgexp.records import Passage
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("lines", "text")
+STRATEGIES = ("rules", "lines", "text")
 
 
 @dataclass(frozen=True)
@@ -55,19 +56,34 @@ class Table:
 
 @dataclass
 class TableExtractor:
-    """pdfplumber's table finder with ``strategy`` (``lines``: ruling lines and cell borders drawn in the
-    PDF; ``text``: columns and rows guessed from word positions) for both directions. A found table is kept
-    when, after dropping its empty rows and columns, it has at least ``min_rows`` rows (header included)
-    and ``min_cols`` columns: a framed text box is one column, a ruled page banner two rows."""
+    """pdfplumber's table finder with ``strategy``:
+
+    * ``lines``: the lines and cell borders drawn in the PDF (pdfplumber's default);
+    * ``rules``: those, plus column borders where horizontal rules end (rule ends within ``rule_gap``
+      points are one border) for tables whose rows are only underlined, as report KPI tables often are;
+      rules more than ``max_row_height`` points apart belong to different tables, a group of rules with
+      a drawn left border is left to ``lines``, and one without gets a top edge one row height above
+      its first rule (its header sits there);
+    * ``text``: columns and rows guessed from word positions.
+
+    A found table is kept when, after dropping its empty rows and columns, it has at least ``min_rows``
+    rows (header included) and ``min_cols`` columns: a framed text box is one column, a ruled page banner
+    two rows. A header split over two rows whose filled cells do not overlap, the second with an empty
+    first cell (a highlighted year above the others), is joined into one.
+    """
 
     name: str = "pdfplumber"
-    strategy: str = "lines"
+    strategy: str = "rules"
     min_rows: int = 3
     min_cols: int = 2
+    rule_gap: float = 8.0
+    max_row_height: float = 50.0
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
             raise UserError(f"table_extractor.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+        if self.rule_gap < 0 or self.max_row_height <= 0:
+            raise UserError(f"table_extractor: need rule_gap >= 0 and max_row_height > 0, got {self.rule_gap} and {self.max_row_height}")
         if self.min_rows < 2 or self.min_cols < 1:
             raise UserError(f"table_extractor: need min_rows >= 2 (a header and a row) and min_cols >= 1, "
                             f"got {self.min_rows} and {self.min_cols}")
@@ -89,7 +105,8 @@ class TableExtractor:
         is logged and has none; raises :class:`UnreadableDocument` when the file cannot be opened at all."""
         import pdfplumber
 
-        settings = {"vertical_strategy": self.strategy, "horizontal_strategy": self.strategy}
+        plumber = "lines" if self.strategy == "rules" else self.strategy
+        settings = {"vertical_strategy": plumber, "horizontal_strategy": plumber}
         try:
             document = pdfplumber.open(path, password="", pages=list(pages) if pages is not None else None)
         except Exception as error:  # pdfminer raises many types on a damaged or locked file
@@ -99,7 +116,8 @@ class TableExtractor:
             for page in document.pages:
                 number = page.page_number
                 try:
-                    found += [(number, t.bbox, t.extract()) for t in page.find_tables(settings)]
+                    extra = self._rule_borders(page) if self.strategy == "rules" else {}
+                    found += [(number, t.bbox, t.extract()) for t in page.find_tables({**settings, **extra})]
                 except Exception as error:
                     log.warning("%s page %d: table extraction failed (%s: %s); no tables kept from it",
                                 path, number, type(error).__name__, error)
@@ -117,11 +135,55 @@ class TableExtractor:
                                     grid[0], tuple(grid[1:])))
         return tables
 
+    def _rule_borders(self, page) -> dict:
+        """pdfplumber settings adding the ``rules`` strategy's explicit borders for one page."""
+        rules = sorted((e for e in page.edges if e["orientation"] == "h"), key=lambda e: e["top"])
+        drawn = [e for e in page.edges if e["orientation"] == "v"]
+        groups: list[list[dict]] = []
+        for rule in rules:
+            if groups and rule["top"] - groups[-1][-1]["top"] <= self.max_row_height:
+                groups[-1].append(rule)
+            else:
+                groups.append([rule])
+        vertical, horizontal = [], []
+        for group in groups:
+            ys = sorted({round(rule["top"], 1) for rule in group})
+            if len(ys) < 2:
+                continue
+            borders = _clusters(sorted(x for rule in group for x in (rule["x0"], rule["x1"])), self.rule_gap)
+            framed = any(abs(e["x0"] - borders[0]) <= self.rule_gap and e["top"] <= ys[0] + 1 and e["bottom"] >= ys[1] - 1
+                         for e in drawn)
+            if framed:  # a drawn grid: the lines strategy reads it as drawn
+                continue
+            top = max(ys[0] - statistics.median(b - a for a, b in zip(ys, ys[1:])), 0.0)
+            vertical += [_line(x, top, x, ys[-1]) for x in borders]
+            horizontal.append(_line(borders[0], top, borders[-1], top))
+        return {"explicit_vertical_lines": vertical, "explicit_horizontal_lines": horizontal,
+                "join_x_tolerance": self.rule_gap}
+
     def _grid(self, cells: list[list[str | None]]) -> list[tuple[str, ...]] | None:
         """Cleaned cells without empty rows and columns, or None when too small to be a table."""
         rows = [[clean_text(cell or "") for cell in row] for row in cells]
         rows = [row for row in rows if any(row)]
+        if len(rows) > 1 and not rows[1][0] and not any(a and b for a, b in zip(rows[0], rows[1])):
+            rows[:2] = [[a or b for a, b in zip(rows[0], rows[1])]]
         columns = [j for j in range(max(map(len, rows), default=0)) if any(j < len(row) and row[j] for row in rows)]
         if len(rows) < self.min_rows or len(columns) < self.min_cols:
             return None
         return [tuple(row[j] if j < len(row) else "" for j in columns) for row in rows]
+
+
+def _clusters(values: list[float], gap: float) -> list[float]:
+    """The means of runs of sorted ``values`` whose neighbours are at most ``gap`` apart."""
+    runs: list[list[float]] = []
+    for value in values:
+        if runs and value - runs[-1][-1] <= gap:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    return [statistics.fmean(run) for run in runs]
+
+
+def _line(x0: float, top: float, x1: float, bottom: float) -> dict:
+    """A line object as pdfplumber's explicit table lines take it (page coordinates from the top left)."""
+    return {"object_type": "line", "x0": x0, "x1": x1, "top": top, "bottom": bottom, "width": x1 - x0, "height": bottom - top}
