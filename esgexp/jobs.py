@@ -24,13 +24,15 @@ BACKEND_RUNTIME_KEYS = ("batch_size", "progress_bar", "max_concurrency", "timeou
 
 
 def check_config(cfg: DictConfig) -> Path:
-    """Fail early on a mandatory value left unset or a bad setting (esgexp/settings.py); return the run folder."""
+    """Fail early on a mandatory value left unset, a bad setting (esgexp/settings.py) or a tracking server
+    that does not answer; return the run folder."""
     from esgexp.settings import check_settings
 
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
     check_settings(cfg)
+    tracking.check_tracking(cfg.tracking)
     return Path(cfg.paths.output_dir)
 
 
@@ -126,22 +128,27 @@ def save_inputs(cfg: DictConfig, output_dir: Path, skipped: list[str]) -> None:
 
 @contextmanager
 def tracked_run(cfg: DictConfig, run_name: str, tags: dict):
-    """The job's MLflow run, with the flattened resolved config as params."""
-    with tracking.mlflow_run(cfg.tracking, cfg.experiment_name, run_name, flatten(cfg), tags) as run:
+    """The job's ``tracking.TrackedRun``, with the flattened resolved config as params: an MLflow run, or
+    (offline, or once the server stops answering) its record in the run folder for ``python -m esgexp.sync``."""
+    run = tracking.TrackedRun(cfg.tracking, Path(cfg.paths.output_dir), cfg.experiment_name, run_name)
+    with run.open(flatten(cfg), tags):
         yield run
 
 
-def finish(output_dir: Path, metrics: dict, files: list[str], info: dict | None = None, step: int | None = None) -> None:
-    """Write metrics.json, then log metrics (at ``step``), ``info`` tags and the run-folder files to the active run."""
-    write_json(output_dir / "metrics.json", metrics)
-    tracking.log_results(metrics, [output_dir / name for name in ["config.yaml", "metrics.json", *files]], info or {}, step)
+def finish(run: tracking.TrackedRun, metrics: dict, files: list[str], info: dict | None = None, step: int | None = None) -> None:
+    """Write metrics.json in the run folder, then log metrics (at ``step``), ``info`` tags and the run-folder files to ``run``."""
+    write_json(run.run_dir / "metrics.json", metrics)
+    run.log_metrics(metrics, step)
+    run.set_tags(info or {})
+    for name in ["config.yaml", "metrics.json", *files]:
+        run.log_artifact(run.run_dir / name)
 
 
-def summary_table(title: str, rows: list[tuple[str, str]], output_dir: Path, run_id: str, uri: str) -> str:
-    """The short table printed at the end of a job."""
+def summary_table(title: str, rows: list[tuple[str, str]], run: tracking.TrackedRun) -> str:
+    """The short table printed at the end of a job, with its run folder and where it is tracked (or not yet)."""
     width = max(len(name) for name, _ in rows)
     lines = [title, "-" * len(title)] + [f"{name:<{width}}  {value:>7}" for name, value in rows]
-    lines += [f"run folder: {output_dir}", f"mlflow run: {run_id} ({uri})"]
+    lines += [f"run folder: {run.run_dir}", run.summary_line()]
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from esgexp.outputs import PredictionLog
 
 log = logging.getLogger(__name__)
 
+
 def run_job(cfg: DictConfig) -> dict:
     """Run one job end to end and return its metrics."""
     output_dir = check_config(cfg)
@@ -103,17 +104,16 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         metrics["n_resumed"] = len(done)
         metrics.update(backend.stats())
         metrics.update(usage_metrics(usage, cfg.model.get("price")))
-        finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt", "calibration.json"], info)
+        finish(run, metrics, ["predictions.jsonl", "skipped_rows.txt", "calibration.json"], info)
         if metrics["n_failed"] == len(items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
             raise UserError(f"every item failed (errors in {output_dir / 'predictions.jsonl'}); the MLflow run is marked FAILED")
-        run_id = run.info.run_id
     rows = [("items", str(metrics["n_items"])), *task.summary_rows(metrics)]
     counts = (("failed items", "n_failed"), ("skipped rows", "n_skipped_rows"), ("answers from the cache", "n_cached"),
               ("retries", "n_retries"))
     rows += [(name, str(metrics[key])) for name, key in counts if metrics.get(key)]
     title = f"{cfg.dataset.name} | {tags['model']} | {cfg.backend.name} | {cfg.strategy.name} | {cfg.scoring.name}"
-    print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
+    print(summary_table(title, rows, run))
     return metrics
 
 

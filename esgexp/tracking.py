@@ -1,9 +1,16 @@
-"""MLflow tracking: one run per job with the flattened config, tags, metrics and run-folder files."""
+"""MLflow tracking: one run per job with the flattened config, tags, metrics and run-folder files.
+
+A tracking server is checked before a job does any work (``check_tracking``). With
+``tracking.offline=true``, or from the moment the server stops answering, a job's ``TrackedRun`` keeps
+what it would log in ``<run folder>/tracking_pending.json`` and the job goes on; ``python -m
+esgexp.sync`` logs it later.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
 import re
 import subprocess
@@ -13,6 +20,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from esgexp.errors import UserError
+from esgexp.outputs import write_json
+
 try:
     import fcntl
 except ImportError:  # Windows: no inter-process lock
@@ -21,10 +31,60 @@ except ImportError:  # Windows: no inter-process lock
 log = logging.getLogger(__name__)
 
 MAX_PARAM_LENGTH = 6000
+# In the run folder: what a run not (fully) tracked would have logged; after a sync, where it went.
+PENDING_FILE = "tracking_pending.json"
+SYNCED_FILE = "tracking_synced.json"
+# mlflow's wait before retry n is this factor times 2**(n-1) seconds (its default 2 over 7 retries: ~4 min).
+HTTP_BACKOFF_FACTOR = 1
 
 
 def is_local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
+
+
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` is a tracking server reached over HTTP(S)."""
+    return uri.startswith(("http://", "https://"))
+
+
+def unreachable(uri: str, timeout_s: float) -> str | None:
+    """Why the tracking server at ``uri`` does not answer within ``timeout_s`` seconds (None: it answers).
+    Any HTTP reply counts as an answer, an error status included (a proxy, a login page)."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            return f"no answer within {timeout_s:g} s"
+        return getattr(reason, "strerror", None) or str(reason)
+
+
+def check_tracking(tracking_cfg: DictConfig) -> None:
+    """Before a job (or a sync) does any work: set mlflow's HTTP timeout and retries from ``tracking.http_*``
+    and refuse, naming the URI and the ways out, a tracking server that does not answer within
+    ``tracking.connect_timeout_s``. Nothing is checked with ``tracking.offline=true``."""
+    if tracking_cfg.get("offline"):
+        return
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(tracking_cfg.http_timeout_s))
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(tracking_cfg.http_max_retries))
+    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = str(HTTP_BACKOFF_FACTOR)
+    uri = str(tracking_cfg.uri)
+    if not is_server(uri):
+        return
+    reason = unreachable(uri, float(tracking_cfg.connect_timeout_s))
+    if reason:
+        raise UserError(
+            f"tracking.uri={uri}: the MLflow tracking server does not answer ({reason}; waited up to "
+            f"tracking.connect_timeout_s={tracking_cfg.connect_timeout_s} s). Start the server or fix tracking.uri, "
+            "or run with tracking.offline=true and log the run folder later: python -m esgexp.sync RUN_DIR"
+        )
 
 
 def is_locked(error: BaseException) -> bool:
@@ -95,38 +155,6 @@ def git_commit(cwd: str | Path) -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
-@contextmanager
-def mlflow_run(tracking_cfg: DictConfig, experiment_name: str, run_name: str, params: dict, tags: dict):
-    """An MLflow run for one job; it ends FAILED (or KILLED on Ctrl-C) if the job raises."""
-    import mlflow
-
-    experiment_id = use_store(tracking_cfg.uri, tracking_cfg.get("artifact_location"), experiment_name)
-    run = retry_locked(mlflow.start_run, experiment_id=experiment_id, run_name=run_name, tags=tags)
-    try:
-        retry_locked(mlflow.log_params, {k: str(v)[:MAX_PARAM_LENGTH] for k, v in params.items()})
-        yield run
-    except (KeyboardInterrupt, SystemExit):  # Lightning turns Ctrl-C into SystemExit
-        end_run(run.info.run_id, "KILLED")
-        raise
-    except BaseException:
-        end_run(run.info.run_id, "FAILED")
-        raise
-    end_run(run.info.run_id, "FINISHED")
-
-
-def end_run(run_id: str, status: str) -> None:
-    """End the active run with ``status``. ``mlflow.end_run`` takes the run off its stack before it writes
-    the status, so a locked store is retried on the write alone."""
-    import mlflow
-
-    try:
-        mlflow.end_run(status=status)
-    except Exception as error:
-        if not is_locked(error):
-            raise
-        retry_locked(mlflow.MlflowClient().set_terminated, run_id, status)
-
-
 MAX_METRIC_NAME = 250
 
 
@@ -140,19 +168,182 @@ def metric_name(key: str) -> str:
     return name
 
 
-def log_results(metrics: dict, files: list[Path], info: dict[str, str], step: int | None = None) -> None:
-    """Log the numeric metrics (at ``step``: a training run's last step), ``info`` as tags and the
-    given files as artifacts of the active run."""
-    import mlflow
-
-    numeric = {
+def numeric_metrics(metrics: dict) -> dict[str, float]:
+    """The numeric metrics under the names MLflow accepts; NaN (undefined) and booleans left out."""
+    return {
         metric_name(k): float(v)
         for k, v in metrics.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v  # NaN: undefined, not logged
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
     }
-    retry_locked(mlflow.log_metrics, numeric, step=step)
-    if info:
-        retry_locked(mlflow.set_tags, info)
-    for path in files:
-        if path.is_file():
-            retry_locked(mlflow.log_artifact, str(path))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TrackedRun:
+    """One job's MLflow run, or its pending record: with ``tracking.offline=true``, or from the moment a
+    tracking server stops answering, every call is kept in ``<run_dir>/tracking_pending.json`` (params,
+    tags, metrics with step and time, artifact paths, end status) instead, and the job goes on.
+
+    ``run_id`` is the MLflow run (None when none was opened); ``pending_reason`` is None while tracked."""
+
+    def __init__(self, tracking_cfg: DictConfig, run_dir: Path, experiment_name: str, run_name: str):
+        self.uri = str(tracking_cfg.uri)
+        self.artifact_location = tracking_cfg.get("artifact_location")
+        self.connect_timeout_s = float(tracking_cfg.connect_timeout_s)
+        self.run_dir = Path(run_dir)
+        self.experiment_name = experiment_name
+        self.run_name = run_name
+        self.run_id: str | None = None
+        self.pending_reason = "tracking.offline=true" if tracking_cfg.get("offline") else None
+        self.status = "RUNNING"
+        self.start_time = now_ms()
+        self.end_time: int | None = None
+        self.pending: dict = {"params": {}, "tags": {}, "metrics": [], "artifacts": []}
+        self._client = None
+
+    @property
+    def tracked(self) -> bool:
+        return self.pending_reason is None
+
+    @contextmanager
+    def open(self, params: dict, tags: dict):
+        """The run from ``params`` and ``tags`` to its end: FINISHED, FAILED if the job raises, KILLED on
+        Ctrl-C (Lightning turns it into SystemExit)."""
+        self.start(params, tags)
+        try:
+            yield self
+        except (KeyboardInterrupt, SystemExit):
+            self.end("KILLED")
+            raise
+        except BaseException:
+            self.end("FAILED")
+            raise
+        self.end("FINISHED")
+
+    def start(self, params: dict, tags: dict) -> None:
+        """Open the run with ``tags`` (and MLflow's own: user, source) and log ``params``."""
+        params = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in params.items()}
+        tags = {k: str(v) for k, v in system_tags(tags).items()}
+
+        def send():
+            import mlflow
+
+            experiment_id = use_store(self.uri, self.artifact_location, self.experiment_name)
+            self._client = mlflow.MlflowClient(self.uri)
+            run = retry_locked(self._client.create_run, experiment_id, start_time=self.start_time, tags=tags, run_name=self.run_name)
+            self.run_id = run.info.run_id
+            self._log_batch(params=params)
+
+        def record():
+            self.pending["params"].update(params)
+            self.pending["tags"].update(tags)
+
+        self._call("opening the run", send, record)
+
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        """The numeric ``metrics`` (NaN left out) at ``step`` (default 0)."""
+        numeric = numeric_metrics(metrics)
+        if not numeric:
+            return
+        stamp, step = now_ms(), int(step or 0)
+        self._call(
+            "logging metrics",
+            lambda: self._log_batch(metrics=[(k, v, stamp, step) for k, v in numeric.items()]),
+            lambda: self.pending["metrics"].extend({"key": k, "value": v, "timestamp": stamp, "step": step} for k, v in numeric.items()),
+        )
+
+    def set_tags(self, tags: dict) -> None:
+        if tags:
+            tags = {k: str(v) for k, v in tags.items()}
+            self._call("setting tags", lambda: self._log_batch(tags=tags), lambda: self.pending["tags"].update(tags))
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        """A run-folder file, or a folder's files under ``artifact_path``; nothing when ``path`` is absent."""
+        path = Path(path)
+        if not path.exists():
+            return
+
+        def send():
+            upload = self._client.log_artifacts if path.is_dir() else self._client.log_artifact
+            retry_locked(upload, self.run_id, str(path), artifact_path)
+
+        entry = {"path": relative_to(path, self.run_dir), "artifact_path": artifact_path}
+        self._call(f"uploading {path.name}", send, lambda: self.pending["artifacts"].append(entry))
+
+    def end(self, status: str) -> None:
+        """End the run with ``status`` (FINISHED, FAILED or KILLED)."""
+        self.status, self.end_time = status, now_ms()
+        self._call("ending the run", lambda: retry_locked(self._client.set_terminated, self.run_id, status, self.end_time), lambda: None)
+
+    def summary_line(self) -> str:
+        """Where the run is, for the job's summary table."""
+        if self.tracked:
+            return f"mlflow run: {self.run_id} ({self.uri})"
+        return (f"mlflow run: not yet tracked ({self.pending_reason}); everything is in the run folder\n"
+                f"log it later with: python -m esgexp.sync {self.run_dir}")
+
+    def _log_batch(self, metrics=(), params=None, tags=None) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        retry_locked(
+            self._client.log_batch,
+            self.run_id,
+            metrics=[Metric(key, value, stamp, step) for key, value, stamp, step in metrics],
+            params=[Param(k, v) for k, v in (params or {}).items()],
+            tags=[RunTag(k, v) for k, v in (tags or {}).items()],
+        )
+
+    def _call(self, what: str, send, record) -> None:
+        """``send()`` to MLflow while tracked; else, or when it fails because the server stopped
+        answering, ``record()`` it for a later sync and rewrite the pending file."""
+        if self.tracked:
+            try:
+                send()
+                return
+            except Exception as error:
+                if not self._lost_server(what, error):
+                    raise
+        record()
+        self.write_pending()
+
+    def _lost_server(self, what: str, error: Exception) -> bool:
+        """Whether ``error`` came from a tracking server that no longer answers; if so, go pending."""
+        if not is_server(self.uri):
+            return False
+        reason = unreachable(self.uri, self.connect_timeout_s)
+        if reason is None:
+            return False
+        self.pending_reason = f"the tracking server {self.uri} stopped answering while {what}: {reason}"
+        log.warning("%s (%s). The job goes on; what it would log is kept in %s; once the server is back: "
+                    "python -m esgexp.sync %s", self.pending_reason, type(error).__name__, self.run_dir / PENDING_FILE, self.run_dir)
+        return True
+
+    def write_pending(self) -> None:
+        write_json(self.run_dir / PENDING_FILE, {
+            "reason": self.pending_reason,
+            "uri": self.uri,
+            "experiment_name": self.experiment_name,
+            "run_name": self.run_name,
+            "run_id": self.run_id,
+            "status": self.status,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            **self.pending,
+        })
+
+
+def system_tags(tags: dict) -> dict:
+    """``tags`` with the ones MLflow adds to a run it starts (user, source name and type)."""
+    from mlflow.tracking.context.registry import resolve_tags
+
+    return resolve_tags(tags)
+
+
+def relative_to(path: Path, folder: Path) -> str:
+    """``path`` relative to ``folder`` when inside it (a run folder can move), else absolute."""
+    try:
+        return path.resolve().relative_to(folder.resolve()).as_posix()
+    except ValueError:
+        return str(path.resolve())

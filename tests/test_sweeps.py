@@ -109,8 +109,6 @@ def test_processes_opening_one_fresh_sqlite_store_at_once_share_one_experiment(t
 
 
 def test_a_locked_store_is_retried(tmp_path, monkeypatch, caplog):
-    import mlflow
-
     locked = MlflowException("(sqlite3.OperationalError) database is locked")
 
     def fails_once(real):
@@ -123,17 +121,17 @@ def test_a_locked_store_is_retried(tmp_path, monkeypatch, caplog):
             return real(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(mlflow, "log_params", fails_once(mlflow.log_params))
-    monkeypatch.setattr(mlflow, "log_metrics", fails_once(mlflow.log_metrics))
-    # mlflow.end_run takes the run off its stack before this write fails: the status must still be written.
+    monkeypatch.setattr(MlflowClient, "log_batch", fails_once(MlflowClient.log_batch))
     monkeypatch.setattr(MlflowClient, "set_terminated", fails_once(MlflowClient.set_terminated))
-    cfg = OmegaConf.create({"uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db", "artifact_location": str(tmp_path / "artifacts")})
-    with tracking.mlflow_run(cfg, "locked", "job", {"seed": 1}, {"task": "mcq"}) as run:
-        tracking.log_results({"accuracy": 0.5}, [], {})
-    saved = MlflowClient(cfg.uri).get_run(run.info.run_id)
+    cfg = OmegaConf.create({"uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db", "artifact_location": str(tmp_path / "artifacts"),
+                            "offline": False, "connect_timeout_s": 5})
+    run = tracking.TrackedRun(cfg, tmp_path / "run", "locked", "job")
+    with run.open({"seed": 1}, {"task": "mcq"}):
+        run.log_metrics({"accuracy": 0.5})
+    saved = MlflowClient(cfg.uri).get_run(run.run_id)
     assert saved.info.status == "FINISHED" and saved.data.params == {"seed": "1"} and saved.data.metrics == {"accuracy": 0.5}
-    assert caplog.text.count("MLflow store busy") == 2  # set_terminated: its retry comes after mlflow.end_run failed
-    assert mlflow.active_run() is None
+    assert caplog.text.count("MLflow store busy") == 2
+    assert run.tracked and not (tmp_path / "run" / tracking.PENDING_FILE).exists()
 
     with pytest.raises(MlflowException, match="Invalid"):  # any other error is not retried
         tracking.retry_locked(lambda: (_ for _ in ()).throw(MlflowException("Invalid value")))

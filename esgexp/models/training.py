@@ -12,7 +12,8 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
@@ -154,12 +155,29 @@ class LastCheckpoint(L.Callback):
             log.warning("training stopped at step %d (%s); state saved in %s", trainer.global_step, type(exception).__name__, self.path)
 
 
-class RunLogger(MLFlowLogger):
-    """Lightning's MLflow logger on the job's own run; the job, not Lightning, ends the run."""
+class RunLogger(Logger):
+    """Lightning's training and validation curves to the job's ``tracking.TrackedRun`` (MLflow, or its
+    pending record when offline); the job, not Lightning, ends the run, after its final metrics and adapter."""
 
-    def finalize(self, status: str) -> None:
-        """Leave the run open: the job logs its final metrics and adapter, then tracked_run ends it
-        FINISHED, FAILED or KILLED."""
+    def __init__(self, run):
+        super().__init__()
+        self.run = run
+
+    @property
+    def name(self) -> str:
+        return self.run.experiment_name
+
+    @property
+    def version(self) -> str:
+        return self.run.run_id or "offline"
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        self.run.log_metrics(metrics, step)
+
+    @rank_zero_only
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        """Nothing: the job's whole config is already the run's params."""
 
 
 def make_trainer(cfg: DictConfig, output_dir: Path, precision: str, model, extra_callbacks: list) -> tuple[L.Trainer, ModelCheckpoint]:

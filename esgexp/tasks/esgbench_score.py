@@ -44,12 +44,11 @@ def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
         metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, stats))
         metrics.update(cluster_info(records, cluster_key), headline_metric=HEADLINE, higher_is_better=True)
         PredictionLog(output_dir / "predictions.jsonl").rewrite(records)
-        finish(output_dir, metrics, ["predictions.jsonl", "skipped_rows.txt"], headline(HEADLINE))
-        run_id = run.info.run_id
+        finish(run, metrics, ["predictions.jsonl", "skipped_rows.txt"], headline(HEADLINE))
     rows = [("items", str(metrics["n_items"]))]
     rows += [(key, with_interval(metrics, key)) for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{cfg.recall_k}") if key in metrics]
     rows += [(key.replace("_", " "), str(metrics[key])) for key in ("n_unjoined_predictions", "n_missing_predictions", "n_skipped_rows") if metrics.get(key)]
-    print(summary_table(f"{cfg.dataset.name} | {Path(cfg.predictions).name}", rows, output_dir, run_id, cfg.tracking.uri))
+    print(summary_table(f"{cfg.dataset.name} | {Path(cfg.predictions).name}", rows, run))
     return metrics
 
 

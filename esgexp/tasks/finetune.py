@@ -52,17 +52,17 @@ def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
     started = time.perf_counter()
     with tracked_run(cfg, f"{cfg.model.name}/lora", tags) if rank_zero else nullcontext() as run:
         if rank_zero:
-            trainer.loggers = [RunLogger(tracking_uri=cfg.tracking.uri, run_id=run.info.run_id)]
+            trainer.loggers = [RunLogger(run)]
         with launchable_as_one_job():
             trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
         if not rank_zero:
             return {}
-        adapter_dir = save_adapter(cfg, output_dir, module, checkpoint, tokenizer, model_source, run.info.run_id)
+        adapter_dir = save_adapter(cfg, output_dir, module, checkpoint, tokenizer, model_source, run.run_id or "")
         metrics = final_metrics(trainer, module, checkpoint, reports, agreement, time.perf_counter() - started)
-        record(output_dir, metrics, adapter_dir, generation)
+        record(run, metrics, adapter_dir, generation)
     rows = [(key, f"{value:.4f}" if isinstance(value, float) else str(value)) for key, value in metrics.items() if "/n_" not in key]
     title = f"{cfg.dataset.name} | {cfg.model.name} | LoRA r={cfg.model.lora.r} | {metrics['train/steps']} steps"
-    print(summary_table(title, rows, output_dir, run.info.run_id, cfg.tracking.uri))
+    print(summary_table(title, rows, run))
     print(f"adapter: {adapter_dir}")
     return metrics
 
@@ -96,14 +96,12 @@ def check_model(cfg: DictConfig) -> str:
     return model_source
 
 
-def record(output_dir: Path, metrics: dict, adapter_dir: Path, generation) -> None:
-    """metrics.json and the validation answers in the run folder; metrics, files and adapter to MLflow."""
-    import mlflow
-
+def record(run, metrics: dict, adapter_dir: Path, generation) -> None:
+    """metrics.json and the validation answers in the run folder; metrics, files and adapter to the tracked run."""
     if generation is not None and generation.outputs:
-        write_atomic(output_dir / "val_generations.jsonl", "".join(json.dumps(o) + "\n" for o in generation.outputs))
-    finish(output_dir, metrics, ["train_report.json", "val_generations.jsonl", "skipped_rows.txt"], step=metrics["train/steps"])
-    mlflow.log_artifacts(str(adapter_dir), artifact_path="adapter")
+        write_atomic(run.run_dir / "val_generations.jsonl", "".join(json.dumps(o) + "\n" for o in generation.outputs))
+    finish(run, metrics, ["train_report.json", "val_generations.jsonl", "skipped_rows.txt"], step=metrics["train/steps"])
+    run.log_artifact(adapter_dir, artifact_path="adapter")
 
 
 def check_groups(cfg: DictConfig) -> None:

@@ -42,14 +42,13 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
         key = headline_metric(ks)
         metrics.update(cluster_info(records, cluster_key), headline_metric=key, higher_is_better=True)
         PredictionLog(output_dir / "rankings.jsonl").rewrite(records)
-        finish(output_dir, metrics, ["rankings.jsonl", "skipped_rows.txt"], headline(key))
-        run_id = run.info.run_id
+        finish(run, metrics, ["rankings.jsonl", "skipped_rows.txt"], headline(key))
     rows = [("queries", str(metrics["n_queries"]))]
     rows += [(name, with_interval(metrics, name)) for name in summary_keys(metrics, ks)]
     if metrics["n_skipped_rows"]:
         rows.append(("skipped rows", str(metrics["n_skipped_rows"])))
     title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={cfg.query.mode}"
-    print(summary_table(title, rows, output_dir, run_id, cfg.tracking.uri))
+    print(summary_table(title, rows, run))
     return metrics
 
 

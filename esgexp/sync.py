@@ -1,0 +1,183 @@
+"""``python -m esgexp.sync RUN_DIR [RUN_DIR ...] [tracking.uri=URI]``: log finished run folders that were
+not tracked while they ran (``tracking.offline=true``, or a tracking server that went away) to MLflow.
+
+Each folder's ``tracking_pending.json`` (params, tags, metrics, artifact paths) goes to the run's own
+``tracking.uri`` (from its config.yaml; ``tracking.KEY=VALUE`` arguments override it), into the run the job
+had opened there when it still exists, else a new one; what that run already holds is not logged twice.
+The MLflow run id is then written to ``tracking_synced.json``: a second sync of the folder does nothing.
+A folder whose job failed or did not finish is refused. Exit status 2 when any folder was refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.errors import UserError
+from esgexp.outputs import write_json
+from esgexp.sweep import FAILED_FILE
+from esgexp.tracking import PENDING_FILE, SYNCED_FILE, check_tracking, is_server, retry_locked, unreachable, use_store
+
+OVERRIDE = re.compile(r"^tracking\.(\w+)=(.*)$")
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot read {path}: {error}") from None
+
+
+def tracking_settings(run_dir: Path, overrides: dict[str, str]) -> DictConfig:
+    """The run's ``tracking`` node from its config.yaml, with the command line's ``tracking.KEY=VALUE`` on top."""
+    saved = OmegaConf.load(run_dir / "config.yaml").get("tracking")
+    if saved is None:
+        raise UserError(f"{run_dir / 'config.yaml'} has no tracking settings")
+    unknown = sorted(set(overrides) - set(saved))
+    if unknown:
+        raise UserError(f"unknown setting tracking.{unknown[0]} (known: {', '.join('tracking.' + k for k in saved)})")
+    merged = OmegaConf.merge(saved, OmegaConf.from_dotlist([f"{k}={v}" for k, v in overrides.items()]))
+    merged.offline = False  # syncing is logging
+    return merged
+
+
+def check_folder(run_dir: Path) -> dict | None:
+    """The folder's pending record once it is a finished, not yet synced run; None when nothing is left
+    to do (its message then comes from ``nothing_to_do``); UserError for a folder that cannot be synced."""
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
+    if (run_dir / FAILED_FILE).is_file():
+        reason = (run_dir / FAILED_FILE).read_text(encoding="utf-8").strip()
+        raise UserError(f"{run_dir} is marked FAILED ({reason}): a failed job is not logged; fix it and run the job again")
+    if (run_dir / SYNCED_FILE).is_file() or not (run_dir / PENDING_FILE).is_file():
+        return None
+    pending = read_json(run_dir / PENDING_FILE)
+    if pending.get("status") != "FINISHED":
+        state = "did not finish (killed?)" if pending.get("status") == "RUNNING" else f"ended {pending.get('status')}"
+        raise UserError(f"{run_dir}: the job {state}; only a finished run is logged: run the job again")
+    missing = [a["path"] for a in pending["artifacts"] if not (run_dir / a["path"]).exists()]
+    if missing:
+        raise UserError(f"{run_dir}: {missing[0]} is listed in {PENDING_FILE} but missing from the run folder")
+    return pending
+
+
+def nothing_to_do(run_dir: Path) -> str:
+    synced = run_dir / SYNCED_FILE
+    if synced.is_file():
+        record = read_json(synced)
+        return f"{run_dir}: already synced to run {record['run_id']} in {record['uri']} on {record['synced_at']}: nothing to do"
+    if not (run_dir / "metrics.json").is_file():
+        raise UserError(f"{run_dir}: the job did not finish (no metrics.json): nothing to sync")
+    return f"{run_dir}: tracked while it ran (no {PENDING_FILE}): nothing to do"
+
+
+def target_run(client, pending: dict, uri: str, experiment_id: str, run_dir: Path) -> tuple[str, bool]:
+    """The run to log into and whether it already existed: the one the job (or an interrupted sync)
+    opened in this store, else a new one, whose id is written to the pending file at once so that a
+    sync cut short goes on in it."""
+    from mlflow.exceptions import MlflowException
+
+    if pending.get("run_id") and pending.get("uri") == uri:
+        try:
+            return client.get_run(pending["run_id"]).info.run_id, True
+        except MlflowException:
+            pass  # not in this store (deleted, or another database behind the same address)
+    run = retry_locked(client.create_run, experiment_id, start_time=pending["start_time"], tags=pending["tags"], run_name=pending["run_name"])
+    write_json(run_dir / PENDING_FILE, {**pending, "run_id": run.info.run_id, "uri": uri})
+    return run.info.run_id, False
+
+
+def new_metrics(client, run_id: str, metrics: list[dict], existed: bool) -> list:
+    """The pending metrics as MLflow Metrics, less those the run already holds (same key, step, time, value)."""
+    from mlflow.entities import Metric
+
+    held: set[tuple] = set()
+    if existed:
+        for key in {m["key"] for m in metrics}:
+            held.update((m.key, m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key))
+    return [Metric(m["key"], m["value"], m["timestamp"], m["step"]) for m in metrics
+            if (m["key"], m["step"], m["timestamp"], m["value"]) not in held]
+
+
+def sync_run(run_dir: Path, overrides: dict[str, str]) -> str:
+    """Log one run folder's pending record; return the line that says what was done. A server that stops
+    answering during the sync leaves the folder pending: a second sync goes on in the same run."""
+    pending = check_folder(run_dir)
+    if pending is None:
+        return nothing_to_do(run_dir)
+    settings = tracking_settings(run_dir, overrides)
+    check_tracking(settings)
+    uri = str(settings.uri)
+    try:
+        return log_pending(run_dir, pending, uri, settings.get("artifact_location"))
+    except Exception:
+        reason = is_server(uri) and unreachable(uri, float(settings.connect_timeout_s))
+        if not reason:
+            raise
+        raise UserError(f"{run_dir}: the tracking server {uri} stopped answering during the sync ({reason}); "
+                        "nothing is lost: sync the folder again once the server is back") from None
+
+
+def log_pending(run_dir: Path, pending: dict, uri: str, artifact_location: str | None) -> str:
+    """Log ``pending`` into its run in ``uri`` (``target_run``), end that run with the job's status and
+    write tracking_synced.json; return what was done."""
+    import mlflow
+    from mlflow.entities import Param, RunTag
+
+    experiment_id = use_store(uri, artifact_location, pending["experiment_name"])
+    client = mlflow.MlflowClient(uri)
+    run_id, existed = target_run(client, pending, uri, experiment_id, run_dir)
+    metrics = new_metrics(client, run_id, pending["metrics"], existed)
+    params = [Param(k, v) for k, v in pending["params"].items()]
+    tags = [RunTag(k, v) for k, v in pending["tags"].items()]
+    retry_locked(client.log_batch, run_id, metrics=metrics, params=params, tags=tags)
+    for artifact in pending["artifacts"]:
+        path = run_dir / artifact["path"]
+        upload = client.log_artifacts if path.is_dir() else client.log_artifact
+        retry_locked(upload, run_id, str(path), artifact["artifact_path"])
+    retry_locked(client.set_terminated, run_id, pending["status"], pending["end_time"])
+    synced_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    write_json(run_dir / SYNCED_FILE, {"uri": uri, "experiment_id": experiment_id, "run_id": run_id, "synced_at": synced_at})
+    into = "the run it had opened" if existed else "a new run"
+    return (f"{run_dir}: synced to run {run_id} in {uri} ({into}): {len(params)} params, {len(metrics)} metric values, "
+            f"{len(pending['artifacts'])} artifacts")
+
+
+def parse_args(argv: list[str] | None) -> tuple[list[Path], dict[str, str]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m esgexp.sync",
+        description="Log finished run folders that were not tracked while they ran (tracking.offline=true, or a "
+                    "tracking server that went away) to MLflow, once each.",
+    )
+    parser.add_argument("items", nargs="+", metavar="RUN_DIR | tracking.KEY=VALUE",
+                        help="run folders to log; tracking.uri=URI (or another tracking.KEY=VALUE) overrides their config")
+    items = parser.parse_args(argv).items
+    overrides = {m.group(1): m.group(2) for m in map(OVERRIDE.match, items) if m}
+    run_dirs = [Path(item) for item in items if not OVERRIDE.match(item)]
+    if not run_dirs:
+        parser.error("name at least one RUN_DIR")
+    return run_dirs, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    run_dirs, overrides = parse_args(argv)
+    refused = 0
+    for run_dir in run_dirs:
+        try:
+            print(sync_run(run_dir, overrides), flush=True)
+        except UserError as error:
+            refused += 1
+            print(f"error: {error}", file=sys.stderr, flush=True)
+    if refused and len(run_dirs) > 1:
+        print(f"error: {refused} of {len(run_dirs)} run folders not synced", file=sys.stderr)
+    return 2 if refused else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
