@@ -23,6 +23,7 @@ import csv
 import datetime
 import json
 import math
+import os
 import platform
 import random
 import statistics
@@ -103,7 +104,7 @@ def log_models(root: Path, questions: list[dict], n_models: int, rng: random.Ran
 def browser_times(page_file: Path, repeats: int, n_models: int, n_questions: int) -> dict:
     from playwright.sync_api import sync_playwright
 
-    loads, hovers, errors, requests = [], [], [], []
+    loads, hovers, errors, requests, marks = [], [], [], [], []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         for _ in range(repeats):
@@ -115,8 +116,9 @@ def browser_times(page_file: Path, repeats: int, n_models: int, n_questions: int
             page.goto(page_file.as_uri())
             page.wait_for_selector("body[data-rendered=done]", timeout=60000)
             loads.append(time.perf_counter() - start)
+            marks.append(page.evaluate("() => Object.fromEntries(performance.getEntriesByType('mark').map(m => [m.name, m.startTime / 1000]))"))
             plot = page.query_selector("div.plot")
-            plot.scroll_into_view_if_needed()
+            plot.evaluate("e => e.scrollIntoView({block: 'start'})")
             box = plot.query_selector(".nsewdrag").bounding_box()
             start = time.perf_counter()
             page.mouse.move(box["x"] + box["width"] * (n_questions - 0.5) / n_questions, box["y"] + box["height"] * 0.5 / n_models)
@@ -125,7 +127,8 @@ def browser_times(page_file: Path, repeats: int, n_models: int, n_questions: int
             hover_text = label.text_content()
             page.close()
         browser.close()
-    return {"load_s": loads, "hover_s": hovers, "console_errors": errors,
+    return {"load_s": loads, "hover_s": hovers, "script_s": [m["esgexp:script"] for m in marks],
+            "draw_s": [m["esgexp:rendered"] - m["esgexp:script"] for m in marks], "console_errors": errors,
             "non_file_requests": [url for url in requests if not url.startswith("file://")], "hover_text": hover_text}
 
 
@@ -165,6 +168,9 @@ def main() -> None:
         "log_runs_s": round(log_s, 2), "build_page_s": round(build_s, 2),
         "load_s_fastest": round(min(times["load_s"]), 3), "load_s_median": round(statistics.median(times["load_s"]), 3),
         "hover_s_median": round(statistics.median(times["hover_s"]), 3),
+        "plotly_js_ready_s_median": round(statistics.median(times["script_s"]), 3),
+        "figures_drawn_s_median": round(statistics.median(times["draw_s"]), 3),
+        "load_average_1min": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
         "console_errors": times["console_errors"], "non_file_requests": times["non_file_requests"],
         "goal": {"page_mb": 10, "load_s": 3},
     }
@@ -172,9 +178,12 @@ def main() -> None:
             ("build page (s, incl. paired tests)", f"{build_s:.2f}"),
             ("load + render in chromium, fastest (s)", f"{min(times['load_s']):.2f}"),
             ("load + render, median (s)", f"{statistics.median(times['load_s']):.2f}"),
+            ("  navigation to plotly.js evaluated, median (s)", f"{statistics.median(times['script_s']):.2f}"),
+            ("  figures drawn (hover texts built), median (s)", f"{statistics.median(times['draw_s']):.2f}"),
             ("hover label after mouse move, median (s)", f"{statistics.median(times['hover_s']):.3f}"),
             ("console errors / non-file requests", f"{len(times['console_errors'])} / {len(times['non_file_requests'])}")]
-    print(f"HTML leaderboard: {args.models} models x {args.questions} questions ({args.repeats} loads)\n")
+    print(f"HTML leaderboard: {args.models} models x {args.questions} questions ({args.repeats} loads, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)\n")
     print("| measure | value |\n|---|---|")
     print("\n".join(f"| {name} | {value} |" for name, value in rows))
     args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -61,7 +61,7 @@ class LoadedPage:
 
     def hover_cell(self, plot, row: int, col: int, rows: int, cols: int) -> str:
         """Move the mouse over cell (row, col) of a heatmap of rows x cols (row 0 on top); the hover label's text."""
-        plot.scroll_into_view_if_needed()
+        plot.evaluate("e => e.scrollIntoView({block: 'start'})")
         box = plot.query_selector(".nsewdrag").bounding_box()
         self.page.mouse.move(box["x"] + (col + 0.5) * box["width"] / cols, box["y"] + (row + 0.5) * box["height"] / rows)
         label = plot.wait_for_selector(".hoverlayer .hovertext", timeout=5000)

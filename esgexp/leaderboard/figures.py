@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from pathlib import Path
 
 from esgexp.leaderboard.questions import QuestionMatrix
 from esgexp.leaderboard.store import Run
@@ -15,9 +16,11 @@ LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=60), heig
 
 
 def label(run: Run) -> str:
-    """model · strategy · scoring (retrieval: retriever · query), the run's name on a figure."""
+    """model · strategy · scoring (retrieval: retriever · query; scoring a file: its name), the run's name on a figure."""
     if run.tags.get("task") == "retrieval":
         parts = [run.tags.get("retriever"), run.tags.get("query")]
+    elif run.tags.get("task") == "esgbench_score":
+        parts = [Path(run.tags.get("predictions", "")).name]
     else:
         parts = [run.tags.get("model"), run.tags.get("strategy"), run.tags.get("scoring")]
     return " · ".join(p for p in parts if p) or run.run_id[:8]
@@ -48,7 +51,8 @@ def framework_heatmap(runs: list[Run], title: str):
     """Run x framework accuracy (metrics ``accuracy/framework/<name>``)."""
     import plotly.graph_objects as go
 
-    frameworks = sorted({k.split("/", 2)[2] for run in runs for k in run.metrics if k.startswith("accuracy/framework/")})
+    pattern = re.compile(r"^accuracy/framework/([^/]+)$")  # not the interval keys beside each
+    frameworks = sorted({m.group(1) for run in runs for k in run.metrics if (m := pattern.match(k))})
     if not frameworks:
         return None
     names = [label(run) for run in runs]
@@ -88,8 +92,11 @@ def size_accuracy(runs: list[Run], title: str):
         figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="zero-shot → context/RAG",
                                     line=dict(color="#999", width=1), hoverinfo="skip"))
     for strategy, found in sorted(points.items()):
+        bars = [error_bars(r, ["accuracy"]) for _, _, r in found]
         figure.add_trace(go.Scatter(
             x=[s for s, _, _ in found], y=[a for _, a, _ in found], mode="markers", name=strategy,
+            error_y=None if None in bars else dict(type="data", symmetric=False, array=[b["array"][0] for b in bars],
+                                                   arrayminus=[b["arrayminus"][0] for b in bars], thickness=1),
             text=[r.tags.get("model", "") for _, _, r in found],
             hovertemplate="%{text}<br>size %{x} B<br>accuracy %{y:.3f}<extra>" + strategy + "</extra>",
         ))
@@ -99,18 +106,32 @@ def size_accuracy(runs: list[Run], title: str):
     return figure
 
 
+def error_bars(run: Run, names: list[str]) -> dict | None:
+    """plotly ``error_y`` from the 95% intervals (``<name>/ci_low``, ``/ci_high``) of ``names``; None
+    when none of them has one."""
+    lows = [value(run, f"{name}/ci_low") for name in names]
+    highs = [value(run, f"{name}/ci_high") for name in names]
+    if all(low is None for low in lows):
+        return None
+    points = [value(run, name) for name in names]
+    return dict(type="data", symmetric=False, array=[h - v if h is not None else 0 for h, v in zip(highs, points)],
+                arrayminus=[v - lo if lo is not None else 0 for lo, v in zip(lows, points)])
+
+
 def grouped_bars(runs: list[Run], keys: dict[str, str], title: str, y_title: str):
-    """One bar group per x label (``keys``: metric name -> x label), one bar per run."""
+    """One bar group per x label (``keys``: metric name -> x label), one bar per run, with its 95%
+    interval where the run logged one."""
     import plotly.graph_objects as go
 
     figure = go.Figure()
     for run in runs:
-        shown = [(x, value(run, name)) for name, x in keys.items() if value(run, name) is not None]
+        shown = [name for name in keys if value(run, name) is not None]
         if shown:
-            figure.add_trace(go.Bar(x=[x for x, _ in shown], y=[v for _, v in shown], name=label(run)))
+            figure.add_trace(go.Bar(x=[keys[name] for name in shown], y=[value(run, name) for name in shown], name=label(run),
+                                    error_y=error_bars(run, shown)))
     if not figure.data:
         return None
-    figure.update_layout(**LAYOUT, title=title, barmode="group")
+    figure.update_layout(**LAYOUT, title=title, barmode="group", showlegend=True)
     figure.update_yaxes(title=y_title)
     return figure
 
@@ -130,17 +151,19 @@ def qa_by_spans(runs: list[Run], title: str):
 
 
 def recall_curves(runs: list[Run], title: str):
-    """Pooled recall@K against K, one line per retriever and query formulation."""
+    """Pooled recall@K against K (with its 95% intervals), one line per retriever and query formulation."""
     import plotly.graph_objects as go
 
     figure = go.Figure()
     for run in runs:
         ks = sorted(int(m.group(1)) for k in run.metrics if (m := re.fullmatch(r"recall_at_(\d+)", k)))
         if ks:
-            figure.add_trace(go.Scatter(x=ks, y=[run.metrics[f"recall_at_{k}"] for k in ks], mode="lines+markers", name=label(run)))
+            names = [f"recall_at_{k}" for k in ks]
+            figure.add_trace(go.Scatter(x=ks, y=[run.metrics[n] for n in names], mode="lines+markers", name=label(run),
+                                        error_y=error_bars(run, names)))
     if not figure.data:
         return None
-    figure.update_layout(**LAYOUT, title=title)
+    figure.update_layout(**LAYOUT, title=title, showlegend=True)
     figure.update_xaxes(title="K (passages retrieved)", type="log")
     figure.update_yaxes(title="recall@K", range=[0, 1])
     return figure

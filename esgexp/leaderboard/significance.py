@@ -3,14 +3,14 @@ paired over shared items (esgexp.compare), Holm-corrected over the group."""
 
 from __future__ import annotations
 
-import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from esgexp.errors import UserError
 from esgexp.leaderboard.store import Run
+from esgexp.leaderboard.table import signed_value
 
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,9 @@ def run_ref(run: Run) -> str:
 
 
 def group_marks(group: list[Run], alpha: float = 0.05) -> dict[str, Mark]:
-    """Marks for one (dataset, task) group, best run first (as :func:`board_groups` orders it)."""
+    """Marks for one (dataset, task) group, best run first (as :func:`board_groups` orders it); a run
+    without a headline value gets none."""
+    group = [run for run in group if signed_value(run) > -math.inf]
     if not group:
         return {}
     from esgexp.compare import compare_pair, load_run
