@@ -238,3 +238,9 @@ def test_an_unknown_format_is_refused_before_the_store_is_read(tmp_path):
     with pytest.raises(UserError, match="format must be one of csv, md, html or all, got pdf"):
         export(f"sqlite:///{tmp_path}/none.db", tmp_path / "out", formats=("html", "pdf"))
     assert not (tmp_path / "none.db").exists()
+
+
+def test_a_tracking_server_that_does_not_answer_is_named_at_once(tmp_path, clean_env):
+    out = leaderboard_cli("tracking.uri=http://127.0.0.1:9", "tracking.connect_timeout_s=2", env=clean_env, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("error:") == 1 and "Traceback" not in out.stderr
+    assert "tracking.uri=http://127.0.0.1:9: the MLflow tracking server does not answer" in out.stderr

@@ -74,9 +74,11 @@ def main(overrides: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
     from esgexp.config import CONF_DIR
+    from esgexp.tracking import check_tracking
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("leaderboard", overrides=overrides)
+    check_tracking(cfg.tracking)  # a server that does not answer: one error in seconds
     chosen = [cfg.format] if isinstance(cfg.format, str) else list(cfg.format)
     formats = FORMATS if chosen == ["all"] else tuple(chosen)
     out_dir = Path(cfg.out_dir)
