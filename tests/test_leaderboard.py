@@ -161,13 +161,15 @@ def test_rows_rank_by_the_declared_headline_with_its_interval_and_the_mark(store
     assert next(r for r in rows if r["task"] == "retrieval")["ci_high"] == 0.8
 
 
-def test_csv_and_markdown_carry_the_interval_and_mark_columns(store, tmp_path):
+def test_csv_and_markdown_carry_the_interval_and_mark_columns(store, tmp_path, capsys):
     import csv
 
-    from esgexp.leaderboard import export
+    from esgexp.leaderboard import main
 
     _, runs = store
-    markdown = export(runs["uri"], tmp_path / "out")
+    main([f"tracking.uri={runs['uri']}", f"out_dir={tmp_path}/out", "format=[csv,md]"])
+    markdown = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert capsys.readouterr().out == markdown + f"written: {tmp_path}/out/leaderboard.csv, {tmp_path}/out/leaderboard.md\n"
     with open(tmp_path / "out" / "leaderboard.csv", newline="") as handle:
         rows = {row["run_id"]: row for row in csv.DictReader(handle)}
     gamma = rows[runs["gamma"]]
