@@ -210,6 +210,10 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "train.val_generate_items": Integer(0),
     "train.val_max_new_tokens": Integer(1),
     "train.early_stopping_patience": Integer(1, optional=True),
+    "tracking.offline": Flag(),
+    "tracking.connect_timeout_s": Number(0, above=True),
+    "tracking.http_timeout_s": Integer(1),
+    "tracking.http_max_retries": Integer(0),
     # backend=hf | openai | vllm: each holds its own keys, so only the chosen backend's are present.
     "backend.batch_size": Integer(1),
     "backend.api": Choice(OPENAI_APIS),

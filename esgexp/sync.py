@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from esgexp.errors import UserError
 from esgexp.outputs import write_json
+from esgexp.settings import check_settings
 from esgexp.sweep import FAILED_FILE
 from esgexp.tracking import PENDING_FILE, SYNCED_FILE, check_tracking, is_server, retry_locked, unreachable, use_store
 
@@ -44,6 +45,7 @@ def tracking_settings(run_dir: Path, overrides: dict[str, str]) -> DictConfig:
         raise UserError(f"unknown setting tracking.{unknown[0]} (known: {', '.join('tracking.' + k for k in saved)})")
     merged = OmegaConf.merge(saved, OmegaConf.from_dotlist([f"{k}={v}" for k, v in overrides.items()]))
     merged.offline = False  # syncing is logging
+    check_settings(OmegaConf.create({"tracking": merged}))
     return merged
 
 

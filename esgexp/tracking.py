@@ -68,15 +68,14 @@ def unreachable(uri: str, timeout_s: float) -> str | None:
 
 def check_tracking(tracking_cfg: DictConfig) -> None:
     """Before a job (or a sync) does any work: set mlflow's HTTP timeout and retries from ``tracking.http_*``
-    and refuse, naming the URI and the ways out, a tracking server that does not answer within
-    ``tracking.connect_timeout_s``. Nothing is checked with ``tracking.offline=true``."""
-    if tracking_cfg.get("offline"):
-        return
+    (for every request this process makes, e.g. reading an adapter's run) and refuse, naming the URI and
+    the ways out, a tracking server that does not answer within ``tracking.connect_timeout_s``; with
+    ``tracking.offline=true`` the server is not asked."""
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(tracking_cfg.http_timeout_s))
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(tracking_cfg.http_max_retries))
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = str(HTTP_BACKOFF_FACTOR)
     uri = str(tracking_cfg.uri)
-    if not is_server(uri):
+    if tracking_cfg.get("offline") or not is_server(uri):
         return
     reason = unreachable(uri, float(tracking_cfg.connect_timeout_s))
     if reason:
