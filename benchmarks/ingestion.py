@@ -5,8 +5,9 @@
 * ingest:  ``esgexp.data.corpus.ingest`` into an empty folder (hash, parse, chunk, write).
 * reingest: the same folder again with nothing changed (hashes checked, stored results reused).
 * tables:  ``esgexp.data.tables.TableExtractor.found`` (pdfplumber's table finder) per PDF and strategy
-  (``lines``: ruled tables, the default; ``text``: columns guessed from word positions), with how many
-  tables it finds and how many the default size filter keeps (3+ rows, 2+ columns).
+  (``rules``, the default: drawn grids and underlined rows; ``lines``: drawn grids, pdfplumber's default;
+  ``text``: columns guessed from word positions), with how many tables it finds and how many the
+  default size filter keeps (3+ rows, 2+ columns).
 * ingest+tables: ``ingest`` with ``tables=TableExtractor()`` (the default chunker) into an empty folder.
 
 Each time is the best of --repeats runs (table extraction: --table-repeats, default 1: it is slow). Run from the repository root on an otherwise idle machine:
@@ -39,7 +40,7 @@ DEFAULT_JSON = ROOT / "benchmarks" / "ingestion.json"
 FILES = ("1_1_AG.pdf", "MAX_AUTOMATION_SE.pdf")
 PARAGRAPHS = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # conf/chunker/paragraphs.yaml, the default
 CHUNKERS = (PARAGRAPHS, CharChunker(), SentenceChunker(), WindowChunker(), MarkdownChunker())
-STRATEGIES = ("lines", "text")
+STRATEGIES = ("rules", "lines", "text")
 
 
 def best_time(repeats: int, work) -> tuple[float, object]:
