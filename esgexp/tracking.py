@@ -49,13 +49,20 @@ def is_server(uri: str) -> bool:
 
 def unreachable(uri: str, timeout_s: float) -> str | None:
     """Why the tracking server at ``uri`` does not answer within ``timeout_s`` seconds (None: it answers).
-    Any HTTP reply counts as an answer, an error status included (a proxy, a login page)."""
+    Any HTTP reply counts as an answer, an error status included (a proxy, a login page). TLS is checked
+    as mlflow checks it (MLFLOW_TRACKING_INSECURE_TLS, MLFLOW_TRACKING_SERVER_CERT_PATH)."""
     import socket
+    import ssl
     import urllib.error
     import urllib.request
 
+    context = None
+    if uri.startswith("https://"):
+        context = ssl.create_default_context(cafile=os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
+        if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s, context=context):
             return None
     except urllib.error.HTTPError:
         return None
