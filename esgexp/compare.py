@@ -31,8 +31,9 @@ from esgexp.outputs import PredictionLog, write_atomic, write_json
 from esgexp.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
-# Dataset settings that pick the same items from the same file differently; all other dataset keys must agree.
-SAMPLING_KEYS = ("limit", "seed", "encoding", "cluster_key")
+# Dataset settings that pick items of the same file (only the shared ones are compared) or do not change
+# them; every other dataset key must agree.
+SAMPLING_KEYS = ("limit", "seed", "qtypes", "core_only", "encoding", "cluster_key")
 # Per task, the settings that change what a per-item value means (they must agree).
 SCORING_KEYS = {"qa": ("metrics",), "retrieval": ("retrieval.threshold",), "esgbench_score": ("recall_k",)}
 
@@ -213,11 +214,10 @@ def compare_pair(a: RunData, b: RunData, metric: str | None = None, settings: St
         if gold_of(a.records[item_id]) != gold_of(b.records[item_id]):
             raise UserError(f"runs {a.ref} and {b.ref} hold different item sets: item {item_id!r} has gold "
                             f"{_short(gold_of(a.records[item_id]))} vs {_short(gold_of(b.records[item_id]))}")
-    pick = lambda values, rows: None if values is None else [values[k] for k in rows]  # noqa: E731
     rows_a, rows_b = [i for i, _ in pairs], [j for _, j in pairs]
-    va, vb = pick(scores_a.values, rows_a), pick(scores_b.values, rows_b)
-    wa, wb = pick(scores_a.weights, rows_a), pick(scores_b.weights, rows_b)
-    clusters = pick(scores_a.clusters, rows_a) if scores_a.clusters and scores_b.clusters else None
+    va, vb = _pick(scores_a.values, rows_a), _pick(scores_b.values, rows_b)
+    wa, wb = _pick(scores_a.weights, rows_a), _pick(scores_b.weights, rows_b)
+    clusters = _pick(scores_a.clusters, rows_a) if scores_a.clusters and scores_b.clusters else None
     paired = paired_bootstrap(va, vb, clusters, settings, wa, wb)
     result = {
         "a": a.label, "b": b.label, "a_ref": a.ref, "b_ref": b.ref, "task": a.task, "dataset": a.dataset,
@@ -236,6 +236,10 @@ def compare_pair(a: RunData, b: RunData, metric: str | None = None, settings: St
         if clusters is None:
             result.update(p_value=mcnemar_exact(only_a, only_b), test="mcnemar_exact")
     return result
+
+
+def _pick(values: list | None, rows: list[int]) -> list | None:
+    return None if values is None else [values[k] for k in rows]
 
 
 def compare_runs(runs: list[RunData], against: str = "first", metric: str | None = None, settings: StatsSettings | None = None) -> dict:

@@ -4,6 +4,7 @@ tasks' own scoring, and the CLI on two real retrieval runs."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -127,9 +128,46 @@ def test_qa_scores_are_clustered_on_the_passage(make_cfg, tmp_path):
     assert found["p_value"] < 0.01
 
 
-def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env):
+def test_retrieval_per_query_values_give_the_run_metrics():
+    from esgexp.eval.retrieval_metrics import per_query_metrics, retrieval_metrics
+    from esgexp.tasks.retrieval import item_scores
+
+    rankings = {"q1": ["a", "b", "c"], "q2": ["d", "e", "f"], "q3": ["g", "h", "i"]}
+    qrels = {"q1": {"a": 3, "c": 2, "x": 2}, "q2": {"f": 2}, "q3": {"g": 1}}  # q3: nothing at threshold 2
+    per_query = per_query_metrics(rankings, qrels, (1, 3), 2)
+    metrics = retrieval_metrics(rankings, qrels, {q: 10 for q in rankings}, (1, 3), 2, per_query)
+    records = [{"id": q, "metrics": values} for q, values in per_query.items()]
+    assert metrics["recall@3"] == pytest.approx(3 / 4)  # pooled: hits 2 + 1 over relevant 3 + 1
+    for key in ("recall@1", "recall@3", "precision@3", "macro/recall@3", "macro/f1@1", "ndcg@3", "mrr"):
+        found = item_scores(records, key)
+        estimate = sum(found.values) / (sum(found.weights) if found.weights else len(found.values))
+        assert estimate == pytest.approx(metrics[key]), key
+    assert item_scores(records, "mrr").ids == ["q1", "q2"] and item_scores(records, "recall@3").kind == "ratio"
+    assert item_scores(records, "random/recall@3") is None and item_scores(records, "f1@3") is None
+
+
+def test_esgbench_score_values_give_the_run_metrics():
+    from esgexp.config import BUNDLED_DIR
+    from esgexp.data.esgbench import ESGBenchGold, join, load_predictions
+    from esgexp.eval.esgbench_metrics import score_esgbench
+    from esgexp.tasks.esgbench_score import item_scores
+
+    items = ESGBenchGold("esgbench_sample", str(BUNDLED_DIR / "esgbench" / "gold_sample.jsonl")).load().items
+    joined = join(items, load_predictions(BUNDLED_DIR / "esgbench" / "preds_sample.jsonl"), gold_source="gold")
+    records, metrics = score_esgbench(items, joined, k=5)
+    for key, kind in (("em", "proportion"), ("f1", "mean"), ("numeric_accuracy", "proportion"),
+                      ("numeric_accuracy/numeric_items", "proportion")):
+        found = item_scores(records, key)
+        assert found.kind == kind and sum(found.values) / len(found.values) == pytest.approx(metrics[key]), key
+    assert len(item_scores(records, "numeric_accuracy/numeric_items").ids) == metrics["n_numeric_items"]
+    assert item_scores(records, "category/x/accuracy") is None
+
+
+def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, capsys):
     for name in ("bm25", "oracle"):
         run_job(make_cfg(*CLIM, f"retriever={name}", f"paths.output_dir={tmp_path}/{name}"))
+    summary = capsys.readouterr().out
+    assert re.search(r"recall@10 +\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", summary)  # the headline with its interval
     saved = json.loads((tmp_path / "bm25" / "metrics.json").read_text())
     assert saved["headline_metric"] == "recall@10" and saved["stats/cluster_key"] == "report"
     assert saved["recall@10/ci_method"] == "cluster_bootstrap" and saved["recall@10/ci_low"] <= saved["recall@10"] <= saved["recall@10/ci_high"]
