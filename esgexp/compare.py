@@ -296,6 +296,9 @@ def main(argv: list[str]) -> None:
 
     from esgexp.config import CONF_DIR
 
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return
     refs, overrides = split_arguments(argv)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("compare", overrides=overrides)
