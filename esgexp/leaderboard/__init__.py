@@ -7,6 +7,7 @@ with a LoRA adapter names its base in ``finetuned_from``. Training runs are left
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from esgexp.errors import UserError
@@ -16,13 +17,13 @@ FORMATS = ("csv", "md", "html")
 FILES = {"csv": "leaderboard.csv", "md": "leaderboard.md", "html": "index.html"}
 
 
-def collect(tracking_uri: str, latest_only: bool = True, alpha: float = 0.05):
+def collect(tracking_uri: str, latest_only: bool = True, alpha: float = 0.05, download_dir: Path | None = None):
     """(groups, marks): the finished runs per (dataset, task), best first, and each run's mark."""
     from esgexp.leaderboard.significance import group_marks
     from esgexp.leaderboard.store import finished_runs
     from esgexp.leaderboard.table import board_groups
 
-    groups = board_groups(finished_runs(tracking_uri, latest_only))
+    groups = board_groups(finished_runs(tracking_uri, latest_only, download_dir))
     marks = {}
     for runs in groups.values():
         marks.update(group_marks(runs, alpha))
@@ -55,18 +56,19 @@ def export(tracking_uri: str, out_dir: Path, latest_only: bool = True, formats=(
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise UserError(f"format must be one of {', '.join(FORMATS)} or all, got {', '.join(unknown)}")
-    groups, marks = collect(tracking_uri, latest_only, alpha)
-    rows = rows_of(groups, marks)
-    markdown = to_markdown(rows)
-    out_dir = Path(out_dir)
-    if "csv" in formats:
-        write_atomic(out_dir / FILES["csv"], to_csv(rows))
-    if "md" in formats:
-        write_atomic(out_dir / FILES["md"], markdown)
-    if "html" in formats:
-        from esgexp.leaderboard.page import render
+    with tempfile.TemporaryDirectory(prefix="esgexp-leaderboard-") as downloads:
+        groups, marks = collect(tracking_uri, latest_only, alpha, Path(downloads))
+        rows = rows_of(groups, marks)
+        markdown = to_markdown(rows)
+        out_dir = Path(out_dir)
+        if "csv" in formats:
+            write_atomic(out_dir / FILES["csv"], to_csv(rows))
+        if "md" in formats:
+            write_atomic(out_dir / FILES["md"], markdown)
+        if "html" in formats:
+            from esgexp.leaderboard.page import render
 
-        write_atomic(out_dir / FILES["html"], render(groups, marks, tracking_uri))
+            write_atomic(out_dir / FILES["html"], render(groups, marks, tracking_uri))
     return markdown
 
 

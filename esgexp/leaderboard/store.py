@@ -24,6 +24,7 @@ class Run:
     params: dict[str, str]
     metrics: dict[str, float]
     start_time: int = 0
+    download_dir: Path | None = None  # where artifacts go when the run folder is gone (default: a new temp folder)
     files: dict[str, Path | None] = field(default_factory=dict, repr=False)
 
     def param(self, key: str) -> str | None:
@@ -54,7 +55,9 @@ def locate_file(run: Run, name: str) -> Path | None:
     import mlflow
 
     try:
-        return Path(mlflow.artifacts.download_artifacts(run_id=run.run_id, artifact_path=name, dst_path=tempfile.mkdtemp()))
+        target = run.download_dir / run.run_id if run.download_dir else Path(tempfile.mkdtemp())
+        target.mkdir(parents=True, exist_ok=True)
+        return Path(mlflow.artifacts.download_artifacts(run_id=run.run_id, artifact_path=name, dst_path=str(target)))
     except Exception as error:  # not logged, or the artifact store is gone
         log.debug("run %s has no %s: %s", run.run_id, name, error)
         return None
@@ -79,8 +82,9 @@ def check_store(uri: str) -> None:
                         "store your jobs logged to")
 
 
-def finished_runs(uri: str, latest_only: bool = True) -> list[Run]:
+def finished_runs(uri: str, latest_only: bool = True, download_dir: Path | None = None) -> list[Run]:
     """Every FINISHED evaluation run in ``uri``, newest first; training runs (task=finetune) are left out.
+    Artifacts of runs whose folder is gone are downloaded under ``download_dir``.
 
     With ``latest_only`` a config run several times (same ``config_hash`` tag) gives its newest run only.
     Raises UserError for a missing local store or one without any finished evaluation run."""
@@ -105,7 +109,7 @@ def finished_runs(uri: str, latest_only: bool = True) -> list[Run]:
             if config_hash in seen:
                 continue
             seen.add(config_hash)
-        runs.append(Run(run.info.run_id, tags, dict(run.data.params), dict(run.data.metrics), run.info.start_time or 0))
+        runs.append(Run(run.info.run_id, tags, dict(run.data.params), dict(run.data.metrics), run.info.start_time or 0, download_dir))
     if not runs:
         kind = "evaluation runs (only training runs)" if found else "runs"
         raise UserError(f"no finished {kind} in {uri}")
