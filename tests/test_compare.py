@@ -164,8 +164,8 @@ def test_esgbench_score_values_give_the_run_metrics():
 
 
 def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, capsys):
-    for name in ("bm25", "oracle"):
-        run_job(make_cfg(*CLIM, f"retriever={name}", f"paths.output_dir={tmp_path}/{name}"))
+    for name in ("bm25", "oracle"):  # real jobs; offline: their run folders only, no MLflow store to create
+        run_job(make_cfg(*CLIM, f"retriever={name}", f"paths.output_dir={tmp_path}/{name}", "tracking.offline=true"))
     summary = capsys.readouterr().out
     assert re.search(r"recall@10 +\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", summary)  # the headline with its interval
     saved = json.loads((tmp_path / "bm25" / "metrics.json").read_text())
@@ -183,14 +183,24 @@ def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, c
     assert found["metric"] == "recall@10" and found["test"] == "paired_cluster_bootstrap" and found["n_shared"] == 6
     assert found["difference"] == pytest.approx(oracle["recall@10"] - saved["recall@10"]) and found["ci_low"] <= found["difference"]
     assert "recall@10" in done.stdout and "paired_cluster_bootstrap" in (out / "compare.md").read_text()
-
-    # An MLflow run id reads the same run (tags included); one run alone is refused.
-    import mlflow
-
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    mlflow.set_tracking_uri(uri)
-    [run] = [r for r in mlflow.search_runs(search_all_experiments=True, output_format="list") if r.data.tags["retriever"] == "oracle"]
-    by_id = load_run(run.info.run_id, uri)
-    assert by_id.run_dir == tmp_path / "oracle" and (by_id.tags["headline_metric"], by_id.tags["higher_is_better"]) == ("recall@10", "true")
     with pytest.raises(UserError, match="at least two runs"):
         main([str(tmp_path / "bm25"), f"out_dir={out}"])
+
+
+def test_a_run_is_read_by_its_mlflow_id_even_without_its_folder(make_cfg, tmp_path):
+    import shutil
+
+    import mlflow
+
+    run_job(make_cfg(*CLIM, "retriever=oracle", f"paths.output_dir={tmp_path}/oracle"))
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    [run] = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert (run.data.tags["headline_metric"], run.data.tags["higher_is_better"]) == ("recall@10", "true")
+    assert run.data.metrics["recall_at_10/ci_low"] <= run.data.metrics["recall_at_10"]
+    by_id = load_run(run.info.run_id, uri)
+    assert by_id.run_dir == tmp_path / "oracle" and by_id.tags["retriever"] == "oracle"
+    shutil.rmtree(tmp_path / "oracle")  # the folder gone: its logged artifacts are read instead
+    again = load_run(run.info.run_id, uri)
+    assert again.run_dir != tmp_path / "oracle" and again.records.keys() == by_id.records.keys()
+    assert again.metrics == by_id.metrics and again.headline == "recall@10"
