@@ -42,7 +42,8 @@ def question_heatmap(matrix: QuestionMatrix, title: str):
         hovertemplate="%{text}<extra></extra>", xgap=0, ygap=1,
     ))
     figure.update_layout(**{**LAYOUT, "height": 150 + 20 * len(matrix.models)}, title=title)
-    figure.update_xaxes(title="questions, easiest first (share of models that miss it)", showticklabels=False)
+    figure.update_xaxes(title="questions, easiest first (by the share of models that miss it); green right, red wrong",
+                        showticklabels=False)
     figure.update_yaxes(autorange="reversed", automargin=True)
     return figure
 

@@ -29,11 +29,12 @@ def cell(text: str, sort=None, css: str = "", title: str = "") -> str:
     return f"<td{attributes}>{text}</td>"
 
 
-def headline_cell(run: Run) -> str:
+def headline_cell(run: Run, named: bool) -> str:
+    """The headline value ± half the 95% interval [low, high]; ``named``: prefixed with the metric's name."""
     values = headline_values(run)
     if values["value"] == "":
         return cell("")
-    text = f"{values['value']:.3f}"
+    text = (f"{values['headline']} " if named else "") + f"{values['value']:.3f}"
     if values["ci_low"] != "" and values["ci_high"] != "":
         half = (values["ci_high"] - values["ci_low"]) / 2
         text += f" ± {half:.3f} [{values['ci_low']:.3f}, {values['ci_high']:.3f}]"
@@ -57,9 +58,10 @@ def mark_cell(mark: Mark | None) -> str:
 
 def board_table(table_id: str, runs: list[Run], marks: dict[str, Mark]) -> str:
     """A sortable, filterable table of one (dataset, task) group; a column no run fills is left out."""
-    first = headline(runs[0])
+    declared = {found[0] for found in map(headline, runs) if found}
+    one = next(iter(declared)) if len(declared) == 1 else None  # runs of one group may declare different ones
     heads = ["model", "family", "size (B)", "fine-tuned from", "strategy", "scoring", "backend", "retriever", "query",
-             "n", f"{first[0] if first else 'headline'} ± 95% CI", "invalid rate", "baselines", "not worse than best", "run"]
+             "n", f"{one or 'headline'} ± 95% CI", "invalid rate", "baselines", "not worse than best", "run"]
     rows = []
     for run in runs:
         size = run.param("model.size_b")
@@ -70,7 +72,7 @@ def board_table(table_id: str, runs: list[Run], marks: dict[str, Mark]) -> str:
             cell(escape(size or ""), sort=size, css="num"),
             *(cell(escape(run.tags.get(key, ""))) for key in ("finetuned_from", "strategy", "scoring", "backend", "retriever", "query")),
             cell(str(int(n)) if n is not None else "", sort=n, css="num"),
-            headline_cell(run),
+            headline_cell(run, named=one is None),
             cell(number(run.metrics.get("invalid_rate")), sort=run.metrics.get("invalid_rate"), css="num"),
             cell(escape(baselines(run))),
             mark_cell(marks.get(run.run_id)),
