@@ -154,14 +154,17 @@ def test_logprob_scoring_of_a_reasoning_model_warns(make_cfg, caplog):
     assert "scoring=generate" in record.getMessage()
 
 
-def test_one_bad_pdf_is_reported_once_and_a_rerun_clears_nothing_it_should_not(tmp_path, clean_env):
+def test_each_unreadable_document_is_reported_once_and_the_rest_ingested(tmp_path, clean_env):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "broken.pdf").write_bytes(b"%PDF-1.4 this is not a PDF")
+    (docs / "latin.txt").write_bytes("Le café émet moins.\n".encode("cp1252"))
     (docs / "notes.txt").write_text("Scope 1 emissions fell by 4% in 2023.\n", encoding="utf-8")
     result = esgexp(tmp_path, clean_env, f"corpus.pdf_dir={docs}", "corpus.name=c", "progress=false", module="esgexp.ingest")
     assert result.returncode == 0, result.stderr[-2000:]
-    assert (result.stdout + result.stderr).count("broken.pdf") == 1 and "Traceback" not in result.stderr
+    output = result.stdout + result.stderr
+    assert output.count("broken.pdf") == 1 and output.count("latin.txt") == 1 and "Traceback" not in output
+    assert "latin.txt: line 1, column 7: byte 0xe9 is not valid utf-8 (invalid continuation byte); re-save the file as UTF-8" in output
     assert not (tmp_path / "FAILED").exists()  # ingestion has no run folder: nothing lands in the launch folder
     passages = (tmp_path / "data" / "corpora" / "c" / "paragraphs" / "passages.jsonl").read_text().splitlines()
     assert [json.loads(line)["doc_id"] for line in passages] == ["notes"]

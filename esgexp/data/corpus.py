@@ -27,6 +27,7 @@ from esgexp.data import pdf
 from esgexp.data.chunking import Chunker
 from esgexp.data.pdf import Page, UnreadableDocument
 from esgexp.data.tables import Table, TableExtractor
+from esgexp.data.text_files import decoding_problem
 from esgexp.errors import UserError
 from esgexp.outputs import write_atomic, write_json
 from esgexp.records import Passage, passages_hash
@@ -44,7 +45,7 @@ def read_document(path: Path) -> list[Page]:
     try:
         text = pdf.clean_text(path.read_text(encoding="utf-8"), keep_lines=True)
     except UnicodeDecodeError as error:
-        raise UnreadableDocument(f"not UTF-8 text ({error})") from error
+        raise UnreadableDocument(decoding_problem(path, setting=None)) from error
     if not text:
         raise UnreadableDocument("no text")
     return [Page(1, text)]

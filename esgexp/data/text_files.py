@@ -37,26 +37,31 @@ def decoding(path: str | Path, encoding: str = "utf-8", setting: str | None = SE
 
 
 def decode_error(path: str | Path, encoding: str = "utf-8", setting: str | None = SETTING) -> UserError:
-    """The UserError for the first byte of ``path`` that ``encoding`` cannot decode (found line by line)."""
+    """The UserError for the first byte of ``path`` that ``encoding`` cannot decode."""
+    return UserError(f"{path} {decoding_problem(path, encoding, setting)}")
+
+
+def decoding_problem(path: str | Path, encoding: str = "utf-8", setting: str | None = SETTING) -> str:
+    """Where the first byte of ``path`` that ``encoding`` cannot decode is (found line by line), and what
+    to do: ``line 3, column 13: byte 0xe9 is not valid utf-8 (invalid continuation byte); re-save ...``."""
     decoder = codecs.getincrementaldecoder(codec(encoding))()
     with Path(path).open("rb") as handle:
         for number, line in enumerate(handle, start=1):
             try:
                 decoder.decode(line)
             except UnicodeDecodeError as error:
-                return _error(path, encoding, setting, number, line, error)
-    return UserError(f"{path}: not valid {encoding} text; re-save it as UTF-8")
+                start = max(error.start, 0)
+                column = len(line[:start].decode(codec(encoding), errors="replace")) + 1
+                bad = " ".join(f"0x{byte:02x}" for byte in line[start:max(error.end, start + 1)])
+                return f"line {number}, column {column}: byte {bad} is not valid {encoding} ({error.reason}); {_todo(setting)}"
+    return f"not valid {encoding} text; {_todo(setting)}"
 
 
-def _error(path, encoding: str, setting: str | None, number: int, line: bytes, error: UnicodeDecodeError) -> UserError:
-    start = max(error.start, 0)
-    column = len(line[:start].decode(codec(encoding), errors="replace")) + 1
-    bad = " ".join(f"0x{byte:02x}" for byte in line[start:max(error.end, start + 1)])
+def _todo(setting: str | None) -> str:
     todo = "re-save the file as UTF-8"
     if setting:
         todo += f", or give the encoding it was saved in with {setting}=... (e.g. {setting}=cp1252)"
-    return UserError(f"{path} line {number}, column {column}: byte {bad} is not valid {encoding} "
-                     f"({error.reason}); {todo}")
+    return todo
 
 
 class Utf8Reader:

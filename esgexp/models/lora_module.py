@@ -16,8 +16,6 @@ from esgexp.eval.qa_metrics import score_item
 from esgexp.models.inference import left_padded
 from esgexp.models.sft_data import IGNORE_INDEX, GenerationSet
 
-SCHEDULES = ("cosine", "linear", "constant")
-
 
 @dataclass(frozen=True)
 class OptimSettings:
