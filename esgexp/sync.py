@@ -1,5 +1,6 @@
 """``python -m esgexp.sync RUN_DIR [RUN_DIR ...] [tracking.uri=URI]``: log finished run folders that were
 not tracked while they ran (``tracking.offline=true``, or a tracking server that went away) to MLflow.
+A sweep's folder (``-m``) stands for its job folders.
 
 Each folder's ``tracking_pending.json`` (params, tags, metrics, artifact paths) goes to the run's own
 ``tracking.uri`` (from its config.yaml; ``tracking.KEY=VALUE`` arguments override it), into the run the job
@@ -158,13 +159,21 @@ def parse_args(argv: list[str] | None) -> tuple[list[Path], dict[str, str]]:
                     "tracking server that went away) to MLflow, once each.",
     )
     parser.add_argument("items", nargs="+", metavar="RUN_DIR | tracking.KEY=VALUE",
-                        help="run folders to log; tracking.uri=URI (or another tracking.KEY=VALUE) overrides their config")
+                        help="run folders (or a sweep's folder) to log; tracking.uri=URI (or another tracking.KEY=VALUE) "
+                             "overrides their config")
     items = parser.parse_args(argv).items
     overrides = {m.group(1): m.group(2) for m in map(OVERRIDE.match, items) if m}
-    run_dirs = [Path(item) for item in items if not OVERRIDE.match(item)]
+    run_dirs = [job for item in items if not OVERRIDE.match(item) for job in job_folders(Path(item))]
     if not run_dirs:
         parser.error("name at least one RUN_DIR")
     return run_dirs, overrides
+
+
+def job_folders(folder: Path) -> list[Path]:
+    """``folder`` itself, or for a sweep's folder (Hydra's multirun.yaml, no config.yaml) its job folders."""
+    if (folder / "config.yaml").is_file() or not (folder / "multirun.yaml").is_file():
+        return [folder]
+    return sorted((p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -217,11 +217,17 @@ REFUSALS = {
 }
 
 
-def test_sync_refuses_each_folder_that_is_not_a_finished_run_and_syncs_the_others(tmp_path, synced_store, capsys):
-    run_job(compose_config(tmp_path, *KINDS["esgbench_score"][0], "tracking.offline=true"))
-    good = tmp_path / "run"
-    bad = {how: spoiled(good, tmp_path / how.replace(" ", "_"), how) for how in REFUSALS}
-    unsynced = shutil.copytree(good, tmp_path / "unsynced")
+@pytest.fixture(scope="module")
+def offline_run(tmp_path_factory) -> Path:
+    """A finished offline run folder (ESGBench scoring: no model), never synced: tests sync copies of it."""
+    root = tmp_path_factory.mktemp("offline")
+    run_job(compose_config(root, *KINDS["esgbench_score"][0], "tracking.offline=true"))
+    return root / "run"
+
+
+def test_sync_refuses_each_folder_that_is_not_a_finished_run_and_syncs_the_others(offline_run, tmp_path, synced_store, capsys):
+    good = shutil.copytree(offline_run, tmp_path / "good")
+    bad = {how: spoiled(offline_run, tmp_path / how.replace(" ", "_"), how) for how in REFUSALS}
     assert sync.main([*map(str, bad.values()), str(good), f"tracking.uri={synced_store}"]) == 2
     out, err = capsys.readouterr()
     for how, folder in bad.items():
@@ -229,7 +235,19 @@ def test_sync_refuses_each_folder_that_is_not_a_finished_run_and_syncs_the_other
         assert not (folder / tracking.SYNCED_FILE).exists()
     assert f"error: {len(REFUSALS)} of {len(REFUSALS) + 1} run folders not synced" in err
     assert f"{good}: synced to run" in out
-    assert len(synced_runs(synced_store, good)) == 1  # the copies carry its run_dir tag: none of them was logged
+    # Every copy carries the template's run_dir tag: one run with it means none of the spoiled ones was logged.
+    assert len(synced_runs(synced_store, offline_run)) == 1
 
-    assert sync.main([str(unsynced), "tracking.url=http://x"]) == 2
+    assert sync.main([str(offline_run), "tracking.url=http://x"]) == 2
     assert "unknown setting tracking.url (known: tracking.uri," in capsys.readouterr().err
+
+
+def test_a_sweep_folder_stands_for_its_job_folders(offline_run, tmp_path, synced_store, capsys):
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1"):
+        shutil.copytree(offline_run, sweep / job)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert sync.main([str(sweep), f"tracking.uri={synced_store}"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines()] == [str(sweep / "0"), str(sweep / "1")]
+    assert all((sweep / job / tracking.SYNCED_FILE).is_file() for job in ("0", "1"))
