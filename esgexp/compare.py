@@ -303,6 +303,10 @@ def main(argv: list[str]) -> None:
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("compare", overrides=overrides)
     settings = StatsSettings.from_node(cfg.stats)
+    if not all(Path(ref).is_dir() for ref in refs):  # a run id is read from the store: one that is down fails in seconds
+        from esgexp.tracking import check_tracking
+
+        check_tracking(cfg.tracking)
     runs = [load_run(ref, cfg.tracking.uri) for ref in refs]
     report = compare_runs(runs, cfg.against, cfg.metric, settings)
     out_dir = Path(cfg.out_dir)

@@ -186,6 +186,12 @@ def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, c
     with pytest.raises(UserError, match="at least two runs"):
         main([str(tmp_path / "bm25"), f"out_dir={out}"])
 
+    # A run id is read from the tracking store: one that is down is one error naming it, in seconds.
+    command = [sys.executable, "-m", "esgexp.compare", str(tmp_path / "bm25"), "0123abcd", "tracking.uri=http://127.0.0.1:9"]
+    done = subprocess.run(command, cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("tracking.uri=http://127.0.0.1:9") == 1
+    assert "Traceback" not in done.stderr
+
 
 def test_a_run_is_read_by_its_mlflow_id_even_without_its_folder(make_cfg, tmp_path):
     import shutil
