@@ -44,22 +44,27 @@ class Integer:
 
 @dataclass(frozen=True)
 class Number:
-    """An int or float in ``[low, high]`` (``above``: strictly greater than ``low``); ``optional``: null allowed."""
+    """An int or float in ``[low, high]`` (``above``: strictly greater than ``low``, ``below``: strictly less
+    than ``high``); ``optional``: null allowed."""
 
     low: float | None = None
     high: float | None = None
     above: bool = False
+    below: bool = False
     optional: bool = False
 
     def accepts(self, value) -> bool:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
             return False
-        return _within(value, self.low, self.high) and not (self.above and value == self.low)
+        return _within(value, self.low, self.high) and not (self.above and value == self.low) and not (
+            self.below and value == self.high)
 
     def expected(self) -> str:
-        if self.above:
-            return f"a number > {_number(self.low)}" + (f" and <= {_number(self.high)}" if self.high is not None else "")
-        return "a number" + _bounds(self.low, self.high)
+        if not (self.above or self.below):
+            return "a number" + _bounds(self.low, self.high)
+        low = f" {'>' if self.above else '>='} {_number(self.low)}" if self.low is not None else ""
+        high = f" {'<' if self.below else '<='} {_number(self.high)}" if self.high is not None else ""
+        return "a number" + low + (" and" if low and high else "") + high
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,9 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "train.val_generate_items": Integer(0),
     "train.val_max_new_tokens": Integer(1),
     "train.early_stopping_patience": Integer(1, optional=True),
+    "stats.bootstrap": Integer(1),
+    "stats.seed": Integer(0, 2**32 - 1),
+    "stats.confidence": Number(0, 1, above=True, below=True),
     "tracking.offline": Flag(),
     "tracking.connect_timeout_s": Number(0, above=True),
     "tracking.http_timeout_s": Integer(1),

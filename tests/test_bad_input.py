@@ -119,6 +119,7 @@ def test_every_shipped_experiment_and_model_passes_the_settings_check(make_cfg):
     (("model.generation.max_new_tokens=-3",), "model.generation.max_new_tokens must be an integer >= 1, got -3"),
     (("trainer.batch_size=0",), "trainer.batch_size must be an integer >= 1, got 0"),
     (("resume=yes",), "resume must be true or false, got 'yes'"),
+    (("stats.confidence=1",), "stats.confidence must be a number > 0 and < 1, got 1"),
     (("backend=openai", "backend.timeout_s=0"), "backend.timeout_s must be a number > 0, got 0"),
     (("backend=vllm", "backend.gpu_memory_utilization=1.5"), "backend.gpu_memory_utilization must be a number > 0 and <= 1, got 1.5"),
     (("experiment=finetune_sustainableqa", "trainer.max_steps=null"), "trainer.max_steps or trainer.max_epochs must be set"),
