@@ -61,6 +61,8 @@ class LoadedPage:
 
     def hover_cell(self, plot, row: int, col: int, rows: int, cols: int) -> str:
         """Move the mouse over cell (row, col) of a heatmap of rows x cols (row 0 on top); the hover label's text."""
+        self.page.mouse.move(0, 0)  # off the plot: the last hover label goes before the next is read
+        plot.wait_for_selector(".hoverlayer .hovertext", state="detached", timeout=5000)
         plot.evaluate("e => e.scrollIntoView({block: 'start'})")
         box = plot.query_selector(".nsewdrag").bounding_box()
         self.page.mouse.move(box["x"] + (col + 0.5) * box["width"] / cols, box["y"] + (row + 0.5) * box["height"] / rows)
@@ -117,11 +119,13 @@ def test_page_from_synthetic_runs_sorts_hovers_and_fetches_nothing(browser, tmp_
     assert (tmp_path / "leaderboard.png").stat().st_size > 10_000
 
 
-def test_page_from_a_real_cli_run_on_the_bundled_sample(browser, tiny_cfg, tmp_path, clean_env):
+def test_page_from_a_real_cli_run_on_the_bundled_sample(browser, tiny_cfg, tmp_path, clean_env, empty_db):
     """A tiny-Llama job on the bundled sample whose run folder is then gone (the page reads its MLflow
     artifacts), and the leaderboard command as a user runs it."""
     from esgexp.run import run_job
 
+    (tmp_path / "mlruns").mkdir()
+    shutil.copy(empty_db, tmp_path / "mlruns" / "mlflow.db")  # the job's store, its tables already made
     run_job(tiny_cfg("scoring=logprob", "dataset.limit=6", f"paths.output_dir={tmp_path}/runs/a"))
     shutil.rmtree(tmp_path / "runs")
     uri = compose_config(tmp_path, name="leaderboard").tracking.uri
