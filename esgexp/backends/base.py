@@ -2,7 +2,8 @@
 
 Two kinds of request, as in lm-evaluation-harness's ``LM`` (``generate_until`` / ``loglikelihood``):
 
-- ``GenerationRequest``: a prompt (or chat messages), max new tokens, stop strings, seed -> text;
+- ``GenerationRequest``: a prompt (or chat messages), max new tokens, stop strings, seed -> text
+  (with ``json_schema``, JSON text matching that schema: structured output);
 - ``LetterRequest``: a prompt and the option letters -> a log-probability per letter.
 
 A backend answers a list of requests through ``on_results``, batch by batch as they finish, so the
@@ -24,7 +25,10 @@ KINDS = ("generate", "logprob")
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """Greedy (``temperature`` 0) or seeded sampled text after ``prompt``, or after chat ``messages``."""
+    """Greedy (``temperature`` 0) or seeded sampled text after ``prompt``, or after chat ``messages``.
+
+    ``json_schema`` (a JSON Schema as canonical JSON text, see :func:`schema_text`) asks for structured
+    output: the backend constrains decoding (hf, vllm) or the server (openai ``response_format``) to it."""
 
     id: str
     prompt: str | None = None
@@ -33,6 +37,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     temperature: float = 0.0
+    json_schema: str | None = None
 
     kind = "generate"
 
@@ -60,11 +65,20 @@ Request = GenerationRequest | LetterRequest
 
 
 def request_payload(request: Request) -> dict:
-    """What decides a request's answer: every field but the item id, and its kind."""
+    """What decides a request's answer: every field but the item id, and its kind (a request without a
+    schema has no ``json_schema`` key, so its cache key is what it was before structured output)."""
     payload = asdict(request)
     payload.pop("id")
+    if payload.get("json_schema", "") is None:
+        payload.pop("json_schema")
     payload["kind"] = request.kind
     return payload
+
+
+def schema_text(schema: dict) -> str:
+    """A JSON Schema as the compact text a request carries. Key order is kept, not sorted: constrained
+    decoders generate the properties in the order the schema lists them."""
+    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass

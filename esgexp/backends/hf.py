@@ -2,7 +2,8 @@
 
 Length-sorted, left-padded batches; in logprob mode the key/value cache of the prefix all prompts
 share is computed once; a batch that runs out of memory is retried in halves (models/inference.py).
-The weights load on the first request that the cache cannot answer.
+The weights load on the first request that the cache cannot answer. A request's ``json_schema`` is
+enforced while decoding (backends/structured.py).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class HFBackend(LocalModelBackend):
         def settings(request: Request) -> tuple:
             if request.kind == "logprob":
                 return ("logprob", request.letters)
-            return ("generate", request.max_new_tokens, request.stop)
+            return ("generate", request.max_new_tokens, request.stop, request.json_schema)
 
         for key, group in groupby(sorted(requests, key=lambda r: repr(settings(r))), key=lambda r: repr(settings(r))):
             group = list(group)
@@ -81,7 +82,12 @@ class HFBackend(LocalModelBackend):
         if request.kind == "logprob":
             letters = letter_token_ids(self.tokenizer, texts[0], list(request.letters))
             return LogprobScorer(letters, common_prefix(token_ids) if self.prefix_cache else [])
-        return GenerateScorer(self.tokenizer, request.max_new_tokens, tuple(request.stop))
+        constraint = None
+        if request.json_schema is not None:
+            from esgexp.backends.structured import json_constraint
+
+            constraint = json_constraint(self.tokenizer, self.loaded_model().config.vocab_size, request.json_schema)
+        return GenerateScorer(self.tokenizer, request.max_new_tokens, tuple(request.stop), constraint)
 
     def close(self) -> None:
         """Drop the model and free the GPU's cached memory for the next job of a sweep."""

@@ -8,7 +8,9 @@ answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it
 Letter log-probabilities come from the top log-probabilities of the first answer token (``top_logprobs``
 of ``/chat/completions``, ``logprobs`` of ``/completions``); a letter missing from the top list scores
 ``-inf`` and is counted. (Scoring each letter by ``echo`` was tried and left out: llama-cpp-python
-0.3.36 shifts echoed log-probabilities and offsets by one around the BOS token.) The key
+0.3.36 shifts echoed log-probabilities and offsets by one around the BOS token.) A request's
+``json_schema`` goes to the server as ``response_format`` (``backend.response_format``: OpenAI's
+``json_schema`` form, or ``json_object`` with a ``schema`` for llama-cpp-python's server). The key
 is read from the environment variable ``api_key_env`` names and goes nowhere else.
 """
 
@@ -32,6 +34,9 @@ from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
 
+# How a request's JSON Schema is sent: OpenAI's (also vLLM serve, llama.cpp's llama-server), or the
+# {"type": "json_object", "schema": ...} form that llama-cpp-python's server (0.3.x) reads.
+RESPONSE_FORMATS = ("json_schema", "json_object")
 
 
 class RetryableError(Exception):
@@ -64,7 +69,11 @@ class OpenAIBackend(Backend):
 
     def __init__(self, model_cfg: DictConfig, context, base_url: str, api: str = "chat", model: str | None = None,
                  api_key_env: str | None = None, max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 5,
-                 backoff_s: float = 1.0, top_logprobs: int = 20, progress_bar: bool = True):
+                 backoff_s: float = 1.0, top_logprobs: int = 20, progress_bar: bool = True,
+                 response_format: str = "json_schema"):
+        if response_format not in RESPONSE_FORMATS:
+            raise UserError(f"backend.response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}")
+        self.response_format = response_format
         if model_cfg.get("adapter"):
             raise UserError("model.adapter needs backend=hf or backend=vllm: an API server serves its own weights")
         self.model_cfg = model_cfg
@@ -175,11 +184,18 @@ class OpenAIBackend(Backend):
             body["stop"] = list(request.stop)
         if request.seed is not None:
             body["seed"] = request.seed
+        if request.json_schema is not None:
+            body["response_format"] = self.response_format_of(json.loads(request.json_schema))
         if self.api == "chat":
             body["messages"] = [{"role": role, "content": content} for role, content in self.messages(request)]
             return "/chat/completions", body
         body["prompt"] = request.prompt
         return "/completions", body
+
+    def response_format_of(self, schema: dict) -> dict:
+        if self.response_format == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return {"type": "json_schema", "json_schema": {"name": "output", "strict": True, "schema": schema}}
 
     def answer_generation(self, request: GenerationRequest) -> Response:
         data, retries = self.post(*self.generation_body(request))

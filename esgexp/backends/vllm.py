@@ -2,7 +2,8 @@
 
 Greedy decoding with stop strings, letter log-probabilities from the next token's top list (``logprobs``
 of the first generated token, the letters looked up by token id), prefix caching on, and
-``model.adapter`` served through a LoRA request, so fine-tuned adapters evaluate here too.
+``model.adapter`` served through a LoRA request, so fine-tuned adapters evaluate here too. A request's
+``json_schema`` is passed as vLLM's structured-outputs parameter (not run here: no GPU on our machines).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class VLLMBackend(LocalModelBackend):
                 letter_ids = letter_ids or letter_token_ids(self.tokenizer, texts[0], list(chunk[0].letters))
                 params = [SamplingParams(max_tokens=1, temperature=0, logprobs=self.settings["max_logprobs"]) for _ in chunk]
             else:
-                params = [SamplingParams(max_tokens=r.max_new_tokens, temperature=r.temperature, seed=r.seed, stop=list(r.stop) or None)
+                params = [SamplingParams(max_tokens=r.max_new_tokens, temperature=r.temperature, seed=r.seed, stop=list(r.stop) or None,
+                                         **structured_outputs(r.json_schema))
                           for r in chunk]
             outputs = self.llm.generate(texts, params, lora_request=self.lora_request(), use_tqdm=False)
             on_results([self.response(r, out, letter_ids) for r, out in zip(chunk, outputs)])
@@ -95,3 +97,17 @@ class VLLMBackend(LocalModelBackend):
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def structured_outputs(schema: str | None) -> dict:
+    """The SamplingParams keyword for a JSON Schema: ``structured_outputs`` (vLLM >= 0.10.2), else the
+    older ``guided_decoding``; nothing without a schema."""
+    if schema is None:
+        return {}
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(json=schema)}
+    return {"structured_outputs": StructuredOutputsParams(json=schema)}

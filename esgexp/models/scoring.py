@@ -49,16 +49,19 @@ class StopAfterText:
 @dataclass
 class GenerateScorer:
     """Greedy decoding; the output is the decoded text after the prompt, ending at the first of ``stop``
-    that follows non-blank text (whole when none occurs)."""
+    that follows non-blank text (whole when none occurs). ``constraint`` (structured output) makes the
+    fresh logits processors of one batch (``constraint(batch_size)``)."""
 
     tokenizer: object
     max_new_tokens: int
     stop: tuple[str, ...] = ()
+    constraint: object = None
 
     def __call__(self, model, input_ids, attention_mask) -> list[dict]:
-        from transformers import StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         criteria = StoppingCriteriaList([StopAfterText(self.tokenizer, self.stop, input_ids.shape[1])]) if self.stop else None
+        processors = LogitsProcessorList(self.constraint(input_ids.shape[0])) if self.constraint else None
         generated = model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -66,6 +69,7 @@ class GenerateScorer:
             do_sample=False,
             pad_token_id=self.tokenizer.pad_token_id,
             stopping_criteria=criteria,
+            logits_processor=processors,
         )
         new_tokens = generated[:, input_ids.shape[1] :]
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
