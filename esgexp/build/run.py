@@ -1,0 +1,137 @@
+"""One build: corpus folder -> builder stages -> dataset folder, as one tracked MLflow run.
+
+The build folder (``out``) holds the dataset file(s), ``build_report.json`` (counts per stage),
+``provenance.json`` (corpus hash, builder config, model and backend identity, date),
+``rejected.jsonl`` (every discarded item with its stage, reason and raw output) and ``config.yaml``.
+Every request goes through the job's backend behind the request cache, so a build killed midway is
+rerun with ``resume=true`` into the same folder and asks only what was not answered yet; rerunning a
+finished build asks nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.build.context import BuildContext
+from esgexp.build.generate import StructuredGenerator
+from esgexp.build.report import BuildReport
+from esgexp.data.corpus import INGEST_HINT, Corpus
+from esgexp.config import CONF_DIR
+from esgexp.errors import UserError
+from esgexp.jobs import check_config, finish, job_backend, package_versions, tracked_run
+from esgexp.outputs import write_atomic, write_json
+from esgexp import tracking
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "build_report.json"
+PROVENANCE_FILE = "provenance.json"
+REJECTED_FILE = "rejected.jsonl"
+
+
+def run_build(cfg: DictConfig) -> Path:
+    """Build the dataset ``cfg.builder`` describes from ``cfg.corpus``; returns the path ``dataset.path`` takes."""
+    from hydra.utils import instantiate
+
+    out_dir = check_config(cfg)
+    check_out_dir(out_dir, cfg.resume)
+    corpus = load_corpus(cfg.corpus)
+    builder = instantiate(cfg.builder, _convert_="all")
+    write_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    (out_dir / REJECTED_FILE).unlink(missing_ok=True)  # a resumed build writes its rejections anew
+    report = BuildReport()
+    tags = {"task": "build", "builder": cfg.builder.name, "corpus_hash": corpus.hash[:16],
+            "git_commit": tracking.git_commit(cfg.paths.root_dir), "run_dir": str(out_dir)}
+    with tracked_run(cfg, f"build-{cfg.builder.name}-{cfg.model.name}", tags) as run, job_backend(cfg, "generate") as backend:
+        generator = StructuredGenerator(backend, builder.max_new_tokens, out_dir / REJECTED_FILE, cfg.progress)
+        solvers = Solvers(cfg)
+        try:
+            dataset = builder.build(corpus, BuildContext(generator, report, out_dir, cfg.seed, solvers.get))
+        finally:
+            write_json(out_dir / REPORT_FILE, {**report.to_dict(), "requests": backend.stats(), **solvers.stats()})
+            solvers.close()
+        n_items = report.n_items
+        if not n_items:
+            raise UserError(f"no item survived the build (counts per stage in {out_dir / REPORT_FILE}, "
+                            f"every discarded item with its reason in {out_dir / REJECTED_FILE})")
+        write_json(out_dir / PROVENANCE_FILE, provenance(cfg, corpus, backend, dataset, n_items))
+        metrics = {**report.metrics(), "n_items": n_items, **{f"requests/{k}": v for k, v in backend.stats().items()}}
+        files = [REPORT_FILE, PROVENANCE_FILE, REJECTED_FILE, *dataset_files(out_dir, dataset)]
+        finish(run, metrics, files, {"dataset_path": str(dataset)})
+    return dataset
+
+
+class Solvers:
+    """Backends for other models by config name (``conf/model/<name>.yaml``) on the build's backend node, each
+    made once and behind the request cache; an unknown name is a UserError naming the key and the choices."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.backends: dict = {}
+
+    def get(self, name: str):
+        if name not in self.backends:
+            from esgexp.backends import make_backend
+            from esgexp.backends.base import RunContext
+
+            path = CONF_DIR / "model" / f"{name}.yaml"
+            if not path.is_file():
+                known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+                raise UserError(f"builder.solvers: no model config {name!r} (conf/model/{name}.yaml); known: {known}")
+            model = OmegaConf.merge({"adapter": None, "load_in_4bit": False}, OmegaConf.load(path))
+            model.pop("defaults", None)
+            context = RunContext(cache_dir=self.cfg.paths.cache_dir, tracking_uri=self.cfg.tracking.uri, seed=self.cfg.seed)
+            self.backends[name] = make_backend(self.cfg.backend, model, context, self.cfg.paths.request_cache, self.cfg.cache)
+        return self.backends[name]
+
+    def stats(self) -> dict:
+        return {"solver_requests": {name: backend.stats() for name, backend in self.backends.items()}} if self.backends else {}
+
+    def close(self) -> None:
+        for backend in self.backends.values():
+            backend.close()
+
+
+def check_out_dir(out_dir: Path, resume: bool) -> None:
+    """A new build needs an empty (or absent) folder; ``resume=true`` reuses one a build started."""
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return
+    if not resume:
+        raise UserError(f"output folder {out_dir} is not empty: set out=NEW_DIR, or resume=true to continue the build there")
+    if not (out_dir / "config.yaml").is_file():
+        raise UserError(f"resume=true but {out_dir} holds no earlier build (no config.yaml): choose an empty out=DIR")
+
+
+def load_corpus(path: str) -> Corpus:
+    """The ingested corpus folder, which must exist and hold passages."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UserError(f"corpus folder not found: {folder} (corpus=PATH, the folder `python -m esgexp.ingest` printed); {INGEST_HINT}")
+    corpus = Corpus.load(folder)
+    if not corpus.passages:
+        raise UserError(f"corpus {folder} has no passages: its documents gave no text; {INGEST_HINT}")
+    return corpus
+
+
+def provenance(cfg: DictConfig, corpus: Corpus, backend, dataset: Path, n_items: int) -> dict:
+    """The dataset's card: where it came from and what made it."""
+    return {
+        "dataset": str(dataset), "n_items": n_items, "builder": OmegaConf.to_container(cfg.builder, resolve=True),
+        "corpus": {"path": str(Path(cfg.corpus).resolve()), "corpus_hash": corpus.hash, "n_documents": len(corpus.doc_ids),
+                   "n_passages": len(corpus.passages)},
+        "model": cfg.model.name, "backend": cfg.backend.name, "backend_identity": backend.identity(), "seed": cfg.seed,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": tracking.git_commit(cfg.paths.root_dir), "versions": package_versions(),
+    }
+
+
+def dataset_files(out_dir: Path, dataset: Path) -> list[str]:
+    """The dataset's file names in the build folder (the file itself, or a folder's files)."""
+    if dataset.is_dir():
+        return sorted(str(p.relative_to(out_dir)) for p in dataset.iterdir() if p.is_file())
+    return [str(dataset.relative_to(out_dir))]

@@ -1,0 +1,60 @@
+"""Check a decoded value against the JSON Schema subset the builders ask for: ``type`` (object, array,
+string, integer, number, boolean), ``properties``, ``required``, ``additionalProperties: false``,
+``enum``, ``minLength``/``maxLength`` and ``items``/``minItems``/``maxItems``."""
+
+from __future__ import annotations
+
+TYPES = {
+    "object": dict, "array": list, "string": str, "boolean": bool,
+    "integer": int, "number": (int, float),
+}  # fmt: skip
+
+
+def schema_problems(value, schema: dict, where: str = "$") -> list[str]:
+    """Every way ``value`` breaks ``schema``, each naming its place (``$.evidence[0]``); empty when it fits."""
+    kind = schema.get("type")
+    if kind is not None and not _is_type(value, kind):
+        return [f"{where}: expected {kind}, got {type(value).__name__}"]
+    if "enum" in schema and value not in schema["enum"]:
+        return [f"{where}: {_short(repr(value))} is not one of the {len(schema['enum'])} allowed values"]
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0):
+            return [f"{where}: shorter than {schema['minLength']} characters"]
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            return [f"{where}: longer than {schema['maxLength']} characters"]
+    if isinstance(value, list):
+        return _array_problems(value, schema, where)
+    if isinstance(value, dict):
+        return _object_problems(value, schema, where)
+    return []
+
+
+def _array_problems(value: list, schema: dict, where: str) -> list[str]:
+    if len(value) < schema.get("minItems", 0):
+        return [f"{where}: fewer than {schema['minItems']} items"]
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        return [f"{where}: more than {schema['maxItems']} items"]
+    items = schema.get("items", {})
+    return [problem for i, entry in enumerate(value) for problem in schema_problems(entry, items, f"{where}[{i}]")]
+
+
+def _object_problems(value: dict, schema: dict, where: str) -> list[str]:
+    properties = schema.get("properties", {})
+    found = [f"{where}: missing {name!r}" for name in schema.get("required", []) if name not in value]
+    if schema.get("additionalProperties") is False:
+        found += [f"{where}: unexpected key {name!r}" for name in value if name not in properties]
+    for name, sub in properties.items():
+        if name in value:
+            found += schema_problems(value[name], sub, f"{where}.{name}")
+    return found
+
+
+def _is_type(value, kind: str) -> bool:
+    if isinstance(value, bool) and kind in ("integer", "number"):
+        return False
+    return isinstance(value, TYPES[kind])
+
+
+def _short(value, width: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
