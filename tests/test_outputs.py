@@ -1,0 +1,12 @@
+"""Run-folder file writing."""
+
+import os, stat
+from pathlib import Path
+from esgexp.outputs import write_atomic
+def test_written_files_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o644
