@@ -57,6 +57,7 @@ bench: install
 	$(PY) benchmarks/ingestion.py
 	$(PY) benchmarks/metrics.py
 	$(PY) benchmarks/lora_step.py
+	$(PY) benchmarks/leaderboard.py
 
 clean:
 	rm -rf runs leaderboard .pytest_cache
