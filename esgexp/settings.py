@@ -165,6 +165,14 @@ def _context_rule(cfg: DictConfig) -> Rule | None:
     return Choice(QA_CONTEXTS, optional=True) if cfg.get("task") in ("qa", "finetune") else None
 
 
+# retriever=bm25 (k1, b, stemmer, stopwords) | dense (batch_size, backend, device) | hybrid, which holds a
+# bm25 and a dense node of its own (retriever.bm25.k1, ...).
+RETRIEVER_RULES = {
+    "k1": Number(0), "b": Number(0, 1), "stemmer": Choice(("english",), optional=True),
+    "stopwords": Choice(("english",), optional=True), "batch_size": Integer(1), "backend": Choice(("numpy", "faiss")),
+    "device": Choice(("auto", "cpu", "cuda")),
+}
+
 SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "task": Choice(TASKS),
     "seed": Integer(0, 2**32 - 1),
@@ -187,6 +195,9 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "retrieval.ks": Integers(1),
     "retrieval.threshold": Integer(1, 3),
     "recall_k": Integer(1),
+    **{f"retriever.{part}{key}": rule for part in ("", "bm25.", "dense.") for key, rule in RETRIEVER_RULES.items()},
+    "retriever.rrf_k": Number(0),
+    "retriever.depth": Integer(1),
     "model.dtype": Choice(MODEL_DTYPES),
     "model.load_in_4bit": Flag(),
     "model.generation.max_new_tokens": Integer(1),
@@ -231,6 +242,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "backend.base_url": URL(),
     "backend.max_concurrency": Integer(1),
     "backend.timeout_s": Number(0, above=True),
+    "backend.connect_timeout_s": Number(0, above=True),
     "backend.max_retries": Integer(0),
     "backend.backoff_s": Number(0),
     "backend.top_logprobs": Integer(1),

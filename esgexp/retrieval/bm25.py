@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from esgexp.errors import UserError
 from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
 
-LANGUAGES = ("english", None)
 TOKEN_PATTERN = r"(?u)\b\w+\b"
 
 
@@ -35,10 +33,6 @@ class BM25Retriever(Retriever):
         token_pattern: str = TOKEN_PATTERN,
     ) -> None:
         super().__init__(name)
-        if stemmer not in LANGUAGES or stopwords not in LANGUAGES:
-            raise UserError(f"retriever {name}: stemmer and stopwords must be english or null, got {stemmer!r} and {stopwords!r}")
-        if k1 < 0 or not 0 <= b <= 1:
-            raise UserError(f"retriever {name}: k1 must be >= 0 and b within [0, 1], got k1={k1}, b={b}")
         self.k1, self.b = float(k1), float(b)
         self.stemmer, self.stopwords, self.token_pattern = stemmer, stopwords, token_pattern
         self._bm25: Any = None

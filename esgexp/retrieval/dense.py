@@ -12,7 +12,6 @@ from esgexp.errors import UserError
 from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
 
-BACKENDS = ("numpy", "faiss")
 # Queries scored per matrix product: bounds the similarity matrix to QUERY_BLOCK x passages.
 QUERY_BLOCK = 256
 
@@ -59,10 +58,6 @@ class DenseRetriever(Retriever):
 
     def __init__(self, name: str = "dense", model_path: str | None = None, batch_size: int = 64, backend: str = "numpy", device: str = "auto") -> None:
         super().__init__(name)
-        if backend not in BACKENDS:
-            raise UserError(f"retriever {name}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        if batch_size < 1:
-            raise UserError(f"retriever {name}: batch_size must be positive, got {batch_size}")
         self.model_path = str(model_path) if model_path else default_model_path()
         self.batch_size, self.backend, self.device = batch_size, backend, device
         self.embeddings = np.empty((0, 0), dtype=np.float32)

@@ -42,8 +42,6 @@ class HybridRetriever(Retriever):
 
     def __init__(self, bm25: BM25Retriever, dense: DenseRetriever, name: str = "hybrid", rrf_k: float = 60, depth: int = 100) -> None:
         super().__init__(name)
-        if rrf_k < 0 or depth < 1:
-            raise UserError(f"retriever {name}: rrf_k must be >= 0 and depth positive, got rrf_k={rrf_k}, depth={depth}")
         self.bm25, self.dense = bm25, dense
         self.rrf_k, self.depth = rrf_k, depth
 
