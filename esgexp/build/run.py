@@ -37,7 +37,7 @@ def run_build(cfg: DictConfig) -> Path:
     """Build the dataset ``cfg.builder`` describes from ``cfg.corpus``; returns the path ``dataset.path`` takes."""
     from hydra.utils import instantiate
 
-    out_dir = check_config(cfg)
+    out_dir = check_config(cfg).resolve()
     check_out_dir(out_dir, cfg.resume)
     corpus = load_corpus(cfg.corpus)
     builder = instantiate(cfg.builder, _convert_="all")

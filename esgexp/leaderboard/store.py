@@ -83,7 +83,8 @@ def check_store(uri: str) -> None:
 
 
 def finished_runs(uri: str, latest_only: bool = True, download_dir: Path | None = None) -> list[Run]:
-    """Every FINISHED evaluation run in ``uri``, newest first; training runs (task=finetune) are left out.
+    """Every FINISHED evaluation run in ``uri``, newest first; training runs (task=finetune) and dataset
+    builds (task=build) are left out.
     Artifacts of runs whose folder is gone are downloaded under ``download_dir``.
 
     With ``latest_only`` a config run several times (same ``config_hash`` tag) gives its newest run only.
@@ -102,7 +103,7 @@ def finished_runs(uri: str, latest_only: bool = True, download_dir: Path | None 
     runs = []
     for run in found:
         tags = dict(run.data.tags)
-        if tags.get("task") == "finetune":  # training runs: curves, not scores
+        if tags.get("task") in ("finetune", "build"):  # training runs: curves, not scores; dataset builds: counts
             continue
         config_hash = tags.get("config_hash")
         if latest_only and config_hash:
