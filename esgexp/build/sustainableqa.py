@@ -1,0 +1,422 @@
+"""``builder=sustainableqa``: passage and table QA in SustainableQA's published schema, split by report.
+
+Stages (each counted in ``build_report.json``): ``candidates`` (text and table passages long enough),
+``classify`` (EU Taxonomy / ESG / Sustainability / unrelated; unrelated ones are discarded), ``factoid``
+(questions whose answers are lists of spans: one span, or a labelled multi-span group) and ``verbatim``
+(a pair is kept only when every span occurs in its passage after ingestion's text normalisation),
+``nonfactoid`` (explanatory answers), ``table_passage`` (a table's Markdown rewritten as a captioned
+passage) and ``table_qa``, then ``judge`` (faithfulness and relevance scored 1-5 against the passage by
+the judge model; both at least ``min_score`` keeps a pair), ``repair`` (a failing pair rewritten once,
+span-checked again for a factoid, judged again: kept or discarded with its reason) and ``dedupe`` (one
+question per passage and wording). The reports are split into train/validation/test with the build's
+``seed``, no report in two splits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from esgexp.build.candidates import by_document, interleave
+from esgexp.build.context import BuildContext
+from esgexp.build.generate import Ask, Rejection, StructuredGenerator
+from esgexp.build.report import BuildReport, StageCounts
+from esgexp.build.verify import normal
+from esgexp.config import CONF_DIR
+from esgexp.data.corpus import Corpus
+from esgexp.data.sustainableqa import CHUNKS, SPLIT_FILES, TABLES
+from esgexp.errors import UserError
+from esgexp.outputs import write_atomic
+from esgexp.records import Passage
+
+log = logging.getLogger(__name__)
+
+UNRELATED = "unrelated"
+SPLITS = tuple(name.removesuffix(".json") for name in SPLIT_FILES)
+FEWER_REPORTS_ORDER = ("test", "train", "validation")  # who gets a report when there are fewer reports than splits
+SPAN_JOIN = "; "  # the span separator the factoid metric splits on (eval/qa_metrics.py)
+TYPES = {"factoid": "Factoid", "non_factoid": "Descriptive, non-factoid"}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One QA pair on its way through the stages: ``spans`` for a factoid (the answer is them joined),
+    ``context`` the text it was written from (a table's generated passage for table pairs)."""
+
+    id: str
+    passage_id: str
+    qtype: str
+    question: str
+    answer: str
+    context: str
+    spans: tuple[str, ...] = ()
+    label: str = "Individual"
+    repaired: bool = False
+
+
+@dataclass
+class SustainableQABuilder:
+    """Settings from ``conf/builder/sustainableqa.yaml``; ``prompts`` holds one template per stage."""
+
+    name: str
+    prompts: dict[str, str]
+    categories: list[str]
+    splits: dict[str, float]
+    max_candidates: int | None = 30
+    min_chars: int = 80
+    max_passage_chars: int = 1500
+    max_new_tokens: int = 256
+    factoid_per_passage: int = 3
+    nonfactoid_per_passage: int = 2
+    table_per_passage: int = 3
+    max_spans: int = 4
+    max_question_chars: int = 200
+    max_span_chars: int = 80
+    max_answer_chars: int = 600
+    judge: str | None = None
+    min_score: int = 3
+
+    def build(self, corpus: Corpus, context: BuildContext) -> Path:
+        """Write ``train.json``, ``validation.json``, ``test.json`` and ``splits.json`` (report -> split) in
+        ``<out>/sustainableqa``; returns that folder (``dataset.path``)."""
+        self._check_splits()
+        generator, report = context.generator, context.report
+        judge = self.judge_generator(context)
+        passages = self.candidates(corpus.passages, report.stage("candidates"))
+        classes = self.classify(passages, generator, report.stage("classify"))
+        related = [p for p in passages if p.id in classes]
+        texts, tables = [p for p in related if p.kind != "table"], [p for p in related if p.kind == "table"]
+        pairs = self.factoids(texts, generator, report)
+        pairs += self.nonfactoids(texts, generator, report.stage("nonfactoid"))
+        table_texts = self.table_passages(tables, generator, report.stage("table_passage"))
+        pairs += self.table_pairs(tables, table_texts, generator, report.stage("table_qa"))
+        by_id = {p.id: p for p in related}
+        kept, failed = self.judged(pairs, by_id, judge, report.stage("judge"))
+        kept += self.repaired(failed, by_id, generator, judge, report.stage("repair"))
+        kept = dedupe(sorted(kept, key=lambda pair: pair.id), report.stage("dedupe"))
+        split_of = assign_splits(sorted({by_id[p.passage_id].doc_id for p in kept}), self.splits, context.seed)
+        folder = context.out_dir / self.name
+        for split in SPLITS:
+            records = dataset_records(kept, by_id, classes, table_texts, {d for d, s in split_of.items() if s == split})
+            write_atomic(folder / f"{split}.json", json.dumps(records, ensure_ascii=False, indent=1) + "\n")
+        write_atomic(folder / "splits.json", json.dumps(dict(sorted(split_of.items())), indent=1) + "\n")
+        report.n_items = len(kept)
+        return folder
+
+    def judge_generator(self, context: BuildContext) -> StructuredGenerator:
+        """The build's own generator (``judge: null``), or one on the judge model's backend."""
+        if self.judge is None:
+            return context.generator
+        if not (CONF_DIR / "model" / f"{self.judge}.yaml").is_file():
+            known = ", ".join(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
+            raise UserError(f"builder.judge: no model config {self.judge!r} (conf/model/{self.judge}.yaml); known: {known}")
+        own = context.generator
+        return StructuredGenerator(context.solver(self.judge), self.max_new_tokens, own.rejected_file, own.progress)
+
+    def _check_splits(self) -> None:
+        if set(self.splits) != set(SPLITS) or any(not isinstance(v, (int, float)) or v < 0 for v in self.splits.values()) \
+                or not sum(self.splits.values()):
+            raise UserError(f"builder.splits: give a share of 0 or more for each of {', '.join(SPLITS)} "
+                            f"(not all 0), got {dict(self.splits)}")
+
+    # ---- stages -------------------------------------------------------------------------------------
+
+    def candidates(self, passages: list[Passage], counts: StageCounts) -> list[Passage]:
+        """Passages of at least ``min_chars`` characters, documents interleaved, at most ``max_candidates``."""
+        per_doc = []
+        for group in by_document(passages):
+            counts.n_in += len(group)
+            long_enough = [p for p in group if len(p.text.strip()) >= self.min_chars]
+            counts.discarded.update({"too_short": len(group) - len(long_enough)})
+            per_doc.append(long_enough)
+        chosen = interleave(per_doc, self.max_candidates)
+        counts.discarded.update({"over_max_candidates": sum(map(len, per_doc)) - len(chosen)})
+        counts.discarded = +counts.discarded  # reasons that did not occur are not listed
+        counts.n_out = len(chosen)
+        return chosen
+
+    def classify(self, passages: list[Passage], generator: StructuredGenerator, counts: StageCounts) -> dict[str, str]:
+        """The category of every passage that is not unrelated, by passage id."""
+        schema = _object(category={"type": "string", "enum": [*self.categories, UNRELATED]})
+        asks = [Ask(p.id, self._prompt("classify", p, categories=", ".join(self.categories)), schema) for p in passages]
+        answers = generator.ask("classify", asks, counts)
+        unrelated = [i for i, a in answers.items() if a["category"] == UNRELATED]
+        counts.n_out -= len(unrelated)
+        if unrelated:
+            counts.discarded[UNRELATED] += len(unrelated)
+        return {i: a["category"] for i, a in answers.items() if a["category"] != UNRELATED}
+
+    def factoids(self, passages: list[Passage], generator: StructuredGenerator, report: BuildReport) -> list[Pair]:
+        """Factoid pairs whose spans are all verbatim in their passage (stage ``verbatim`` counts the rest)."""
+        pair = _object(question=self._question(), label={"type": "string", "minLength": 1, "maxLength": 40},
+                       spans={"type": "array", "minItems": 1, "maxItems": self.max_spans, "items": self._span()})
+        schema = _object(qa_pairs={"type": "array", "minItems": 1, "maxItems": self.factoid_per_passage, "items": pair})
+        asks = [Ask(p.id, self._prompt("factoid", p, n=self.factoid_per_passage), schema) for p in passages]
+        answers = _tolerant(generator, "factoid", asks, report.stage("factoid"))
+        by_id, counts, pairs = {p.id: p for p in passages}, report.stage("verbatim"), []
+        for passage_id, answer in answers.items():
+            for number, raw in enumerate(answer["qa_pairs"]):
+                spans = tuple(dict.fromkeys(s.strip() for s in raw["spans"]))
+                label = raw["label"].strip() if len(spans) > 1 else "Individual"
+                candidate = Pair(f"{passage_id}/f{number}", passage_id, "factoid", raw["question"].strip(),
+                                 SPAN_JOIN.join(spans), by_id[passage_id].text, spans, label)
+                counts.n_in += 1
+                problem = span_problem(spans, candidate.context)
+                if problem:
+                    counts.discarded[problem[0]] += 1
+                    generator.reject(Rejection(candidate.id, "verbatim", *problem, json.dumps(raw, ensure_ascii=False)))
+                    continue
+                counts.n_out += 1
+                pairs.append(candidate)
+        return pairs
+
+    def nonfactoids(self, passages: list[Passage], generator: StructuredGenerator, counts: StageCounts) -> list[Pair]:
+        asks = [Ask(p.id, self._prompt("nonfactoid", p, n=self.nonfactoid_per_passage), self._free_pairs(self.nonfactoid_per_passage))
+                for p in passages]
+        answers = _tolerant(generator, "nonfactoid", asks, counts)
+        by_id = {p.id: p for p in passages}
+        return [Pair(f"{pid}/n{k}", pid, "non_factoid", raw["question"].strip(), raw["answer"].strip(), by_id[pid].text)
+                for pid, answer in answers.items() for k, raw in enumerate(answer["qa_pairs"])]
+
+    def table_passages(self, tables: list[Passage], generator: StructuredGenerator, counts: StageCounts) -> dict[str, dict]:
+        """Each table's caption and plain-text passage, by table passage id."""
+        schema = _object(caption={"type": "string", "minLength": 1, "maxLength": 150},
+                         passage={"type": "string", "minLength": 20, "maxLength": self.max_passage_chars})
+        answers = _tolerant(generator, "table_passage", [Ask(t.id, self._prompt("table_passage", t), schema) for t in tables], counts)
+        return {i: {"caption": a["caption"].strip(), "passage": a["passage"].strip()} for i, a in answers.items()}
+
+    def table_pairs(self, tables: list[Passage], texts: dict[str, dict], generator: StructuredGenerator, counts: StageCounts) -> list[Pair]:
+        asks = [Ask(t.id, self._prompt("table_qa", replace(t, text=texts[t.id]["passage"]), n=self.table_per_passage),
+                    self._free_pairs(self.table_per_passage)) for t in tables if t.id in texts]
+        answers = _tolerant(generator, "table_qa", asks, counts)
+        return [Pair(f"{tid}/t{k}", tid, "table", raw["question"].strip(), raw["answer"].strip(), table_context(texts[tid]))
+                for tid, answer in answers.items() for k, raw in enumerate(answer["qa_pairs"])]
+
+    def judged(self, pairs: list[Pair], by_id: dict[str, Passage], judge: StructuredGenerator,
+               counts: StageCounts) -> tuple[list[Pair], list[tuple[Pair, str]]]:
+        """The pairs the judge passes, and those it fails with its problem (``unfaithful``/``irrelevant`` counted)."""
+        verdicts = judge.ask("judge", [self._judge_ask(p, by_id[p.passage_id]) for p in pairs], counts)
+        kept, failed = [], []
+        for pair in pairs:
+            verdict = verdicts.get(pair.id)
+            if verdict is None:
+                continue  # the judge's output was rejected: counted and written by the generator
+            reason = self.failing(verdict)
+            if reason is None:
+                kept.append(pair)
+            else:
+                counts.n_out -= 1
+                counts.discarded[reason] += 1
+                failed.append((pair, f"{reason} (faithfulness {verdict['faithfulness']}, relevance {verdict['relevance']}): {verdict['problem']}"))
+        return kept, failed
+
+    def repaired(self, failed: list[tuple[Pair, str]], by_id: dict[str, Passage], generator: StructuredGenerator,
+                 judge: StructuredGenerator, counts: StageCounts) -> list[Pair]:
+        """Each failed pair rewritten once, span-checked (factoid) and judged again; the ones that pass."""
+        asks = [self._repair_ask(pair, by_id[pair.passage_id], problem) for pair, problem in failed]
+        answers = _tolerant(generator, "repair", asks, counts)
+        rewritten = []
+        for pair, _ in failed:
+            answer = answers.get(pair.id)
+            if answer is None:
+                continue
+            if pair.qtype == "factoid":
+                spans = tuple(dict.fromkeys(s.strip() for s in answer["spans"]))
+                problem = span_problem(spans, pair.context)
+                if problem:
+                    counts.n_out -= 1
+                    counts.discarded[problem[0]] += 1
+                    generator.reject(Rejection(pair.id, "repair", *problem, json.dumps(answer, ensure_ascii=False)))
+                    continue
+                new = replace(pair, question=answer["question"].strip(), answer=SPAN_JOIN.join(spans), spans=spans,
+                              label=pair.label if len(spans) > 1 else "Individual", repaired=True)
+            else:
+                new = replace(pair, question=answer["question"].strip(), answer=answer["answer"].strip(), repaired=True)
+            rewritten.append(new)
+        scratch = StageCounts()
+        verdicts = _tolerant(judge, "repair (judge)", [self._judge_ask(p, by_id[p.passage_id]) for p in rewritten], scratch)
+        for reason, n in scratch.discarded.items():
+            counts.discarded[f"judge_{reason}"] += n
+        kept = []
+        for pair in rewritten:
+            verdict = verdicts.get(pair.id)
+            reason = "judge_rejected" if verdict is None else self.failing(verdict)
+            if reason is None:
+                kept.append(pair)
+                continue
+            counts.n_out -= 1
+            if verdict is not None:
+                counts.discarded[f"still_{reason}"] += 1
+                generator.reject(Rejection(pair.id, "repair", f"still_{reason}", verdict["problem"],
+                                           json.dumps({"question": pair.question, "answer": pair.answer}, ensure_ascii=False)))
+        counts.n_repaired += len(kept)
+        return kept
+
+    def failing(self, verdict: dict) -> str | None:
+        """``unfaithful`` or ``irrelevant`` when that score is under ``min_score`` (faithfulness checked first)."""
+        if verdict["faithfulness"] < self.min_score:
+            return "unfaithful"
+        if verdict["relevance"] < self.min_score:
+            return "irrelevant"
+        return None
+
+    # ---- requests -----------------------------------------------------------------------------------
+
+    def _prompt(self, stage: str, passage: Passage, **fields) -> str:
+        pages = passage.page_span
+        return self.prompts[stage].format(doc=passage.doc_id, passage=passage.text[: self.max_passage_chars], pages=pages, **fields)
+
+    def _judge_ask(self, pair: Pair, passage: Passage) -> Ask:
+        scores = {"type": "integer", "enum": [1, 2, 3, 4, 5]}
+        schema = _object(faithfulness=scores, relevance=scores, problem={"type": "string", "minLength": 1, "maxLength": 200})
+        shown = replace(passage, text=pair.context)
+        return Ask(pair.id, self._prompt("judge", shown, question=pair.question, answer=pair.answer), schema)
+
+    def _repair_ask(self, pair: Pair, passage: Passage, problem: str) -> Ask:
+        if pair.qtype == "factoid":
+            schema = _object(question=self._question(), spans={"type": "array", "minItems": 1, "maxItems": self.max_spans, "items": self._span()})
+            rule = self.prompts["factoid_rule"]
+        else:
+            schema = _object(question=self._question(), answer=self._answer())
+            rule = ""
+        shown = replace(passage, text=pair.context)
+        return Ask(pair.id, self._prompt("repair", shown, question=pair.question, answer=pair.answer, problem=problem,
+                                         answer_rule=rule), schema)
+
+    def _free_pairs(self, n: int) -> dict:
+        pair = _object(question=self._question(), answer=self._answer())
+        return _object(qa_pairs={"type": "array", "minItems": 1, "maxItems": n, "items": pair})
+
+    def _question(self) -> dict:
+        return {"type": "string", "minLength": 10, "maxLength": self.max_question_chars}
+
+    def _span(self) -> dict:
+        return {"type": "string", "minLength": 1, "maxLength": self.max_span_chars}
+
+    def _answer(self) -> dict:
+        return {"type": "string", "minLength": 1, "maxLength": self.max_answer_chars}
+
+
+def _object(**properties) -> dict:
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def _tolerant(generator: StructuredGenerator, stage: str, asks: list[Ask], counts: StageCounts) -> dict[str, dict]:
+    """``generator.ask``, except that a stage whose every output was rejected is logged, not fatal: the model
+    has already produced a schema (classify), and the other stages' items are kept."""
+    try:
+        return generator.ask(stage, asks, counts)
+    except UserError as error:
+        log.warning("%s", error)
+        return {}
+
+
+def span_problem(spans: tuple[str, ...], passage: str) -> tuple[str, str] | None:
+    """(reason, detail) when a span is empty or not verbatim in ``passage`` (both normalised as ingestion does)."""
+    text = normal(passage)
+    for span in spans:
+        wanted = normal(span)
+        if not wanted:
+            return "empty_span", "a span is empty"
+        if wanted not in text:
+            return "span_not_in_passage", f"span {wanted[:80]!r} is not in the passage"
+    return None
+
+
+def table_context(text: dict) -> str:
+    """What the loader shows for a table item: its caption, then its passage."""
+    return f"{text['caption']}\n{text['passage']}"
+
+
+def dedupe(pairs: list[Pair], counts: StageCounts) -> list[Pair]:
+    """One pair per passage, question type and question wording (case and spacing ignored)."""
+    seen, kept = set(), []
+    for pair in pairs:
+        counts.n_in += 1
+        key = (pair.passage_id, pair.qtype, " ".join(pair.question.lower().split()))
+        if key in seen:
+            counts.discarded["repeated_question"] += 1
+            continue
+        seen.add(key)
+        kept.append(pair)
+    counts.n_out += len(kept)
+    return kept
+
+
+def assign_splits(reports: list[str], shares: dict[str, float], seed: int) -> dict[str, str]:
+    """Each report's split: the reports shuffled with ``seed``, then cut in the order train, validation, test
+    at sizes proportional to ``shares``, every split with a share getting at least one report. With fewer
+    reports than such splits, test gets the first, then train, then validation."""
+    order = sorted(reports)
+    random.Random(seed).shuffle(order)
+    sizes = split_sizes(len(order), shares)
+    out, start = {}, 0
+    for split in SPLITS:
+        out.update({report: split for report in order[start : start + sizes[split]]})
+        start += sizes[split]
+    return out
+
+
+def split_sizes(n: int, shares: dict[str, float]) -> dict[str, int]:
+    """How many of ``n`` reports each split gets (see :func:`assign_splits`)."""
+    wanted = [s for s in SPLITS if shares[s] > 0]
+    if n < len(wanted):
+        first = [s for s in FEWER_REPORTS_ORDER if s in wanted][:n]
+        return {s: int(s in first) for s in SPLITS}
+    total = sum(shares.values())
+    sizes = {s: max(1, round(n * shares[s] / total)) if s in wanted else 0 for s in SPLITS}
+    while sum(sizes.values()) > n:  # take from the largest split (the first of equals), never below one
+        largest = max(SPLITS, key=lambda s: sizes[s])
+        sizes[largest] -= 1
+    while sum(sizes.values()) < n:  # give to the split with the largest share
+        sizes[max(wanted, key=lambda s: shares[s])] += 1
+    return sizes
+
+
+def dataset_records(pairs: list[Pair], by_id: dict[str, Passage], classes: dict[str, str], table_texts: dict[str, dict],
+                    reports: set[str]) -> dict:
+    """One split file's content: a chunk record per text passage with pairs, a table record per table with pairs."""
+    grouped: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        if by_id[pair.passage_id].doc_id in reports:
+            grouped.setdefault(pair.passage_id, []).append(pair)
+    chunks, tables = [], []
+    for passage_id, own in grouped.items():
+        passage, category = by_id[passage_id], classes[passage_id]
+        if passage.kind == "table":
+            tables.append(table_record(passage, category, table_texts[passage_id], own))
+        else:
+            chunks.append(chunk_record(passage, category, own, len(chunks) + 1))
+    return {CHUNKS: chunks, TABLES: tables}
+
+
+def chunk_record(passage: Passage, category: str, pairs: list[Pair], number: int) -> dict:
+    """A text passage with its factoid pairs (and their span groups) and non-factoid pairs."""
+    factoids = [p for p in pairs if p.qtype == "factoid"]
+    groups = [{"label": p.label, "spans": list(p.spans)} for p in factoids if len(p.spans) > 1]
+    single = [p.spans[0] for p in factoids if len(p.spans) == 1]
+    return {
+        "metadata": {"chunk_number": number, "page_number": passage.page_start, "titles": [], "subtitles": [],
+                     "paragraph": passage.text, "classification": category, "report_name": passage.doc_id,
+                     "passage_id": passage.id, "page_end": passage.page_end},
+        "spans": {"groups": groups + ([{"label": "Individual", "spans": single}] if single else [])},
+        "qa_pairs_factoid": {"qa_pairs": [_qa(p, category) for p in factoids]},
+        "qa_pairs_non_factoid": {"qa_pairs": [_qa(p, category) for p in pairs if p.qtype == "non_factoid"]},
+    }
+
+
+def table_record(passage: Passage, category: str, text: dict, pairs: list[Pair]) -> dict:
+    """A table with its caption, generated passage, Markdown and QA pairs."""
+    return {
+        "metadata": {"page_number": passage.page_start, "table_caption": text["caption"], "paragraph": text["passage"],
+                     "classification": category, "report_name": passage.doc_id, "passage_id": passage.id,
+                     "table_markdown": passage.text},
+        "qa_pairs": [{"question": p.question, "answer": p.answer, "repaired": p.repaired} for p in pairs],
+    }
+
+
+def _qa(pair: Pair, category: str) -> dict:
+    return {"question": pair.question, "answer": pair.answer, "type": TYPES[pair.qtype], "tag": category, "repaired": pair.repaired}

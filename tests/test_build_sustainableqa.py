@@ -1,0 +1,206 @@
+"""builder=sustainableqa: the stage accounting on known model outputs (a scripted backend), the verbatim
+span check, report splits; and a SmolLM2 build on generated report PDFs whose output loads through
+dataset=sustainableqa and evaluates with experiment=sustainableqa_factoid."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from esgexp.backends.base import Backend, Response
+from esgexp.build.context import BuildContext
+from esgexp.build.generate import StructuredGenerator
+from esgexp.build.report import BuildReport
+from esgexp.build.sustainableqa import assign_splits, span_problem, split_sizes
+from esgexp.config import CONF_DIR
+from esgexp.data.corpus import Corpus
+from esgexp.data.sustainableqa import SustainableQA
+from esgexp.errors import UserError
+from esgexp.records import Passage
+
+ALPHA = "Alpha AG emitted 1,772 tCO2e in 2023.\nAlpha AG buys electricity from solar and wind plants."
+TABLE = "| Activity | Turnover |\n| --- | --- |\n| Wind power | EUR 40m |\n| Solar power | EUR 10m |"
+PASSAGES = [
+    Passage("alpha#0", "alpha", ALPHA, 3, 3),
+    Passage("alpha#1", "alpha", "Contents", 4, 4),
+    Passage("beta#0", "beta", "This report is published under German law and may be reproduced with permission only.", 1, 1),
+    Passage("gamma#t0", "gamma", TABLE, 7, 7, kind="table"),
+]
+TABLE_TEXT = "Wind power brought EUR 40m of turnover and solar power EUR 10m."
+
+
+def pairs(*entries) -> str:
+    return json.dumps({"qa_pairs": [dict(e) for e in entries]})
+
+
+def between(prompt: str, start: str, end: str = "\n") -> str:
+    return prompt.split(start, 1)[1].split(end, 1)[0]
+
+
+class Scripted(Backend):
+    """Known JSON answers per stage, recognised by the prompt's wording; each prompt is logged."""
+
+    name = "scripted"
+
+    def __init__(self, judge_only: bool = False):
+        self.judge_only = judge_only
+        self.prompts: list[str] = []
+
+    def identity(self) -> dict:
+        return {"backend": "scripted"}
+
+    def supports(self, kind: str) -> bool:
+        return kind == "generate"
+
+    def run(self, requests, on_results) -> None:
+        responses = []
+        for request in requests:
+            self.prompts.append(request.prompt)
+            responses.append(Response(request.id, output=self.answer(request.prompt)))
+        on_results(responses)
+
+    def answer(self, prompt: str) -> str:
+        if prompt.startswith("You check"):
+            return self.judge(between(prompt, "Question: "))
+        assert not self.judge_only, "a generation request reached the judge's backend"
+        if prompt.startswith("Classify"):
+            return json.dumps({"category": "ESG" if "alpha" in prompt else "unrelated" if "beta" in prompt else "EU Taxonomy"})
+        if "factoid questions" in prompt:
+            return pairs({"question": "How much did Alpha AG emit in 2023?", "label": "x", "spans": ["1,772 tCO2e"]},
+                         {"question": "From which plants does Alpha AG buy power?", "label": "Plants", "spans": ["solar", "wind", "solar"]},
+                         {"question": "How much did Alpha AG emit in 2022?", "label": "x", "spans": ["2,000 tCO2e"]})
+        if "explanatory questions" in prompt:
+            return pairs({"question": "How does Alpha AG source electricity?", "answer": "From solar and wind plants."},
+                         {"question": "Why is the sky blue?", "answer": "Light scatters."},
+                         {"question": "how does Alpha AG  source electricity?", "answer": "It buys it from solar and wind plants."})
+        if "Rewrite the table" in prompt:
+            return json.dumps({"caption": "Turnover by activity", "passage": TABLE_TEXT})
+        if "describing a table" in prompt:
+            return pairs({"question": "What turnover came from wind power?", "answer": "EUR 40m"})
+        if "was rejected" in prompt:
+            question = between(prompt, "Question: ")
+            if "plants" in question:  # a factoid rewrite with a span that is not in the passage
+                return json.dumps({"question": "Which plants supply Alpha AG?", "spans": ["solar", "hydro"]})
+            return json.dumps({"question": "What does Alpha AG buy from solar plants?", "answer": "Electricity."})
+        raise AssertionError(f"unexpected prompt: {prompt[:80]}")
+
+    @staticmethod
+    def judge(question: str) -> str:
+        scores = {"From which plants does Alpha AG buy power?": (2, 5), "Why is the sky blue?": (5, 1)}.get(question, (5, 4))
+        return json.dumps({"faithfulness": scores[0], "relevance": scores[1], "problem": "none"})
+
+
+def builder(**overrides):
+    node = OmegaConf.load(CONF_DIR / "builder" / "sustainableqa.yaml")
+    return instantiate(OmegaConf.merge(node, {"min_chars": 20, "nonfactoid_per_passage": 3, **overrides}), _convert_="all")
+
+
+def scripted_build(tmp_path: Path, backend: Scripted, judge_backend: Scripted | None = None, **overrides):
+    corpus = Corpus(tmp_path / "corpus", PASSAGES, {})
+    generator = StructuredGenerator(backend, 256, tmp_path / "rejected.jsonl", progress=False)
+    report = BuildReport()
+    solver = {"smollm2-135m": judge_backend}.get
+    folder = builder(**overrides).build(corpus, BuildContext(generator, report, tmp_path, 42, solver))
+    return folder, report.to_dict()
+
+
+def test_every_stage_counts_its_discards_by_reason_on_known_outputs(tmp_path):
+    folder, report = scripted_build(tmp_path, Scripted())
+    stages = {name: (s["n_in"], s["n_out"], s["n_repaired"], s["discarded"]) for name, s in report["stages"].items()}
+    assert stages == {
+        "candidates": (4, 3, 0, {"too_short": 1}),
+        "classify": (3, 2, 0, {"unrelated": 1}),
+        "factoid": (1, 1, 0, {}),
+        "verbatim": (3, 2, 0, {"span_not_in_passage": 1}),       # 2,000 tCO2e is not in the passage
+        "nonfactoid": (1, 1, 0, {}),
+        "table_passage": (1, 1, 0, {}),
+        "table_qa": (1, 1, 0, {}),
+        "judge": (6, 4, 0, {"irrelevant": 1, "unfaithful": 1}),
+        "repair": (2, 1, 1, {"span_not_in_passage": 1}),        # the factoid rewrite names hydro; the sky one passes
+        "dedupe": (5, 4, 0, {"repeated_question": 1}),           # the same question in other case and spacing
+    }
+    assert report["n_items"] == 4
+    rejected = [json.loads(line) for line in (tmp_path / "rejected.jsonl").read_text().splitlines()]
+    assert sorted((r["id"], r["stage"], r["reason"]) for r in rejected) == [
+        ("alpha#0/f1", "repair", "span_not_in_passage"), ("alpha#0/f2", "verbatim", "span_not_in_passage")]
+
+    # two reports with items: the first of the seeded order goes to test, the second to train
+    splits = json.loads((folder / "splits.json").read_text())
+    assert sorted(splits) == ["alpha", "gamma"] and sorted(splits.values()) == ["test", "train"]
+    assert json.loads((folder / "validation.json").read_text()) == {"all_chunks_qas": [], "all_table_qas": []}
+    items = {}
+    for split in ("train", "test"):
+        loaded = SustainableQA(name="built", path=str(folder), split=split).load()
+        assert not loaded.skipped and {item.meta["report"] for item in loaded.items} == {r for r, s in splits.items() if s == split}
+        items.update({(item.qtype, item.question): item for item in loaded.items})
+    assert sorted(items) == [
+        ("factoid", "How much did Alpha AG emit in 2023?"),
+        ("non_factoid", "How does Alpha AG source electricity?"),
+        ("non_factoid", "What does Alpha AG buy from solar plants?"),  # the repaired pair
+        ("table", "What turnover came from wind power?"),
+    ]
+    emitted = items[("factoid", "How much did Alpha AG emit in 2023?")]
+    assert emitted.answers == ("1,772 tCO2e",) and emitted.context == (ALPHA,)
+    assert emitted.meta == {"category": "ESG", "report": "alpha", "page": 3, "chunk": 0, "tag": "ESG"}
+    table = items[("table", "What turnover came from wind power?")]
+    assert table.context == (f"Turnover by activity\n{TABLE_TEXT}",) and table.meta["category"] == "EU Taxonomy"
+    chunk = json.loads((folder / f"{splits['alpha']}.json").read_text())["all_chunks_qas"][0]
+    assert chunk["spans"] == {"groups": [{"label": "Individual", "spans": ["1,772 tCO2e"]}]}
+    assert chunk["metadata"]["passage_id"] == "alpha#0"
+
+
+def test_a_multi_span_group_is_kept_with_its_label_and_spans_joined(tmp_path):
+    """With the judge passing everything, the solar/wind group survives: one answer, its spans once each."""
+    class Lenient(Scripted):
+        @staticmethod
+        def judge(question):
+            return json.dumps({"faithfulness": 5, "relevance": 5, "problem": "none"})
+
+    folder, report = scripted_build(tmp_path, Lenient())
+    assert report["stages"]["repair"]["n_in"] == 0 and report["n_items"] == 5
+    split = json.loads((folder / "splits.json").read_text())["alpha"]
+    chunk = json.loads((folder / f"{split}.json").read_text())["all_chunks_qas"][0]
+    assert chunk["spans"]["groups"][0] == {"label": "Plants", "spans": ["solar", "wind"]}
+    assert chunk["qa_pairs_factoid"]["qa_pairs"][1]["answer"] == "solar; wind"
+
+
+def test_a_judge_model_of_its_own_answers_every_judge_request(tmp_path):
+    main, judge = Scripted(), Scripted(judge_only=True)
+    _, report = scripted_build(tmp_path, main, judge, judge="smollm2-135m")
+    assert report["n_items"] == 4
+    assert not any(p.startswith("You check") for p in main.prompts)
+    assert sum(p.startswith("You check") for p in judge.prompts) == 6 + 1  # every pair, then the one repaired pair
+    with pytest.raises(UserError, match=r"builder.judge: no model config 'nope' \(conf/model/nope.yaml\); known: .*smollm2-135m"):
+        scripted_build(tmp_path, Scripted(), judge="nope")
+    with pytest.raises(UserError, match=r"builder.splits: give a share .* train, validation, test"):
+        scripted_build(tmp_path, Scripted(), splits={"dev": 0.2})
+
+
+def test_span_check_normalises_like_ingestion_and_names_the_missing_span():
+    assert span_problem(("1,772 tCO2e", "solar"), ALPHA) is None
+    assert span_problem(("Alpha AG buys",), "Alpha  AG\nbuys") is None
+    assert span_problem(("Solar",), ALPHA) == ("span_not_in_passage", "span 'Solar' is not in the passage")
+    assert span_problem(("solar", "  "), ALPHA) == ("empty_span", "a span is empty")
+
+
+@pytest.mark.parametrize("n, sizes", [
+    (10, (8, 1, 1)), (3, (1, 1, 1)), (4, (2, 1, 1)), (2, (1, 0, 1)), (1, (0, 0, 1)), (0, (0, 0, 0)), (61, (49, 6, 6)),
+])
+def test_split_sizes_give_each_split_a_report_when_there_are_enough(n, sizes):
+    got = split_sizes(n, {"train": 0.8, "validation": 0.1, "test": 0.1})
+    assert (got["train"], got["validation"], got["test"]) == sizes
+
+
+def test_reports_are_split_by_seed_and_never_shared():
+    reports = [f"r{i:02d}" for i in range(20)]
+    split_of = assign_splits(reports, {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=42)
+    assert sorted(split_of) == reports  # every report in exactly one split
+    assert sorted(list(split_of.values()).count(s) for s in ("train", "validation", "test")) == [2, 2, 16]
+    assert split_of == assign_splits(list(reversed(reports)), {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=42)
+    assert split_of != assign_splits(reports, {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=7)
+    assert not re.search("validation", json.dumps(assign_splits(reports, {"train": 0.5, "validation": 0, "test": 0.5}, seed=1)))
