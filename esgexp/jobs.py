@@ -20,7 +20,7 @@ IDENTITY_KEYS = (
     "predictions", "recall_k", "train", "seed",
 )
 # Backend settings that decide how fast, not what: a run resumes across a change of these.
-BACKEND_RUNTIME_KEYS = ("batch_size", "progress_bar", "max_concurrency", "timeout_s", "max_retries", "accelerator", "gpu_memory_utilization")
+BACKEND_RUNTIME_KEYS = ("batch_size", "progress_bar", "max_concurrency", "timeout_s", "connect_timeout_s", "max_retries", "accelerator", "gpu_memory_utilization")
 
 
 def check_config(cfg: DictConfig) -> Path:

@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -40,11 +41,13 @@ RESPONSE_FORMATS = ("json_schema", "json_object")
 
 
 class RetryableError(Exception):
-    """A failure worth another try (429, 5xx, timeout, dropped connection); ``wait`` is the server's Retry-After."""
+    """A failure worth another try (429, 5xx, timeout, dropped connection); ``wait`` is the server's Retry-After;
+    ``unreachable``: no connection was made (before the server's first answer this is not retried)."""
 
-    def __init__(self, message: str, wait: float | None = None):
+    def __init__(self, message: str, wait: float | None = None, unreachable: bool = False):
         super().__init__(message)
         self.wait = wait
+        self.unreachable = unreachable
 
 
 class RequestFailed(Exception):
@@ -69,7 +72,7 @@ class OpenAIBackend(Backend):
 
     def __init__(self, model_cfg: DictConfig, context, base_url: str, api: str = "chat", model: str | None = None,
                  api_key_env: str | None = None, max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 5,
-                 backoff_s: float = 1.0, top_logprobs: int = 20, progress_bar: bool = True,
+                 backoff_s: float = 1.0, top_logprobs: int = 20, progress_bar: bool = True, connect_timeout_s: float = 5.0,
                  response_format: str = "json_schema"):
         if response_format not in RESPONSE_FORMATS:
             raise UserError(f"backend.response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}")
@@ -84,6 +87,7 @@ class OpenAIBackend(Backend):
         # api, base_url and the numbers are checked with every setting (esgexp/settings.py).
         self.max_concurrency = int(max_concurrency)
         self.timeout_s = float(timeout_s)
+        self.connect_timeout_s = float(connect_timeout_s)
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
         self.top_logprobs = int(top_logprobs)
@@ -257,6 +261,8 @@ class OpenAIBackend(Backend):
             try:
                 return self.post_once(path, body), attempt
             except RetryableError as error:
+                if error.unreachable and not self._checked:  # no server there: say so now, not after the retries
+                    raise
                 if attempt == self.max_retries:
                     raise RetryableError(f"{error} (gave up after {self.max_retries} retries)") from None
                 self._count("n_retries")
@@ -270,11 +276,13 @@ class OpenAIBackend(Backend):
         import requests
 
         try:
-            reply = self.session().post(self.base_url + path, json=body, timeout=self.timeout_s)
+            reply = self.session().post(self.base_url + path, json=body, timeout=(self.connect_timeout_s, self.timeout_s))
+        except requests.ConnectTimeout:
+            raise RetryableError(f"no connection within connect_timeout_s={self.connect_timeout_s:g}", unreachable=True) from None
         except requests.Timeout:
             raise RetryableError(f"no answer within timeout_s={self.timeout_s:g}") from None
         except requests.ConnectionError as error:
-            raise RetryableError(f"connection failed: {str(error)[:200]}") from None
+            raise RetryableError(f"connection failed: {connection_cause(error)}", unreachable=True) from None
         if reply.status_code == 429 or reply.status_code >= 500:
             raise RetryableError(f"HTTP {reply.status_code}: {reply.text[:200]}", retry_after(reply.headers.get("Retry-After")))
         if reply.status_code >= 400:
@@ -283,6 +291,12 @@ class OpenAIBackend(Backend):
             return reply.json()
         except ValueError:
             raise RequestFailed(f"the answer is not JSON: {reply.text[:200]!r}") from None
+
+
+def connection_cause(error: Exception) -> str:
+    """The OS's reason inside a requests connection error (``[Errno 111] Connection refused``), else its start."""
+    found = re.search(r"\[Errno -?\d+\][^'\")]*", str(error))
+    return found.group(0).strip() if found else str(error)[:200]
 
 
 def server_message(reply) -> str:
