@@ -205,7 +205,8 @@ def test_smollm2_circular_on_the_command_line_in_both_scorings_then_resumed(tmp_
     common = ["scoring.circular=true", "dataset.limit=2", "model.generation.max_new_tokens=4"]
     sweep = [sys.executable, "-m", "esgexp", "-m", "scoring=generate,logprob", *common, "trainer.progress_bar=false",
              f"paths.request_cache={tmp_path}/requests.sqlite"]
-    result = subprocess.run(sweep, cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=600)
+    # One torch thread: the suite runs a test per core, so more threads only contend (half the CPU time here).
+    result = subprocess.run(sweep, cwd=tmp_path, env={**clean_env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dirs = sorted(p.parent for p in (tmp_path / "runs" / "esg_sample").glob("*/*/*/metrics.json"))
     assert len(run_dirs) == 2
