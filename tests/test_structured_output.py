@@ -69,7 +69,7 @@ def test_hf_backend_decodes_json_that_fits_the_schema(make_cfg, tmp_path):
     schema = schema_text(SCHEMA)
     requests = [GenerationRequest(f"s{i}", p, max_new_tokens=24, json_schema=schema)
                 for i, p in enumerate([PROMPT, "Energy use was 10 MWh in 2022. Give the year and the unit."])]
-    plain = answers(backend, [GenerationRequest("plain", PROMPT, max_new_tokens=24)])["plain"]
+    plain = answers(backend, [GenerationRequest("plain", PROMPT, max_new_tokens=12)])["plain"]
     shaped = answers(backend, requests)
     with pytest.raises(json.JSONDecodeError):
         json.loads(plain)
@@ -79,8 +79,8 @@ def test_hf_backend_decodes_json_that_fits_the_schema(make_cfg, tmp_path):
 
 
 def test_llama_server_honours_the_schema_as_response_format(llama_server, tmp_path):
-    """llama-cpp-python's server (0.3.x) reads {"type": "json_object", "schema": ...}; OpenAI's json_schema form
-    it does not enforce, so that form is the default for real OpenAI-compatible services only."""
+    """llama-cpp-python's server (0.3.36) reads {"type": "json_object", "schema": ...}; OpenAI's json_schema form
+    it refuses (HTTP 500, its request model allows only text and json_object), hence backend.response_format."""
     from esgexp.backends.openai import OpenAIBackend
 
     model = OmegaConf.create({"name": "smollm2-135m", "hub_id": None, "adapter": None})

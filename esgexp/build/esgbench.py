@@ -120,6 +120,8 @@ class ESGBenchBuilder:
             key = (doc, answer["question"].strip())
             if key in seen:
                 dedupe.discarded["repeated_question"] += 1
+                generator.reject(Rejection(passage_id, "dedupe", "repeated_question", f"same question as an earlier pair of {doc!r}",
+                                           json.dumps(answer, ensure_ascii=False)))
                 continue
             seen.add(key)
             dedupe.n_out += 1

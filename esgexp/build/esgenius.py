@@ -1,7 +1,8 @@
 """``builder=esgenius``: multiple-choice questions from passages, ESGenius's ``_w_ref`` CSV format.
 
 Stages: ``candidates`` (text passages of at least ``min_chars``, documents interleaved), ``generate``
-(question, the correct option, three distractors as JSON), ``options`` (four distinct options),
+(question, the correct option, three distractors as JSON; four options that repeat one are asked again
+once, then discarded as ``repeated_option``),
 ``refine`` (each solver model answers; a question every solver gets right is rewritten harder, up to
 ``rounds`` times, then flagged ``too_easy``) and ``review`` (an expert's ``review.csv`` imported with
 ``builder.review=FILE``: keep, edit or drop per row). Gold letters are a seeded permutation of a
@@ -77,8 +78,8 @@ class ESGeniusBuilder:
         reviewed = read_review(Path(self.review)) if self.review else None
         chosen = self.candidates(corpus.passages, context)
         answers = context.generator.ask("generate", [self.ask(p, self.prompt.format(passage=self.text(p))) for p in chosen],
-                                        context.report.stage("generate"))
-        questions = self.distinct([question_of(p.id, p, answers[p.id]) for p in chosen if p.id in answers], context)
+                                        context.report.stage("generate"), check=repeated_option)
+        questions = [question_of(p.id, p, answers[p.id]) for p in chosen if p.id in answers]
         if self.solvers:
             questions = self.refine(questions, context)
         if reviewed is not None:
@@ -117,19 +118,6 @@ class ESGeniusBuilder:
         schema = {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
         return Ask(ask_id or passage.id, prompt, schema)
 
-    def distinct(self, questions: list[Question], context: BuildContext) -> list[Question]:
-        """The questions whose four options differ (compared without case and outer spaces)."""
-        counts = context.report.stage("options")
-        kept = []
-        for question in questions:
-            counts.n_in += 1
-            if len({o.strip().lower() for o in [question.correct, *question.distractors]}) < 4:
-                counts.discarded["repeated_option"] += 1
-                continue
-            kept.append(question)
-        counts.n_out += len(kept)
-        return kept
-
     def refine(self, questions: list[Question], context: BuildContext) -> list[Question]:
         """Rewrite questions every solver gets right, up to ``rounds`` times; those still solved are flagged."""
         counts = context.report.stage("refine")
@@ -142,8 +130,8 @@ class ESGeniusBuilder:
             asks = [self.ask(q.passage, self.harder_prompt.format(passage=self.text(q.passage), question=q.query, correct=q.correct,
                                                                   distractors="; ".join(q.distractors)), q.id) for q in easy]
             rewritten = context.generator.ask(f"rewrite_{round_number}", asks, context.report.stage(f"rewrite_{round_number}"),
-                                              required=False)
-            harder = self.distinct([question_of(q.id, q.passage, rewritten[q.id]) for q in easy if q.id in rewritten], context)
+                                              required=False, check=repeated_option)
+            harder = [question_of(q.id, q.passage, rewritten[q.id]) for q in easy if q.id in rewritten]
             current.update({q.id: q for q in harder})
             replaced = {q.id for q in harder}
             still_easy = self.solve(harder, context)
@@ -173,6 +161,14 @@ class ESGeniusBuilder:
             if requests:
                 backend.run(requests, take)
         return [q for q in questions if q.solved_by and all(q.solved_by.get(name) for name in self.solvers)]
+
+
+def repeated_option(answer: dict) -> tuple[str, str] | None:
+    """The generate check: the correct option and the three distractors must differ (case and outer spaces aside)."""
+    options = [answer["correct"], *answer["distractors"]]
+    if len({o.strip().lower() for o in options}) < 4:
+        return "repeated_option", "the correct option and the three distractors must all differ"
+    return None
 
 
 def question_of(item_id: str, passage: Passage, answer: dict) -> Question:

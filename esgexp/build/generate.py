@@ -10,7 +10,7 @@ every output is rejected stops the build with a UserError (the model cannot prod
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,8 @@ from esgexp.build.report import StageCounts
 from esgexp.build.schema import schema_problems
 from esgexp.errors import UserError
 
+# A builder's own test of a schema-valid object: None, or (reason, what is wrong) to retry and then discard it.
+Check = Callable[[dict], "tuple[str, str] | None"]
 RETRY_NOTE = "\n\nYour previous answer was rejected ({problem}). Answer again with one JSON object that matches the schema."
 
 
@@ -51,16 +53,16 @@ class StructuredGenerator:
         self.rejected_file = Path(rejected_file)
         self.progress = progress
 
-    def ask(self, stage: str, asks: Sequence[Ask], counts: StageCounts, required: bool = True) -> dict[str, dict]:
-        """The valid objects by ask id; each retry counts as repaired, each final failure as discarded. A
-        ``required`` stage with every output rejected raises a UserError."""
+    def ask(self, stage: str, asks: Sequence[Ask], counts: StageCounts, required: bool = True, check: Check | None = None) -> dict[str, dict]:
+        """The valid objects by ask id (valid: JSON, fits the schema, passes ``check``); each retry counts as
+        repaired, each final failure as discarded. A ``required`` stage with every output rejected raises a UserError."""
         by_id = {a.id: a for a in asks}
         counts.n_in += len(asks)
-        answers, problems = self._run(stage, [self._request(a, a.prompt) for a in asks], by_id)
+        answers, problems = self._run(stage, [self._request(a, a.prompt) for a in asks], by_id, check)
         retried = {i: p for i, p in problems.items() if p[0] != "backend_failed"}
         if retried:
             more, problems2 = self._run(f"{stage} (retry)", [self._request(by_id[i], by_id[i].prompt + RETRY_NOTE.format(problem=p[1]))
-                                                              for i, p in retried.items()], by_id)
+                                                              for i, p in retried.items()], by_id, check)
             counts.n_repaired += len(more)
             answers.update(more)
             problems = {**{i: p for i, p in problems.items() if i not in retried}, **problems2}
@@ -83,7 +85,7 @@ class StructuredGenerator:
     def _request(self, ask: Ask, prompt: str) -> GenerationRequest:
         return GenerationRequest(id=ask.id, prompt=prompt, max_new_tokens=self.max_new_tokens, json_schema=schema_text(ask.schema))
 
-    def _run(self, desc: str, requests: list[GenerationRequest], by_id: dict[str, Ask]):
+    def _run(self, desc: str, requests: list[GenerationRequest], by_id: dict[str, Ask], check: Check | None):
         from tqdm.auto import tqdm
 
         answers: dict[str, dict] = {}
@@ -93,6 +95,8 @@ class StructuredGenerator:
             def take(responses: list[Response]) -> None:
                 for response in responses:
                     value, problem = parse(response, by_id[response.id].schema)
+                    if problem is None and check is not None and (found := check(value)):
+                        problem = (*found, response.output)
                     if problem is None:
                         answers[response.id] = value
                     else:

@@ -19,7 +19,7 @@ class StageCounts:
 
     def to_dict(self) -> dict:
         return {"n_in": self.n_in, "n_out": self.n_out, "n_repaired": self.n_repaired,
-                "n_discarded": sum(self.discarded.values()), "discarded": dict(sorted(self.discarded.items()))}
+                "n_discarded": sum(self.discarded.values()), "discarded": {reason: n for reason, n in sorted(self.discarded.items()) if n}}
 
 
 @dataclass
