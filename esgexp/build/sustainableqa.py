@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from esgexp.config import CONF_DIR
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import CHUNKS, SPLIT_FILES, TABLES
 from esgexp.errors import UserError
+from esgexp.eval.numbers import find_quantities
 from esgexp.outputs import write_atomic
 from esgexp.records import Passage
 
@@ -38,6 +40,9 @@ UNRELATED = "unrelated"
 SPLITS = tuple(name.removesuffix(".json") for name in SPLIT_FILES)
 FEWER_REPORTS_ORDER = ("test", "train", "validation")  # who gets a report when there are fewer reports than splits
 SPAN_JOIN = "; "  # the span separator the factoid metric splits on (eval/qa_metrics.py)
+MAX_SPAN_OPTIONS = 30
+YEAR = re.compile(r"(?:19|20)\d\d")
+NAME = re.compile(r"\b[A-Z][\w&.-]*(?:[ ][A-Z0-9][\w&.-]*)+")  # Alpha AG, Scope 1 (a lower-case word ends a name)
 TYPES = {"factoid": "Factoid", "non_factoid": "Descriptive, non-factoid"}
 
 
@@ -75,6 +80,7 @@ class SustainableQABuilder:
     max_spans: int = 4
     max_question_chars: int = 200
     max_span_chars: int = 80
+    spans_from_passage: bool = True
     max_answer_chars: int = 600
     judge: str | None = None
     min_score: int = 3
@@ -151,16 +157,20 @@ class SustainableQABuilder:
 
     def factoids(self, passages: list[Passage], generator: StructuredGenerator, report: BuildReport) -> list[Pair]:
         """Factoid pairs whose spans are all verbatim in their passage (stage ``verbatim`` counts the rest)."""
-        pair = _object(question=self._question(), label={"type": "string", "minLength": 1, "maxLength": 40},
-                       spans={"type": "array", "minItems": 1, "maxItems": self.max_spans, "items": self._span()})
-        schema = _object(qa_pairs={"type": "array", "minItems": 1, "maxItems": self.factoid_per_passage, "items": pair})
-        asks = [Ask(p.id, self._prompt("factoid", p, n=self.factoid_per_passage), schema) for p in passages]
+        if not self.factoid_per_passage:
+            return []
+        def schema(passage: Passage) -> dict:
+            label = {"label": {"type": "string", "minLength": 1, "maxLength": 40}} if self.max_spans > 1 else {}
+            pair = _object(question=self._question(), **label, spans=self._spans(passage.text))
+            return _object(qa_pairs={"type": "array", "minItems": 1, "maxItems": self.factoid_per_passage, "items": pair})
+
+        asks = [Ask(p.id, self._prompt("factoid", p, n=self.factoid_per_passage), schema(p)) for p in passages]
         answers = _tolerant(generator, "factoid", asks, report.stage("factoid"))
         by_id, counts, pairs = {p.id: p for p in passages}, report.stage("verbatim"), []
         for passage_id, answer in answers.items():
             for number, raw in enumerate(answer["qa_pairs"]):
                 spans = tuple(dict.fromkeys(s.strip() for s in raw["spans"]))
-                label = raw["label"].strip() if len(spans) > 1 else "Individual"
+                label = raw["label"].strip() if len(spans) > 1 else "Individual"  # a group of one is not labelled
                 candidate = Pair(f"{passage_id}/f{number}", passage_id, "factoid", raw["question"].strip(),
                                  SPAN_JOIN.join(spans), by_id[passage_id].text, spans, label)
                 counts.n_in += 1
@@ -174,6 +184,8 @@ class SustainableQABuilder:
         return pairs
 
     def nonfactoids(self, passages: list[Passage], generator: StructuredGenerator, counts: StageCounts) -> list[Pair]:
+        if not self.nonfactoid_per_passage:
+            return []
         asks = [Ask(p.id, self._prompt("nonfactoid", p, n=self.nonfactoid_per_passage), self._free_pairs(self.nonfactoid_per_passage))
                 for p in passages]
         answers = _tolerant(generator, "nonfactoid", asks, counts)
@@ -182,7 +194,9 @@ class SustainableQABuilder:
                 for pid, answer in answers.items() for k, raw in enumerate(answer["qa_pairs"])]
 
     def table_passages(self, tables: list[Passage], generator: StructuredGenerator, counts: StageCounts) -> dict[str, dict]:
-        """Each table's caption and plain-text passage, by table passage id."""
+        """Each table's caption and plain-text passage, by table passage id (none when no table QA is asked for)."""
+        if not self.table_per_passage:
+            return {}
         schema = _object(caption={"type": "string", "minLength": 1, "maxLength": 150},
                          passage={"type": "string", "minLength": 20, "maxLength": self.max_passage_chars})
         answers = _tolerant(generator, "table_passage", [Ask(t.id, self._prompt("table_passage", t), schema) for t in tables], counts)
@@ -277,11 +291,11 @@ class SustainableQABuilder:
 
     def _repair_ask(self, pair: Pair, passage: Passage, problem: str) -> Ask:
         if pair.qtype == "factoid":
-            schema = _object(question=self._question(), spans={"type": "array", "minItems": 1, "maxItems": self.max_spans, "items": self._span()})
+            schema = _object(question=self._question(), spans=self._spans(pair.context))
             rule = self.prompts["factoid_rule"]
         else:
             schema = _object(question=self._question(), answer=self._answer())
-            rule = ""
+            rule = self.prompts["free_rule"]
         shown = replace(passage, text=pair.context)
         return Ask(pair.id, self._prompt("repair", shown, question=pair.question, answer=pair.answer, problem=problem,
                                          answer_rule=rule), schema)
@@ -293,8 +307,13 @@ class SustainableQABuilder:
     def _question(self) -> dict:
         return {"type": "string", "minLength": 10, "maxLength": self.max_question_chars}
 
-    def _span(self) -> dict:
-        return {"type": "string", "minLength": 1, "maxLength": self.max_span_chars}
+    def _spans(self, text: str) -> dict:
+        """1 to ``max_spans`` strings; with ``spans_from_passage`` each one of the passage's span candidates."""
+        span: dict = {"type": "string", "minLength": 1, "maxLength": self.max_span_chars}
+        options = span_candidates(text, self.max_span_chars) if self.spans_from_passage else []
+        if options:
+            span = {"type": "string", "enum": options[:MAX_SPAN_OPTIONS]}
+        return {"type": "array", "minItems": 1, "maxItems": self.max_spans, "items": span}
 
     def _answer(self) -> dict:
         return {"type": "string", "minLength": 1, "maxLength": self.max_answer_chars}
@@ -324,6 +343,14 @@ def span_problem(spans: tuple[str, ...], passage: str) -> tuple[str, str] | None
         if wanted not in text:
             return "span_not_in_passage", f"span {wanted[:80]!r} is not in the passage"
     return None
+
+
+def span_candidates(text: str, max_chars: int) -> list[str]:
+    """The passage's verbatim figures with a unit, years and capitalised names of two or more words, in order."""
+    found = [q.raw for q in find_quantities(text) if q.unit is not None or YEAR.fullmatch(q.raw)]
+    found += [m.group(0) for m in NAME.finditer(text)]
+    found.sort(key=lambda span: text.find(span))
+    return list(dict.fromkeys(span for span in found if span in text and len(span) <= max_chars))
 
 
 def table_context(text: dict) -> str:
