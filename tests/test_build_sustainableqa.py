@@ -16,7 +16,7 @@ from esgexp.backends.base import Backend, Response
 from esgexp.build.context import BuildContext
 from esgexp.build.generate import StructuredGenerator
 from esgexp.build.report import BuildReport
-from esgexp.build.sustainableqa import assign_splits, span_problem, split_sizes
+from esgexp.build.sustainableqa import assign_splits, span_candidates, span_problem, split_sizes
 from esgexp.config import CONF_DIR
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import SustainableQA
@@ -97,7 +97,8 @@ class Scripted(Backend):
 
 def builder(**overrides):
     node = OmegaConf.load(CONF_DIR / "builder" / "sustainableqa.yaml")
-    return instantiate(OmegaConf.merge(node, {"min_chars": 20, "nonfactoid_per_passage": 3, **overrides}), _convert_="all")
+    settings = {"min_chars": 20, "nonfactoid_per_passage": 3, "spans_from_passage": False, **overrides}  # free spans: the check decides
+    return instantiate(OmegaConf.merge(node, settings), _convert_="all")
 
 
 def scripted_build(tmp_path: Path, backend: Scripted, judge_backend: Scripted | None = None, **overrides):
@@ -188,6 +189,14 @@ def test_span_check_normalises_like_ingestion_and_names_the_missing_span():
     assert span_problem(("solar", "  "), ALPHA) == ("empty_span", "a span is empty")
 
 
+def test_span_choices_are_the_passages_figures_years_and_names():
+    text = "Scope 1 emissions of Alpha AG were 1,772 tCO2e in 2023, with 4,200 staff. EUR 40m went to Science Based Targets work."
+    assert span_candidates(text, 80) == ["Scope 1", "Alpha AG", "1,772 tCO2e", "2023", "EUR 40m", "Science Based Targets"]
+    assert span_candidates(text, 8) == ["Scope 1", "Alpha AG", "2023", "EUR 40m"]
+    spans = builder(spans_from_passage=True)._spans(text)
+    assert spans["items"] == {"type": "string", "enum": span_candidates(text, 80)} and spans["maxItems"] == 4
+
+
 @pytest.mark.parametrize("n, sizes", [
     (10, (8, 1, 1)), (3, (1, 1, 1)), (4, (2, 1, 1)), (2, (1, 0, 1)), (1, (0, 0, 1)), (0, (0, 0, 0)), (61, (49, 6, 6)),
 ])
@@ -204,3 +213,71 @@ def test_reports_are_split_by_seed_and_never_shared():
     assert split_of == assign_splits(list(reversed(reports)), {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=42)
     assert split_of != assign_splits(reports, {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=7)
     assert not re.search("validation", json.dumps(assign_splits(reports, {"train": 0.5, "validation": 0, "test": 0.5}, seed=1)))
+
+
+# ---- the real default model ------------------------------------------------------------------------
+
+REPORT = [["Scope 1 emissions of Alpha AG were 1,772 tCO2e in 2023.", "Alpha AG buys electricity from solar and wind plants."]]
+
+
+def build_cfg(root: Path, corpus: Path, *overrides: str):
+    """A small build: one passage, one factoid pair, no other kinds; the judge keeps every pair it can score."""
+    from hydra import compose, initialize_config_dir
+
+    base = [f"paths.root_dir={root}", f"paths.request_cache={root}/requests.sqlite", f"out={root}/built", "progress=false",
+            "trainer.progress_bar=false", "builder=sustainableqa", f"corpus={corpus}", "builder.max_new_tokens=64",
+            "builder.factoid_per_passage=1", "builder.nonfactoid_per_passage=0", "builder.table_per_passage=0",
+            "builder.max_spans=1", "builder.max_question_chars=60", "builder.min_score=1"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("build", overrides=[*base, *overrides])
+
+
+def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_nothing(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from pdf_factory import write_pdf
+
+    from esgexp.build.run import run_build
+    from esgexp.data.chunking import CharChunker
+    from esgexp.data.corpus import ingest
+    from esgexp.run import run_job
+
+    write_pdf(tmp_path / "pdfs" / "alpha.pdf", REPORT)
+    ingest(tmp_path / "pdfs", tmp_path / "corpus", CharChunker(min_chars=5, max_chars=400), progress=False)
+    dataset = run_build(build_cfg(tmp_path, tmp_path / "corpus"))
+    out = tmp_path / "built"
+    assert dataset == out / "sustainableqa"
+    report = json.loads((out / "build_report.json").read_text())
+    stages = report["stages"]
+    assert stages["candidates"] == {"n_in": 1, "n_out": 1, "n_repaired": 0, "n_discarded": 0, "discarded": {}}
+    for name in ("factoid", "verbatim", "judge", "repair", "dedupe"):
+        assert stages[name]["n_in"] == stages[name]["n_out"] + stages[name]["n_discarded"], name
+    assert stages["dedupe"]["n_in"] == stages["judge"]["n_out"] + stages["repair"]["n_out"]
+    assert stages["nonfactoid"]["n_in"] == stages["table_passage"]["n_in"] == 0
+
+    # one report: all of it in test; the items are schema-valid and their spans verbatim
+    assert json.loads((dataset / "splits.json").read_text()) == {"alpha": "test"}
+    chunks = json.loads((dataset / "test.json").read_text())["all_chunks_qas"]
+    assert json.loads((dataset / "train.json").read_text()) == {"all_chunks_qas": [], "all_table_qas": []}
+    loaded = SustainableQA(name="built", path=str(dataset), qtypes=["factoid"]).load()
+    assert len(loaded.items) == report["n_items"] == stages["dedupe"]["n_out"] >= 1 and not loaded.skipped
+    for chunk in chunks:
+        assert chunk["metadata"]["classification"] in ("EU Taxonomy", "ESG", "Sustainability")
+        for pair in chunk["qa_pairs_factoid"]["qa_pairs"]:
+            assert pair["answer"] in chunk["metadata"]["paragraph"] and pair["type"] == "Factoid"
+    card = json.loads((out / "provenance.json").read_text())
+    assert card["builder"]["name"] == "sustainableqa" and card["n_items"] == report["n_items"]
+
+    # the same build again into the same folder: every answer from the request cache, the same files
+    before = {name: (dataset / name).read_text() for name in ("train.json", "validation.json", "test.json")}
+    run_build(build_cfg(tmp_path, tmp_path / "corpus", "resume=true"))
+    again = json.loads((out / "build_report.json").read_text())
+    assert again["requests"]["n_requests"] == 0 and again["stages"] == stages
+    assert before == {name: (dataset / name).read_text() for name in before}
+
+    # evaluated with no conversion step
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}/eval", "trainer.progress_bar=false",
+                                           f"paths.request_cache={tmp_path}/requests.sqlite", "experiment=sustainableqa_factoid",
+                                           f"dataset.path={dataset}", "scoring.max_new_tokens=8"])
+    metrics = run_job(cfg)
+    assert metrics["n_items"] == len(loaded.items) and 0 <= metrics["factoid/f1"] <= 1
