@@ -10,6 +10,10 @@ the judge model; both at least ``min_score`` keeps a pair), ``repair`` (a failin
 span-checked again for a factoid, judged again: kept or discarded with its reason) and ``dedupe`` (one
 question per passage and wording). The reports are split into train/validation/test with the build's
 ``seed``, no report in two splits.
+
+Beyond the published fields, a chunk's ``metadata`` keeps ``passage_id`` and ``page_end`` (pages are the
+corpus's 1-based pages), a table's keeps ``passage_id`` and ``table_markdown``, and every QA pair says
+whether it was ``repaired``; a multi-span answer is its spans joined by ``"; "``.
 """
 
 from __future__ import annotations
