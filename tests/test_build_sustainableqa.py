@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -16,7 +17,7 @@ from esgexp.backends.base import Backend, Response
 from esgexp.build.context import BuildContext
 from esgexp.build.generate import StructuredGenerator
 from esgexp.build.report import BuildReport
-from esgexp.build.sustainableqa import assign_splits, span_candidates, span_problem, split_sizes
+from esgexp.build.sustainableqa import SustainableQABuilder, assign_splits, span_candidates, span_problem, split_sizes
 from esgexp.config import CONF_DIR
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import SustainableQA
@@ -176,10 +177,16 @@ def test_a_judge_model_of_its_own_answers_every_judge_request(tmp_path):
     assert report["n_items"] == 4
     assert not any(p.startswith("You check") for p in main.prompts)
     assert sum(p.startswith("You check") for p in judge.prompts) == 6 + 1  # every pair, then the one repaired pair
-    with pytest.raises(UserError, match=r"builder.judge: no model config 'nope' \(conf/model/nope.yaml\); known: .*smollm2-135m"):
-        scripted_build(tmp_path, Scripted(), judge="nope")
-    with pytest.raises(UserError, match=r"builder.splits: give a share .* train, validation, test"):
-        scripted_build(tmp_path, Scripted(), splits={"dev": 0.2})
+
+
+def test_bad_settings_are_named_when_the_builder_is_made():
+    """Hydra's instantiate wraps the UserError; the CLI prints it as one line."""
+    with pytest.raises(InstantiationException, match=r"builder.judge: no model config 'nope' \(conf/model/nope.yaml\); known: .*smollm2-135m"):
+        builder(judge="nope")
+    with pytest.raises(InstantiationException, match=r"builder.splits: give a share .* train, validation, test"):
+        builder(splits={"dev": 0.2})
+    with pytest.raises(UserError, match=r"builder.splits: .*got \{'train': 0, 'validation': 0, 'test': 0\}"):
+        SustainableQABuilder(name="s", prompts={}, categories=[], splits={"train": 0, "validation": 0, "test": 0})
 
 
 def test_span_check_normalises_like_ingestion_and_names_the_missing_span():

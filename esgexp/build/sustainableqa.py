@@ -89,10 +89,19 @@ class SustainableQABuilder:
     judge: str | None = None
     min_score: int = 3
 
+    def __post_init__(self):
+        """Bad settings are named when the builder is made, before any model loads or run opens."""
+        if set(self.splits) != set(SPLITS) or any(not isinstance(v, (int, float)) or v < 0 for v in self.splits.values()) \
+                or not sum(self.splits.values()):
+            raise UserError(f"builder.splits: give a share of 0 or more for each of {', '.join(SPLITS)} "
+                            f"(not all 0), got {dict(self.splits)}")
+        if self.judge is not None and not (CONF_DIR / "model" / f"{self.judge}.yaml").is_file():
+            known = ", ".join(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
+            raise UserError(f"builder.judge: no model config {self.judge!r} (conf/model/{self.judge}.yaml); known: {known}")
+
     def build(self, corpus: Corpus, context: BuildContext) -> Path:
         """Write ``train.json``, ``validation.json``, ``test.json`` and ``splits.json`` (report -> split) in
         ``<out>/sustainableqa``; returns that folder (``dataset.path``)."""
-        self._check_splits()
         generator, report = context.generator, context.report
         judge = self.judge_generator(context)
         passages = self.candidates(corpus.passages, report.stage("candidates"))
@@ -120,17 +129,8 @@ class SustainableQABuilder:
         """The build's own generator (``judge: null``), or one on the judge model's backend."""
         if self.judge is None:
             return context.generator
-        if not (CONF_DIR / "model" / f"{self.judge}.yaml").is_file():
-            known = ", ".join(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
-            raise UserError(f"builder.judge: no model config {self.judge!r} (conf/model/{self.judge}.yaml); known: {known}")
         own = context.generator
         return StructuredGenerator(context.solver(self.judge), self.max_new_tokens, own.rejected_file, own.progress)
-
-    def _check_splits(self) -> None:
-        if set(self.splits) != set(SPLITS) or any(not isinstance(v, (int, float)) or v < 0 for v in self.splits.values()) \
-                or not sum(self.splits.values()):
-            raise UserError(f"builder.splits: give a share of 0 or more for each of {', '.join(SPLITS)} "
-                            f"(not all 0), got {dict(self.splits)}")
 
     # ---- stages -------------------------------------------------------------------------------------
 
