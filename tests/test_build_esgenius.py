@@ -76,7 +76,7 @@ def test_esgenius_build_with_a_solver_then_a_review_evaluates(tmp_path):
 
     corpus = make_corpus(tmp_path / "report")
     settings = ("builder=esgenius", f"corpus={corpus}", "builder.min_chars=40", "builder.solvers=[smollm2-135m]",
-                "builder.max_new_tokens=80", "builder.max_question_chars=60", "builder.max_option_chars=16")
+                "builder.max_new_tokens=160", "builder.max_question_chars=60", "builder.max_option_chars=16")
     dataset = run_build(build_cfg(tmp_path, *settings))
     out = tmp_path / "built"
     report = json.loads((out / "build_report.json").read_text())

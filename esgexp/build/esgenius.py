@@ -38,6 +38,9 @@ COLUMNS = ("query_id", "new_id", "query", "answer", "A", "B", "C", "D", "Z", "re
 REVIEW_COLUMNS = ("query_id", "decision", "query", "correct", "distractor_1", "distractor_2", "distractor_3",
                   "solver_answers", "flag", "ref_doc", "ref_page", "source_text")
 DECISIONS = ("keep", "edit", "drop")
+# Three named properties rather than an array: each distractor is written after its own key, which keeps
+# a small model from repeating the one before.
+DISTRACTORS = ("distractor_1", "distractor_2", "distractor_3")
 
 
 @dataclass
@@ -110,11 +113,8 @@ class ESGeniusBuilder:
 
     def ask(self, passage: Passage, prompt: str, ask_id: str | None = None) -> Ask:
         option = {"type": "string", "minLength": 1, "maxLength": self.max_option_chars}
-        properties = {
-            "question": {"type": "string", "minLength": 10, "maxLength": self.max_question_chars},
-            "correct": option,
-            "distractors": {"type": "array", "items": option, "minItems": 3, "maxItems": 3},
-        }
+        properties = {"question": {"type": "string", "minLength": 10, "maxLength": self.max_question_chars}, "correct": option,
+                      **{key: option for key in DISTRACTORS}}
         schema = {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
         return Ask(ask_id or passage.id, prompt, schema)
 
@@ -165,14 +165,14 @@ class ESGeniusBuilder:
 
 def repeated_option(answer: dict) -> tuple[str, str] | None:
     """The generate check: the correct option and the three distractors must differ (case and outer spaces aside)."""
-    options = [answer["correct"], *answer["distractors"]]
+    options = [answer["correct"], *(answer[key] for key in DISTRACTORS)]
     if len({o.strip().lower() for o in options}) < 4:
         return "repeated_option", "the correct option and the three distractors must all differ"
     return None
 
 
 def question_of(item_id: str, passage: Passage, answer: dict) -> Question:
-    return Question(item_id, passage, answer["question"].strip(), answer["correct"].strip(), [d.strip() for d in answer["distractors"]])
+    return Question(item_id, passage, answer["question"].strip(), answer["correct"].strip(), [answer[key].strip() for key in DISTRACTORS])
 
 
 def shuffled(question: Question, key: str) -> tuple[dict[str, str], str]:
