@@ -8,7 +8,7 @@ chunker into a temporary folder). Each build runs through ``esgexp.build.run.run
 the first ``--candidates`` candidates. Throughput: candidates / build seconds (model load included
 for hf) and built items / build seconds. Prints a table, writes benchmarks/build.json (--json PATH).
 
-    .venv/bin/python benchmarks/build.py [--candidates 6] [--builders esgbench,esgenius] [--no-server]
+    .venv/bin/python benchmarks/build.py [--candidates 6] [--builders esgbench,esgenius,sustainableqa] [--no-server]
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: li
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidates", type=int, default=6)
-    parser.add_argument("--builders", default="esgbench,esgenius")
+    parser.add_argument("--builders", default="esgbench,esgenius,sustainableqa")
     parser.add_argument("--no-server", action="store_true", help="skip the llama.cpp server runs")
     parser.add_argument("--json", default=str(DEFAULT_JSON))
     args = parser.parse_args(argv)
