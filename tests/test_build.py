@@ -13,7 +13,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from esgexp.build.run import run_build
-from esgexp.build.schema import schema_problems
 from esgexp.build.verify import PageTexts, verify_pair
 from esgexp.config import CONF_DIR
 from esgexp.data.chunking import CharChunker
