@@ -77,6 +77,9 @@ def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
     digest = data_sha256(cfg.dataset.get("path"))
     if digest:
         tags["data_sha256"] = digest
+    built = data_provenance(cfg.dataset.get("path"))
+    if built:
+        tags["data_provenance"] = built
     tags.update({k: str(v) for k, v in extra.items() if v is not None})
     return tags
 
@@ -117,6 +120,24 @@ def data_sha256(path: str | None) -> str | None:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def data_provenance(path: str | None) -> str | None:
+    """One line from the ``provenance.json`` that ``python -m esgexp.build`` wrote beside the dataset at
+    ``path`` (builder, corpus hash, model, backend, date, commit); None for a dataset it did not build."""
+    if not path:
+        return None
+    card = Path(path).resolve().parent / "provenance.json"
+    try:
+        built = json.loads(card.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(built, dict) or built.get("dataset") != str(Path(path).resolve()):
+        return None
+    corpus = built.get("corpus") or {}
+    return (f"built by esgexp.build builder={(built.get('builder') or {}).get('name')} from corpus "
+            f"{str(corpus.get('corpus_hash', ''))[:16]} ({corpus.get('path')}) with model {built.get('model')} on "
+            f"backend {built.get('backend')}, {built.get('created')}, git {str(built.get('git_commit', ''))[:12]}")
 
 
 def save_inputs(cfg: DictConfig, output_dir: Path, skipped: list[str]) -> None:

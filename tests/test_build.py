@@ -93,6 +93,12 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
                                            f"dataset.path={dataset}", "strategy=zero_context", "scoring.max_new_tokens=8"])
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows)
+    # the evaluation run names where its data came from (the leaderboard's reproducibility card shows it)
+    from esgexp.jobs import job_tags
+
+    built = job_tags(cfg, tmp_path / "eval")["data_provenance"]
+    assert built.startswith("built by esgexp.build builder=esgbench from corpus " + card["corpus"]["corpus_hash"][:16])
+    assert "with model smollm2-135m on backend hf" in built
 
 
 def test_bad_input_is_named_before_any_model_loads(corpus_dir, tmp_path):

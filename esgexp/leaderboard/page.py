@@ -131,6 +131,7 @@ def card(run: Run) -> str:
         ("run folder", run.tags.get("run_dir", "")),
         ("dataset", f"{run.tags.get('dataset', '')} · {run.param('dataset.path') or run.param('dataset.hf_id') or ''}"),
         ("data file sha256", run.tags.get("data_sha256", "not recorded")),
+        ("data provenance", run.tags.get("data_provenance", "not built by esgexp.build")),
         ("git commit", run.tags.get("git_commit", "")),
         ("package versions", run.tags.get("versions", "not recorded")),
         ("config hash", run.tags.get("config_hash", "")),
