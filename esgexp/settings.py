@@ -252,6 +252,8 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "backend.gpu_memory_utilization": Number(0, 1, above=True),
     "backend.max_model_len": Integer(1, optional=True),
     "backend.max_logprobs": Integer(1),
+    # how a request's JSON Schema is sent: OpenAI's form (also vLLM serve, llama.cpp's llama-server), or the
+    # {"type": "json_object", "schema": ...} form that llama-cpp-python's server (0.3.x) reads
     "backend.response_format": Choice(("json_schema", "json_object")),
 }
 

@@ -35,10 +35,6 @@ from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
 
-# How a request's JSON Schema is sent: OpenAI's (also vLLM serve, llama.cpp's llama-server), or the
-# {"type": "json_object", "schema": ...} form that llama-cpp-python's server (0.3.x) reads.
-RESPONSE_FORMATS = ("json_schema", "json_object")
-
 
 class RetryableError(Exception):
     """A failure worth another try (429, 5xx, timeout, dropped connection); ``wait`` is the server's Retry-After;
@@ -74,8 +70,6 @@ class OpenAIBackend(Backend):
                  api_key_env: str | None = None, max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 5,
                  backoff_s: float = 1.0, top_logprobs: int = 20, progress_bar: bool = True, connect_timeout_s: float = 5.0,
                  response_format: str = "json_schema"):
-        if response_format not in RESPONSE_FORMATS:
-            raise UserError(f"backend.response_format must be one of {', '.join(RESPONSE_FORMATS)}, got {response_format!r}")
         self.response_format = response_format
         if model_cfg.get("adapter"):
             raise UserError("model.adapter needs backend=hf or backend=vllm: an API server serves its own weights")
