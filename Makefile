@@ -50,7 +50,7 @@ run: install
 # Tests in parallel processes (one per core, at most 4): the suite is half CLI subprocesses and servers.
 # One torch/OpenMP thread per process: with a process per core, more threads only contend.
 test: install
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal --durations=15
 
 # lm-evaluation-harness is only for the throughput comparison, not a dependency of esgexp.
 bench: install
