@@ -295,6 +295,7 @@ def main(argv: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
     from esgexp.config import CONF_DIR
+    from esgexp.settings import check_settings
 
     if {"-h", "--help"} & set(argv):
         print(__doc__)
@@ -302,6 +303,7 @@ def main(argv: list[str]) -> None:
     refs, overrides = split_arguments(argv)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("compare", overrides=overrides)
+    check_settings(cfg)
     settings = StatsSettings.from_node(cfg.stats)
     if not all(Path(ref).is_dir() for ref in refs):  # a run id is read from the store: one that is down fails in seconds
         from esgexp.tracking import check_tracking

@@ -229,9 +229,9 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "train.val_generate_items": Integer(0),
     "train.val_max_new_tokens": Integer(1),
     "train.early_stopping_patience": Integer(1, optional=True),
-    "stats.bootstrap": Integer(1),
+    "stats.bootstrap": Integer(100),  # fewer resamples leave a percentile interval's ends to chance
     "stats.seed": Integer(0, 2**32 - 1),
-    "stats.confidence": Number(0, 1, above=True, below=True),
+    "stats.confidence": Number(0.5, 1, below=True),
     "tracking.offline": Flag(),
     "tracking.connect_timeout_s": Number(0, above=True),
     "tracking.http_timeout_s": Integer(1),

@@ -32,17 +32,12 @@ _CHUNK = 100
 
 @dataclass(frozen=True)
 class StatsSettings:
-    """How intervals are computed: ``bootstrap`` resamples, their ``seed``, the ``confidence`` level."""
+    """How intervals are computed: ``bootstrap`` resamples, their ``seed``, the ``confidence`` level
+    (checked with every setting, esgexp/settings.py)."""
 
     bootstrap: int = 1000
     seed: int = 0
     confidence: float = 0.95
-
-    def __post_init__(self):
-        if not isinstance(self.bootstrap, int) or self.bootstrap < 100:
-            raise UserError(f"stats.bootstrap must be a whole number of resamples >= 100, got {self.bootstrap!r}")
-        if not 0.5 <= self.confidence < 1:
-            raise UserError(f"stats.confidence must be in [0.5, 1), got {self.confidence!r}")
 
     @classmethod
     def from_node(cls, node) -> StatsSettings:

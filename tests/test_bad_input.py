@@ -119,7 +119,7 @@ def test_every_shipped_experiment_and_model_passes_the_settings_check(make_cfg):
     (("model.generation.max_new_tokens=-3",), "model.generation.max_new_tokens must be an integer >= 1, got -3"),
     (("trainer.batch_size=0",), "trainer.batch_size must be an integer >= 1, got 0"),
     (("resume=yes",), "resume must be true or false, got 'yes'"),
-    (("stats.confidence=1",), "stats.confidence must be a number > 0 and < 1, got 1"),
+    (("stats.confidence=1",), "stats.confidence must be a number >= 0.5 and < 1, got 1"),
     (("retriever.k1=abc",), "retriever.k1 must be a number >= 0, got 'abc'"),
     (("retriever.stopwords=french",), "retriever.stopwords must be one of english or null, got 'french'"),
     (("retriever=hybrid", "retriever.dense.backend=annoy"), "retriever.dense.backend must be one of numpy, faiss, got 'annoy'"),

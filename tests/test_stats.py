@@ -165,11 +165,11 @@ def test_holm_adjusts_in_input_order():
     assert adjusted[0] == pytest.approx(0.01) and math.isnan(adjusted[1])
 
 
-def test_settings_are_checked():
-    with pytest.raises(UserError, match="stats.bootstrap"):
-        StatsSettings(bootstrap=10)
-    with pytest.raises(UserError, match="stats.confidence"):
-        StatsSettings(confidence=95)
+def test_settings_are_checked_by_the_compare_command_too(tmp_path):
+    from esgexp.compare import main
+
+    with pytest.raises(UserError, match=r"stats.bootstrap must be an integer >= 100, got 10; stats.confidence must be a number >= 0.5 and < 1, got 95"):
+        main([str(tmp_path), str(tmp_path), "stats.bootstrap=10", "stats.confidence=95"])
 
 
 def test_item_cluster_by_passage_or_field():
