@@ -32,7 +32,7 @@ def check_config(cfg: DictConfig) -> Path:
     if missing:
         raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
     check_settings(cfg)
-    tracking.check_tracking(cfg.tracking)
+    tracking.check_tracking(cfg.tracking, offline_hint=True)
     return Path(cfg.paths.output_dir)
 
 

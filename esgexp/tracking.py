@@ -73,11 +73,11 @@ def unreachable(uri: str, timeout_s: float) -> str | None:
         return getattr(reason, "strerror", None) or str(reason)
 
 
-def check_tracking(tracking_cfg: DictConfig) -> None:
+def check_tracking(tracking_cfg: DictConfig, offline_hint: bool = False) -> None:
     """Before a job (or a sync) does any work: set mlflow's HTTP timeout and retries from ``tracking.http_*``
     (for every request this process makes, e.g. reading an adapter's run) and refuse, naming the URI and
-    the ways out, a tracking server that does not answer within ``tracking.connect_timeout_s``; with
-    ``tracking.offline=true`` the server is not asked."""
+    the ways out (``offline_hint``, for a job: also running offline), a tracking server that does not answer
+    within ``tracking.connect_timeout_s``; with ``tracking.offline=true`` the server is not asked."""
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(tracking_cfg.http_timeout_s))
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(tracking_cfg.http_max_retries))
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = str(HTTP_BACKOFF_FACTOR)
@@ -88,8 +88,8 @@ def check_tracking(tracking_cfg: DictConfig) -> None:
     if reason:
         raise UserError(
             f"tracking.uri={uri}: the MLflow tracking server does not answer ({reason}; waited up to "
-            f"tracking.connect_timeout_s={tracking_cfg.connect_timeout_s} s). Start the server or fix tracking.uri, "
-            "or run with tracking.offline=true and log the run folder later: python -m esgexp.sync RUN_DIR"
+            f"tracking.connect_timeout_s={tracking_cfg.connect_timeout_s} s). Start the server or fix tracking.uri"
+            + (", or run with tracking.offline=true and log the run folder later: python -m esgexp.sync RUN_DIR" if offline_hint else "")
         )
 
 

@@ -190,6 +190,7 @@ def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, c
     command = [sys.executable, "-m", "esgexp.compare", str(tmp_path / "bm25"), "0123abcd", "tracking.uri=http://127.0.0.1:9"]
     done = subprocess.run(command, cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("tracking.uri=http://127.0.0.1:9") == 1
+    assert "tracking.offline" not in done.stderr  # reading runs: running offline is no way out
     assert "Traceback" not in done.stderr
 
 
