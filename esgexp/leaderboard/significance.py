@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from esgexp.errors import UserError
 from esgexp.leaderboard.store import Run
 from esgexp.leaderboard.table import signed_value
-
 
 
 @dataclass(frozen=True)
@@ -24,9 +22,10 @@ class Mark:
 
 
 def run_ref(run: Run) -> str:
-    """What esgexp.compare.load_run reads: the run folder when it is still there, else the MLflow run id."""
-    run_dir = run.tags.get("run_dir")
-    return run_dir if run_dir and Path(run_dir).is_dir() else run.run_id
+    """What esgexp.compare.load_run reads: the run folder, or the folder of the run's files downloaded for
+    the page (fetched once); the MLflow run id when a file is missing (load_run then names it)."""
+    folder = run.folder()
+    return str(folder) if folder else run.run_id
 
 
 def group_marks(group: list[Run], alpha: float = 0.05) -> dict[str, Mark]:

@@ -26,6 +26,7 @@ class Run:
     start_time: int = 0
     download_dir: Path | None = None  # where artifacts go when the run folder is gone (default: a new temp folder)
     files: dict[str, Path | None] = field(default_factory=dict, repr=False)
+    downloads: Path | None = field(default=None, repr=False)
 
     def param(self, key: str) -> str | None:
         """The param as logged, or None when missing or logged as None/null."""
@@ -38,6 +39,23 @@ class Run:
         if name not in self.files:
             self.files[name] = locate_file(self, name)
         return self.files[name]
+
+    def folder(self) -> Path | None:
+        """The run folder while it is there, else the folder its downloaded files share, holding what
+        ``esgexp.compare`` reads (config.yaml, metrics.json, the per-item file: each fetched once, also for
+        the page); None when one of those is missing."""
+        run_dir = self.tags.get("run_dir")
+        if run_dir and Path(run_dir).is_dir():
+            return Path(run_dir)
+        per_item = "rankings.jsonl" if self.tags.get("task") == "retrieval" else "predictions.jsonl"
+        paths = [self.file(name) for name in ("config.yaml", "metrics.json", per_item)]
+        return paths[0].parent if all(paths) else None
+
+    def download_target(self) -> Path:
+        """Where this run's artifacts go: ``download_dir/<run id>``, else one temporary folder for the run."""
+        if self.downloads is None:
+            self.downloads = self.download_dir / self.run_id if self.download_dir else Path(tempfile.mkdtemp(prefix="esgexp-run-"))
+        return self.downloads
 
     def json_lines(self, name: str) -> list[dict]:
         path = self.file(name)
@@ -55,7 +73,7 @@ def locate_file(run: Run, name: str) -> Path | None:
     import mlflow
 
     try:
-        target = run.download_dir / run.run_id if run.download_dir else Path(tempfile.mkdtemp())
+        target = run.download_target()
         target.mkdir(parents=True, exist_ok=True)
         return Path(mlflow.artifacts.download_artifacts(run_id=run.run_id, artifact_path=name, dst_path=str(target)))
     except Exception as error:  # not logged, or the artifact store is gone
