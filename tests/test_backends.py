@@ -108,11 +108,11 @@ def test_hf_backend_builds_the_scorer_each_request_asks_for(tiny_model_dir, tmp_
     shared = "You are an expert in ESG. Answer with one letter.\n\n"
     prompts = [shared + p for p in (PROMPT, "Question: SDG 13?\nAnswer:")]
     tokens = backend.tokenizer(prompts)["input_ids"]
-    logprob = backend.scorer(LetterRequest("a", prompts[0]), prompts, tokens)
+    logprob = backend.scorer([LetterRequest("a", prompts[0])], prompts, tokens)
     assert isinstance(logprob, LogprobScorer) and logprob.prefix_ids == common_prefix(tokens) and list(logprob.letter_ids) == list("ABCD")
-    plain = tiny_backend(tiny_model_dir, tmp_path, prefix_cache=False).scorer(LetterRequest("a", prompts[0], letters=tuple("ABCDZ")), prompts, tokens)
+    plain = tiny_backend(tiny_model_dir, tmp_path, prefix_cache=False).scorer([LetterRequest("a", prompts[0], letters=tuple("ABCDZ"))], prompts, tokens)
     assert plain.prefix_ids == [] and list(plain.letter_ids) == list("ABCDZ")
-    generate = backend.scorer(GenerationRequest("a", prompts[0], max_new_tokens=7, stop=("\n",)), prompts, tokens)
+    generate = backend.scorer([GenerationRequest("a", prompts[0], max_new_tokens=7, stop=("\n",))], prompts, tokens)
     assert isinstance(generate, GenerateScorer) and (generate.max_new_tokens, generate.stop) == (7, ("\n",))
 
 

@@ -83,7 +83,7 @@ class FlakyScorer:
     def __init__(self, limit):
         self.limit, self.sizes = limit, []
 
-    def __call__(self, model, input_ids, attention_mask):
+    def __call__(self, model, ids, input_ids, attention_mask):
         self.sizes.append(len(input_ids))
         if len(input_ids) > self.limit:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -107,7 +107,7 @@ def test_item_that_fails_alone_is_recorded_not_dropped():
 
 
 def test_other_errors_are_not_swallowed():
-    def broken(model, input_ids, attention_mask):
+    def broken(model, ids, input_ids, attention_mask):
         raise RuntimeError("shape mismatch")
 
     with pytest.raises(RuntimeError, match="shape mismatch"):

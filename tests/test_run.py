@@ -103,11 +103,11 @@ def test_interrupted_job_keeps_finished_batches(tiny_cfg, tmp_path, monkeypatch)
     calls = []
     real_call = scoring.LogprobScorer.__call__
 
-    def interrupt_third_batch(self, model, input_ids, attention_mask):
+    def interrupt_third_batch(self, model, ids, input_ids, attention_mask):
         calls.append(len(input_ids))
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_call(self, model, input_ids, attention_mask)
+        return real_call(self, model, ids, input_ids, attention_mask)
 
     monkeypatch.setattr(scoring.LogprobScorer, "__call__", interrupt_third_batch)
     handler = signal.getsignal(signal.SIGINT)
@@ -179,7 +179,7 @@ def test_rag_for_multiple_choice_retrieves_among_all_source_passages(tiny_cfg, t
 def test_a_run_where_every_item_failed_is_kept_on_disk_but_marked_failed(tiny_cfg, tmp_path, monkeypatch):
     import torch
 
-    def out_of_memory(self, model, input_ids, attention_mask):
+    def out_of_memory(self, model, ids, input_ids, attention_mask):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr("esgexp.models.scoring.GenerateScorer.__call__", out_of_memory)

@@ -1,5 +1,5 @@
 """Structured output: a GenerationRequest's JSON Schema is part of its cache key, constrains hf decoding
-(xgrammar) and goes to a real llama.cpp server as response_format."""
+(xgrammar, each row of a batch under its own schema) and goes to a real llama.cpp server as response_format."""
 
 from __future__ import annotations
 
@@ -88,3 +88,40 @@ def test_llama_server_honours_the_schema_as_response_format(llama_server, tmp_pa
     requests = [GenerationRequest("s", PROMPT, max_new_tokens=32, json_schema=schema_text(SCHEMA))]
     text = answers(backend, requests)["s"]
     assert schema_problems(json.loads(text), SCHEMA) == []
+
+
+def pick_schema(values: list[str]) -> dict:
+    return {"type": "object", "properties": {"pick": {"type": "string", "enum": values}}, "required": ["pick"], "additionalProperties": False}
+
+
+def test_hf_backend_batches_requests_whose_schemas_differ_each_row_under_its_own(tiny_cfg, monkeypatch):
+    """One prompt, three disjoint enum schemas, one request without a schema: the three share one batch and
+    each answer is valid under its own schema (the random model's logits are the same in every row, so only
+    the row's grammar tells them apart); one at a time they are the same; the plain request runs apart, free."""
+    from esgexp.backends.hf import HFBackend
+    from esgexp.models.scoring import GenerateScorer
+
+    batches = []
+    real_call = GenerateScorer.__call__
+
+    def counted(self, model, ids, input_ids, attention_mask):
+        batches.append(sorted(ids))
+        return real_call(self, model, ids, input_ids, attention_mask)
+
+    monkeypatch.setattr(GenerateScorer, "__call__", counted)
+    cfg = tiny_cfg()
+    schemas = {f"s{i}": pick_schema(values) for i, values in enumerate([["red", "green"], ["cat", "dog"], ["north", "south"]])}
+    requests = [GenerationRequest(item_id, PROMPT, max_new_tokens=32, json_schema=schema_text(s)) for item_id, s in schemas.items()]
+    requests.append(GenerationRequest("plain", PROMPT, max_new_tokens=8))
+
+    def run(batch_size: int) -> dict[str, str]:
+        backend = HFBackend(cfg.model, RunContext(cfg.paths.cache_dir, "", 0), accelerator="cpu", batch_size=batch_size, progress_bar=False)
+        return answers(backend, requests)
+
+    batched = run(batch_size=4)
+    assert sorted(batches) == [["plain"], ["s0", "s1", "s2"]]
+    for item_id, schema in schemas.items():
+        assert schema_problems(json.loads(batched[item_id]), schema) == []
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(batched["plain"])
+    assert run(batch_size=1) == batched

@@ -3,7 +3,8 @@
 Length-sorted, left-padded batches; in logprob mode the key/value cache of the prefix all prompts
 share is computed once; a batch that runs out of memory is retried in halves (models/inference.py).
 The weights load on the first request that the cache cannot answer. A request's ``json_schema`` is
-enforced while decoding (backends/structured.py).
+enforced while decoding (backends/structured.py): requests that differ only in their schema share
+batches, each row under its own; requests without a schema run in batches of their own.
 """
 
 from __future__ import annotations
@@ -63,22 +64,25 @@ class HFBackend(LocalModelBackend):
         def settings(request: Request) -> tuple:
             if request.kind == "logprob":
                 return ("logprob", request.letters)
-            return ("generate", request.max_new_tokens, request.stop, request.json_schema)
+            return ("generate", request.max_new_tokens, request.stop, request.json_schema is not None)
 
         for key, group in groupby(sorted(requests, key=lambda r: repr(settings(r))), key=lambda r: repr(settings(r))):
             group = list(group)
             texts = [self.rendered(r) for r in group]
             data = PromptDataModule([r.id for r in group], texts, self.tokenizer, self.batch_size)
-            scorer = self.scorer(group[0], texts, [tokens for _, tokens in data.examples])
+            scorer = self.scorer(group, texts, [tokens for _, tokens in data.examples])
 
             def hand_over(results: list[dict]) -> None:
                 on_results([response_of(result) for result in results])
 
             run_inference(self.loaded_model(), scorer, data, hand_over, self.accelerator, self.progress_bar)
 
-    def scorer(self, request: Request, texts: list[str], token_ids: list[list[int]]):
+    def scorer(self, group: Sequence[Request], texts: list[str], token_ids: list[list[int]]):
+        """The scorer for ``group`` (requests with the same decoding settings), given their rendered
+        prompts ``texts`` and the prompts' ``token_ids``."""
         from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
 
+        request = group[0]
         if request.kind == "logprob":
             letters = letter_token_ids(self.tokenizer, texts[0], list(request.letters))
             return LogprobScorer(letters, common_prefix(token_ids) if self.prefix_cache else [])
@@ -86,7 +90,8 @@ class HFBackend(LocalModelBackend):
         if request.json_schema is not None:
             from esgexp.backends.structured import json_constraint
 
-            constraint = json_constraint(self.tokenizer, self.loaded_model().config.vocab_size, request.json_schema)
+            schemas = {r.id: r.json_schema for r in group}
+            constraint = json_constraint(self.tokenizer, self.loaded_model().config.vocab_size, schemas)
         return GenerateScorer(self.tokenizer, request.max_new_tokens, tuple(request.stop), constraint)
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """Structured output where decoding runs on this machine (``backend=hf``): a request's JSON Schema
 compiled by xgrammar into a grammar whose token mask is applied at every generation step, so the
-text is JSON matching the schema unless ``max_new_tokens`` cuts it short.
+text is JSON matching the schema unless ``max_new_tokens`` cuts it short. Each row of a batch has
+its own grammar, so requests with different schemas share batches.
 
 xgrammar was chosen by measurement (benchmarks/RESULTS.md): with SmolLM2-135M on this CPU it kept
 plain greedy decoding's speed and gave valid JSON for every prompt (plain decoding: none), while
@@ -10,20 +11,23 @@ No free whitespace between JSON tokens (only the ", " and ": " separators): a sm
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from esgexp.errors import UserError
 
 
-def json_constraint(tokenizer, vocab_size: int, schema: str):
-    """A factory ``constraint(batch_size) -> [logits processor]`` holding ``schema`` (JSON text) compiled
-    for ``tokenizer``; a fresh processor per batch (xgrammar's matchers are stateful)."""
-    compiled = _compiler(tokenizer, vocab_size).compile_json_schema(schema, any_whitespace=False)
+def json_constraint(tokenizer, vocab_size: int, schemas: Mapping[str, str]):
+    """A factory ``constraint(ids) -> [logits processor]`` for batches of the items in ``schemas``
+    (item id -> JSON Schema text), each distinct schema compiled once for ``tokenizer``; row i of a
+    batch follows the schema of ``ids[i]``. A fresh processor per batch (xgrammar's matchers are stateful)."""
+    compiler = _compiler(tokenizer, vocab_size)
+    compiled = {text: compiler.compile_json_schema(text, any_whitespace=False) for text in set(schemas.values())}
 
-    def constraint(batch_size: int) -> list:
+    def constraint(ids: Sequence[str]) -> list:
         from xgrammar.contrib.hf import LogitsProcessor
 
-        return [LogitsProcessor([compiled] * batch_size)]
+        return [LogitsProcessor([compiled[schemas[item_id]] for item_id in ids])]
 
     return constraint
 

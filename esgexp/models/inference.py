@@ -61,7 +61,7 @@ def is_recoverable(error: BaseException) -> bool:
 
 
 class InferenceModule(L.LightningModule):
-    """Wraps a causal LM and a scorer; a batch that runs out of memory is retried in halves."""
+    """Wraps a causal LM and a scorer (models/scoring.py); a batch that runs out of memory is retried in halves."""
 
     def __init__(self, model, scorer: Callable):
         super().__init__()
@@ -73,7 +73,7 @@ class InferenceModule(L.LightningModule):
 
     def score(self, ids, input_ids, attention_mask) -> list[dict]:
         try:
-            results = self.scorer(self.model, input_ids, attention_mask)
+            results = self.scorer(self.model, ids, input_ids, attention_mask)
         except (RuntimeError, MemoryError) as error:
             if not is_recoverable(error):
                 raise

@@ -41,7 +41,7 @@ def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
 class GenerationCheck:
     """Greedy answers to a few validation items, scored by exact match and token F1 (span rules).
 
-    ``generate`` is the evaluation's scorer: ``(model, input_ids, attention_mask) -> [{"output": text}]``."""
+    ``generate`` is the evaluation's scorer: ``(model, ids, input_ids, attention_mask) -> [{"output": text}]``."""
 
     items: GenerationSet
     generate: Callable
@@ -53,8 +53,9 @@ class GenerationCheck:
     def run(self, model, device) -> dict[str, float]:
         self.outputs = []
         for start in range(0, len(self.items.ids), self.batch_size):
-            input_ids, attention_mask = left_padded(self.items.prompts[start : start + self.batch_size], self.pad_id)
-            results = self.generate(model, input_ids.to(device), attention_mask.to(device))
+            end = start + self.batch_size
+            input_ids, attention_mask = left_padded(self.items.prompts[start:end], self.pad_id)
+            results = self.generate(model, self.items.ids[start:end], input_ids.to(device), attention_mask.to(device))
             for index, result in enumerate(results, start):
                 answer = result["output"].strip()
                 values = score_item(answer, self.items.references[index])

@@ -1,4 +1,8 @@
-"""Turn a tokenized batch of prompts into answers: greedy generation or letter log-probabilities."""
+"""Turn a tokenized batch of prompts into answers: greedy generation or letter log-probabilities.
+
+A scorer is called as ``scorer(model, ids, input_ids, attention_mask)`` (``ids``: the batch's item ids,
+row by row; ``input_ids``/``attention_mask``: the left-padded prompts) and returns one result dict per row.
+"""
 
 from __future__ import annotations
 
@@ -50,18 +54,18 @@ class StopAfterText:
 class GenerateScorer:
     """Greedy decoding; the output is the decoded text after the prompt, ending at the first of ``stop``
     that follows non-blank text (whole when none occurs). ``constraint`` (structured output) makes the
-    fresh logits processors of one batch (``constraint(batch_size)``)."""
+    fresh logits processors of one batch from its item ids (``constraint(ids) -> [processor]``)."""
 
     tokenizer: object
     max_new_tokens: int
     stop: tuple[str, ...] = ()
     constraint: object = None
 
-    def __call__(self, model, input_ids, attention_mask) -> list[dict]:
+    def __call__(self, model, ids, input_ids, attention_mask) -> list[dict]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         criteria = StoppingCriteriaList([StopAfterText(self.tokenizer, self.stop, input_ids.shape[1])]) if self.stop else None
-        processors = LogitsProcessorList(self.constraint(input_ids.shape[0])) if self.constraint else None
+        processors = LogitsProcessorList(self.constraint(ids)) if self.constraint else None
         generated = model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -107,7 +111,7 @@ class LogprobScorer:
     prefix_ids: list[int] = field(default_factory=list)
     _prefix_cache: object = field(default=None, init=False, repr=False)
 
-    def __call__(self, model, input_ids, attention_mask) -> list[dict]:
+    def __call__(self, model, ids, input_ids, attention_mask) -> list[dict]:
         import torch
 
         if self.prefix_ids:
