@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from esgexp.backends.base import GenerationRequest, RunContext, request_payload, schema_text
 from esgexp.backends.cache import cache_key
-from esgexp.build.schema import schema_problems
+from esgexp.build.schema import object_schema, question_schema, schema_problems
 
 SCHEMA = {
     "type": "object",
@@ -52,6 +52,20 @@ def test_schema_problems_for_strings_and_arrays():
     assert schema_problems(["ab", "abc"], schema) == []
     assert schema_problems([], schema) == ["$: fewer than 1 items"]
     assert schema_problems(["a", "abcd"], schema) == ["$[0]: shorter than 2 characters", "$[1]: longer than 3 characters"]
+
+
+def test_schema_problems_for_alternatives_and_questions():
+    fact = {"anyOf": [object_schema(evidence={"type": "string", "enum": ["Scope 1 was 5 t."]}, page={"type": "integer", "enum": [3]}),
+                      object_schema(evidence={"type": "string", "enum": ["Scope 2 was 7 t."]}, page={"type": "integer", "enum": [4]})]}
+    assert schema_problems({"evidence": "Scope 2 was 7 t.", "page": 4}, fact) == []
+    # each sentence only with its own page
+    assert schema_problems({"evidence": "Scope 2 was 7 t.", "page": 3}, fact) == [
+        "$: fits none of the 2 alternatives; closest: $.evidence: 'Scope 2 was 7 t.' is not one of the 1 allowed values"]
+    question = question_schema(30)
+    assert schema_problems("What were Scope 1 emissions?", question) == []
+    for bad in ("what were Scope 1 emissions?", "What were they? In 2023?", "What were Scope 1 emissions", "Why?",
+                "What were the Scope 1 emissions in 2023?", 'What is "Scope 1"?', "What were\nthey?"):
+        assert schema_problems(bad, question), bad
 
 
 def answers(backend, requests) -> dict[str, str]:

@@ -66,7 +66,8 @@ class StructuredGenerator:
             counts.n_repaired += len(more)
             answers.update(more)
             problems = {**{i: p for i, p in problems.items() if i not in retried}, **problems2}
-        for item_id, (reason, detail, raw) in problems.items():
+        for item_id in (a.id for a in asks if a.id in problems):  # in ask order, however the answers arrived
+            reason, detail, raw = problems[item_id]
             counts.discarded[reason] += 1
             self.reject(Rejection(item_id, stage, reason, detail, raw))
         counts.n_out += len(answers)

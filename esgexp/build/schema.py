@@ -1,8 +1,10 @@
 """Check a decoded value against the JSON Schema subset the builders ask for: ``type`` (object, array,
 string, integer, number, boolean), ``properties``, ``required``, ``additionalProperties: false``,
-``enum``, ``minLength``/``maxLength`` and ``items``/``minItems``/``maxItems``."""
+``enum``, ``anyOf``, ``minLength``/``maxLength``/``pattern`` and ``items``/``minItems``/``maxItems``."""
 
 from __future__ import annotations
+
+import re
 
 TYPES = {
     "object": dict, "array": list, "string": str, "boolean": bool,
@@ -10,8 +12,26 @@ TYPES = {
 }  # fmt: skip
 
 
+def object_schema(**properties: dict) -> dict:
+    """An object with exactly these properties, all required, in this order (the order they are generated in)."""
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+FAST_REPEAT = 128  # xgrammar's token masks stay cached up to this bounded repetition; beyond, 11 ms a token (measured)
+
+
+def question_schema(max_chars: int) -> dict:
+    """A question: 10 to ``max_chars`` characters, a capital first, one question mark at its end, no quote,
+    backslash or control character. Decoders that read a pattern alone (xgrammar, llama.cpp) get the upper
+    bound inside it when it is at most ``FAST_REPEAT + 2``; a longer bound is left to :func:`schema_problems`."""
+    repeat = f"{{8,{max_chars - 2}}}" if max_chars - 2 <= FAST_REPEAT else "{8,}"
+    return {"type": "string", "minLength": 10, "maxLength": max_chars, "pattern": rf'^[A-Z][^?"\\\x00-\x1f]{repeat}[?]$'}
+
+
 def schema_problems(value, schema: dict, where: str = "$") -> list[str]:
     """Every way ``value`` breaks ``schema``, each naming its place (``$.evidence[0]``); empty when it fits."""
+    if "anyOf" in schema:
+        return _any_of_problems(value, schema["anyOf"], where)
     kind = schema.get("type")
     if kind is not None and not _is_type(value, kind):
         return [f"{where}: expected {kind}, got {type(value).__name__}"]
@@ -22,11 +42,21 @@ def schema_problems(value, schema: dict, where: str = "$") -> list[str]:
             return [f"{where}: shorter than {schema['minLength']} characters"]
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             return [f"{where}: longer than {schema['maxLength']} characters"]
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            return [f"{where}: {_short(repr(value))} does not match the pattern {schema['pattern']}"]
     if isinstance(value, list):
         return _array_problems(value, schema, where)
     if isinstance(value, dict):
         return _object_problems(value, schema, where)
     return []
+
+
+def _any_of_problems(value, alternatives: list[dict], where: str) -> list[str]:
+    """None when one alternative fits; else the problems of the alternative that comes closest."""
+    found = [schema_problems(value, alternative, where) for alternative in alternatives]
+    if any(not problems for problems in found):
+        return []
+    return [f"{where}: fits none of the {len(alternatives)} alternatives; closest: " + "; ".join(min(found, key=len))]
 
 
 def _array_problems(value: list, schema: dict, where: str) -> list[str]:
