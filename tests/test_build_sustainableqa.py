@@ -17,7 +17,8 @@ from esgexp.backends.base import Backend, Response
 from esgexp.build.context import BuildContext
 from esgexp.build.generate import StructuredGenerator
 from esgexp.build.report import BuildReport
-from esgexp.build.sustainableqa import SustainableQABuilder, assign_splits, span_candidates, span_problem, split_sizes
+from esgexp.build.candidates import span_candidates
+from esgexp.build.sustainableqa import SustainableQABuilder, assign_splits, span_problem, split_sizes
 from esgexp.config import CONF_DIR
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import SustainableQA
@@ -78,7 +79,7 @@ class Scripted(Backend):
         if "explanatory questions" in prompt:
             return pairs({"question": "How does Alpha AG source electricity?", "answer": "From solar and wind plants."},
                          {"question": "Why is the sky blue?", "answer": "Light scatters."},
-                         {"question": "how does Alpha AG  source electricity?", "answer": "It buys it from solar and wind plants."})
+                         {"question": "How does ALPHA AG  source electricity?", "answer": "It buys it from solar and wind plants."})
         if "Rewrite the table" in prompt:
             return json.dumps({"caption": "Turnover by activity", "passage": TABLE_TEXT})
         if "describing a table" in prompt:

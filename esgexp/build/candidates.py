@@ -1,4 +1,5 @@
-"""Choosing the passages a builder writes questions from, and cutting them into sentences."""
+"""Choosing the passages a builder writes questions from, cutting them into sentences, and finding the
+spans (figures, years, names) a schema may offer as answers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from collections.abc import Sequence
 from esgexp.data.chunking import sentence_spans
 from esgexp.eval.numbers import find_quantities
 from esgexp.records import Passage
+
+YEAR = re.compile(r"(?:19|20)\d\d")
+# Alpha AG, Scope 1: capitalised words (a lower-case word or a full stop ends a name), not from an article or preposition.
+NAME = re.compile(r"\b(?!(?:The|A|An|In|On|At|Of|For|By|To|As|Our|This|These|Its|We)\b)[A-Z][\w&-]*(?:\.[\w&-]+)*(?:[ ][A-Z0-9][\w&-]*(?:\.[\w&-]+)*)+")
 
 
 def term_pattern(terms: Sequence[str]) -> re.Pattern:
@@ -41,3 +46,21 @@ def sentences(text: str, max_chars: int) -> list[str]:
     """The passage's sentences (whitespace collapsed), each at most ``max_chars`` long, duplicates dropped."""
     found = [" ".join(text[a:b].split()) for a, b in sentence_spans(text, (0, len(text)))]
     return list(dict.fromkeys(s for s in found if s and len(s) <= max_chars))
+
+
+def span_candidates(text: str, max_chars: int) -> list[str]:
+    """The passage's verbatim figures with a unit, years and capitalised names of two or more words, in order."""
+    found = [q.raw for q in find_quantities(text) if q.unit is not None or YEAR.fullmatch(q.raw)]
+    found += [m.group(0) for m in NAME.finditer(text)]
+    found.sort(key=lambda span: text.find(span))
+    return list(dict.fromkeys(span for span in found if span in text and len(span) <= max_chars))
+
+
+def span_kind(span: str) -> str:
+    """What a span is, for choosing others like it: ``year``, ``unit:<unit>`` (a figure) or ``name``."""
+    if YEAR.fullmatch(span):
+        return "year"
+    quantities = find_quantities(span)
+    if len(quantities) == 1 and quantities[0].unit is not None:
+        return f"unit:{quantities[0].unit}"
+    return "name"

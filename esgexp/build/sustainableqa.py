@@ -21,20 +21,19 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from esgexp.build.candidates import by_document, interleave
+from esgexp.build.candidates import by_document, interleave, span_candidates
 from esgexp.build.context import BuildContext
 from esgexp.build.generate import Ask, Rejection, StructuredGenerator
 from esgexp.build.report import BuildReport, StageCounts
+from esgexp.build.schema import object_schema, question_schema
 from esgexp.build.verify import normal
 from esgexp.config import CONF_DIR
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import CHUNKS, SPLIT_FILES, TABLES
 from esgexp.errors import UserError
-from esgexp.eval.numbers import find_quantities
 from esgexp.outputs import write_atomic
 from esgexp.records import Passage
 
@@ -45,8 +44,6 @@ SPLITS = tuple(name.removesuffix(".json") for name in SPLIT_FILES)
 FEWER_REPORTS_ORDER = ("test", "train", "validation")  # who gets a report when there are fewer reports than splits
 SPAN_JOIN = "; "  # the span separator the factoid metric splits on (eval/qa_metrics.py)
 MAX_SPAN_OPTIONS = 30
-YEAR = re.compile(r"(?:19|20)\d\d")
-NAME = re.compile(r"\b[A-Z][\w&.-]*(?:[ ][A-Z0-9][\w&.-]*)+")  # Alpha AG, Scope 1 (a lower-case word ends a name)
 TYPES = {"factoid": "Factoid", "non_factoid": "Descriptive, non-factoid"}
 
 
@@ -82,7 +79,7 @@ class SustainableQABuilder:
     nonfactoid_per_passage: int = 2
     table_per_passage: int = 3
     max_spans: int = 4
-    max_question_chars: int = 200
+    max_question_chars: int = 130
     max_span_chars: int = 80
     spans_from_passage: bool = True
     max_answer_chars: int = 600
@@ -150,7 +147,7 @@ class SustainableQABuilder:
 
     def classify(self, passages: list[Passage], generator: StructuredGenerator, counts: StageCounts) -> dict[str, str]:
         """The category of every passage that is not unrelated, by passage id."""
-        schema = _object(category={"type": "string", "enum": [*self.categories, UNRELATED]})
+        schema = object_schema(category={"type": "string", "enum": [*self.categories, UNRELATED]})
         asks = [Ask(p.id, self._prompt("classify", p, categories=", ".join(self.categories)), schema) for p in passages]
         answers = generator.ask("classify", asks, counts)
         unrelated = [i for i, a in answers.items() if a["category"] == UNRELATED]
@@ -165,8 +162,8 @@ class SustainableQABuilder:
             return []
         def schema(passage: Passage) -> dict:
             label = {"label": {"type": "string", "minLength": 1, "maxLength": 40}} if self.max_spans > 1 else {}
-            pair = _object(question=self._question(), **label, spans=self._spans(passage.text))
-            return _object(qa_pairs={"type": "array", "minItems": 1, "maxItems": self.factoid_per_passage, "items": pair})
+            pair = object_schema(question=question_schema(self.max_question_chars), **label, spans=self._spans(passage.text))
+            return object_schema(qa_pairs={"type": "array", "minItems": 1, "maxItems": self.factoid_per_passage, "items": pair})
 
         asks = [Ask(p.id, self._prompt("factoid", p, n=self.factoid_per_passage), schema(p)) for p in passages]
         answers = _tolerant(generator, "factoid", asks, report.stage("factoid"))
@@ -201,7 +198,7 @@ class SustainableQABuilder:
         """Each table's caption and plain-text passage, by table passage id (none when no table QA is asked for)."""
         if not self.table_per_passage:
             return {}
-        schema = _object(caption={"type": "string", "minLength": 1, "maxLength": 150},
+        schema = object_schema(caption={"type": "string", "minLength": 1, "maxLength": 150},
                          passage={"type": "string", "minLength": 20, "maxLength": self.max_passage_chars})
         answers = _tolerant(generator, "table_passage", [Ask(t.id, self._prompt("table_passage", t), schema) for t in tables], counts)
         return {i: {"caption": a["caption"].strip(), "passage": a["passage"].strip()} for i, a in answers.items()}
@@ -289,27 +286,24 @@ class SustainableQABuilder:
 
     def _judge_ask(self, pair: Pair, passage: Passage) -> Ask:
         scores = {"type": "integer", "enum": [1, 2, 3, 4, 5]}
-        schema = _object(faithfulness=scores, relevance=scores, problem={"type": "string", "minLength": 1, "maxLength": 200})
+        schema = object_schema(faithfulness=scores, relevance=scores, problem={"type": "string", "minLength": 1, "maxLength": 200})
         shown = replace(passage, text=pair.context)
         return Ask(pair.id, self._prompt("judge", shown, question=pair.question, answer=pair.answer), schema)
 
     def _repair_ask(self, pair: Pair, passage: Passage, problem: str) -> Ask:
         if pair.qtype == "factoid":
-            schema = _object(question=self._question(), spans=self._spans(pair.context))
+            schema = object_schema(question=question_schema(self.max_question_chars), spans=self._spans(pair.context))
             rule = self.prompts["factoid_rule"]
         else:
-            schema = _object(question=self._question(), answer=self._answer())
+            schema = object_schema(question=question_schema(self.max_question_chars), answer=self._answer())
             rule = self.prompts["free_rule"]
         shown = replace(passage, text=pair.context)
         return Ask(pair.id, self._prompt("repair", shown, question=pair.question, answer=pair.answer, problem=problem,
                                          answer_rule=rule), schema)
 
     def _free_pairs(self, n: int) -> dict:
-        pair = _object(question=self._question(), answer=self._answer())
-        return _object(qa_pairs={"type": "array", "minItems": 1, "maxItems": n, "items": pair})
-
-    def _question(self) -> dict:
-        return {"type": "string", "minLength": 10, "maxLength": self.max_question_chars}
+        pair = object_schema(question=question_schema(self.max_question_chars), answer=self._answer())
+        return object_schema(qa_pairs={"type": "array", "minItems": 1, "maxItems": n, "items": pair})
 
     def _spans(self, text: str) -> dict:
         """1 to ``max_spans`` strings; with ``spans_from_passage`` each one of the passage's span candidates."""
@@ -321,10 +315,6 @@ class SustainableQABuilder:
 
     def _answer(self) -> dict:
         return {"type": "string", "minLength": 1, "maxLength": self.max_answer_chars}
-
-
-def _object(**properties) -> dict:
-    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
 def _tolerant(generator: StructuredGenerator, stage: str, asks: list[Ask], counts: StageCounts) -> dict[str, dict]:
@@ -347,14 +337,6 @@ def span_problem(spans: tuple[str, ...], passage: str) -> tuple[str, str] | None
         if wanted not in text:
             return "span_not_in_passage", f"span {wanted[:80]!r} is not in the passage"
     return None
-
-
-def span_candidates(text: str, max_chars: int) -> list[str]:
-    """The passage's verbatim figures with a unit, years and capitalised names of two or more words, in order."""
-    found = [q.raw for q in find_quantities(text) if q.unit is not None or YEAR.fullmatch(q.raw)]
-    found += [m.group(0) for m in NAME.finditer(text)]
-    found.sort(key=lambda span: text.find(span))
-    return list(dict.fromkeys(span for span in found if span in text and len(span) <= max_chars))
 
 
 def table_context(text: dict) -> str:
