@@ -120,14 +120,14 @@ def test_bad_input_is_named_before_any_model_loads(corpus_dir, tmp_path):
 
 def test_a_model_that_cannot_finish_the_schema_stops_the_build_and_keeps_its_outputs(corpus_dir, tmp_path):
     """Four tokens cannot hold the JSON object: both outputs and their retries are cut short."""
-    with pytest.raises(UserError, match=r"stage generate: every one of 2 outputs was rejected \(not_json 2\)"):
+    with pytest.raises(UserError, match=r"stage generate: every one of 2 outputs was rejected \(cut_off 2\)"):
         run_build(build_cfg(tmp_path, f"corpus={corpus_dir}", "builder.max_new_tokens=4"))
     out = tmp_path / "built"
     rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
-    assert [(r["stage"], r["reason"]) for r in rejected] == [("generate", "not_json")] * 2
+    assert [(r["stage"], r["reason"]) for r in rejected] == [("generate", "cut_off")] * 2
     assert all(r["raw"].startswith('{"') for r in rejected)  # the raw text is kept
     report = json.loads((out / "build_report.json").read_text())
-    assert report["stages"]["generate"]["n_repaired"] == 0 and report["stages"]["generate"]["discarded"] == {"not_json": 2}
+    assert report["stages"]["generate"]["n_repaired"] == 0 and report["stages"]["generate"]["discarded"] == {"cut_off": 2}
 
 
 def test_unknown_builder_is_one_error_line(tmp_path, clean_env):

@@ -136,7 +136,7 @@ class FirstChoice(Backend):
 
 def esgenius_builder(**overrides):
     node = OmegaConf.load(CONF_DIR / "builder" / "esgenius.yaml")
-    return instantiate(OmegaConf.merge(node, {"min_chars": 20, **overrides}), _convert_="all")
+    return instantiate(OmegaConf.merge(node, {"min_chars": 20, "min_sentences": 1, **overrides}), _convert_="all")
 
 
 def scripted_build(tmp_path: Path, backend: Backend, solvers: dict | None = None, **overrides):
@@ -245,16 +245,16 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     ingest(pdfs, tmp_path / "corpus", CharChunker(name="paragraphs", min_chars=200, max_chars=800), progress=False)  # the default chunker
     overrides = [f"paths.root_dir={tmp_path}", f"paths.request_cache={tmp_path}/requests.sqlite", f"out={tmp_path}/built",
                  "progress=false", "trainer.progress_bar=false", "builder=esgenius", f"corpus={tmp_path}/corpus",
-                 "builder.max_candidates=4", "builder.max_passage_chars=600", "builder.max_question_chars=120", "builder.max_new_tokens=60"]
+                 "builder.max_candidates=6", "builder.max_passage_chars=600", "builder.max_question_chars=120", "builder.max_new_tokens=80"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         dataset = run_build(compose("build", overrides=overrides))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
     stages = report["stages"]
-    assert stages["candidates"]["n_out"] == 4 and stages["generate"]["n_in"] == 4
+    assert stages["candidates"]["n_out"] == 6 and stages["generate"]["n_in"] == 6
     for name in ("generate", "generate_distractor_1", "generate_distractor_2", "generate_distractor_3"):
         assert stages[name]["n_in"] == stages[name]["n_out"] + stages[name]["n_discarded"], name
     rows = read_rows(dataset)
-    assert len(rows) == report["n_items"] == stages["generate_distractor_3"]["n_out"] >= 2
+    assert len(rows) == report["n_items"] == stages["generate_distractor_3"]["n_out"] >= 1
     for row in rows:
         options = [row[x] for x in "ABCD"]
         assert len(set(options)) == 4 and row[row["answer"]] in row["source_text"] and row["query"].endswith("?")
@@ -275,3 +275,11 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
                                            f"dataset.path={dataset}"])
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows) and 0 <= metrics["accuracy"] <= 1
+
+
+def test_contents_pages_and_key_figure_rows_are_not_prose():
+    from esgexp.build.candidates import prose_sentences
+
+    assert prose_sentences("Governance Information 46 Responsible Corporate Governance 47 EU-Taxonomy 55 Annex 62") == 0
+    assert prose_sentences("2023 2022 2021 Revenue (in €m) 4,096.7 3,963.7 3,909.7 EBITDA (in €m) 653.8 693.3") == 0
+    assert prose_sentences("In 2023 women held 38% of management roles. We bought 64% of our power from renewable plants. Thanks!") == 2

@@ -139,3 +139,19 @@ def test_hf_backend_batches_requests_whose_schemas_differ_each_row_under_its_own
     with pytest.raises(json.JSONDecodeError):
         json.loads(batched["plain"])
     assert run(batch_size=1) == batched
+
+
+@pytest.mark.parametrize("raw, reason", [
+    ('{"year": 2023, "unit": "MWh"}', None),
+    ('{"year": 2023, "unit": "MW', "cut_off"),      # a string left open: the token budget ran out
+    ('{"year": 2023,', "cut_off"),
+    ('{"year": 2023} and more', "not_json"),
+    ('{"year": 2023}', "schema"),
+])
+def test_an_output_is_parsed_or_named_cut_off_not_json_or_off_schema(raw, reason):
+    from esgexp.backends.base import Response
+    from esgexp.build.generate import parse
+
+    value, problem = parse(Response("a", output=raw), SCHEMA)
+    assert (problem[0] if problem else None) == reason
+    assert (value is None) == (reason is not None) and (problem is None or problem[2] == raw)

@@ -48,6 +48,12 @@ def sentences(text: str, max_chars: int) -> list[str]:
     return list(dict.fromkeys(s for s in found if s and len(s) <= max_chars))
 
 
+def prose_sentences(text: str) -> int:
+    """How many sentences of ``text`` read as prose: six words or more, ending in a full stop, ! or ?
+    (a contents page or a row of key figures has none)."""
+    return sum(1 for s in sentences(text, len(text)) if len(s.split()) >= 6 and s[-1] in ".!?")
+
+
 def span_candidates(text: str, max_chars: int) -> list[str]:
     """The passage's verbatim figures with a unit, years and capitalised names of two or more words, in order."""
     found = [q.raw for q in find_quantities(text) if q.unit is not None or YEAR.fullmatch(q.raw)]

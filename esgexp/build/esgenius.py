@@ -1,6 +1,7 @@
 """``builder=esgenius``: multiple-choice questions from passages, ESGenius's ``_w_ref`` CSV format.
 
-Stages: ``candidates`` (text passages of at least ``min_chars``, documents interleaved), ``generate``
+Stages: ``candidates`` (text passages of at least ``min_chars`` with ``min_sentences`` sentences of
+prose, documents interleaved), ``generate``
 (a question and its options as JSON), ``refine`` (each solver model answers; a question every solver
 gets right is rewritten harder, up to ``rounds`` times, then flagged ``too_easy``) and ``review`` (an
 expert's ``review.csv`` imported with ``builder.review=FILE``: keep, edit or drop per row).
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from esgexp.backends.base import LetterRequest
-from esgexp.build.candidates import by_document, interleave, span_candidates, span_kind
+from esgexp.build.candidates import by_document, interleave, prose_sentences, span_candidates, span_kind
 from esgexp.build.context import BuildContext
 from esgexp.build.generate import Ask
 from esgexp.build.schema import object_schema, question_schema
@@ -80,9 +81,10 @@ class ESGeniusBuilder:
     options_from_passage: bool = True
     max_candidates: int | None = 20
     min_chars: int = 200
+    min_sentences: int = 2
     max_passage_chars: int = 1500
     max_new_tokens: int = 200
-    max_question_chars: int = 250
+    max_question_chars: int = 400
     max_option_chars: int = 100
     max_distractor_choices: int = 20
     max_answer_share: float = 0.1
@@ -124,6 +126,9 @@ class ESGeniusBuilder:
             counts.n_in += len(group)
             kept = [p for p in group if p.kind == "text" and len(p.text) >= self.min_chars]
             counts.discarded["short_or_not_text"] += len(group) - len(kept)
+            prose = [p for p in kept if prose_sentences(self.text(p)) >= self.min_sentences]
+            counts.discarded["not_prose"] += len(kept) - len(prose)
+            kept = prose
             if pool is not None:
                 answerable = [p for p in kept if pool.answers(p, self.text(p))]
                 counts.discarded["no_answer_span"] += len(kept) - len(answerable)

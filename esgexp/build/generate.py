@@ -110,13 +110,16 @@ class StructuredGenerator:
 
 
 def parse(response: Response, schema: dict) -> tuple[dict | None, tuple[str, str, str | None] | None]:
-    """The response's JSON object, or (reason, detail, raw text): ``backend_failed``, ``not_json`` or ``schema``."""
+    """The response's JSON object, or (reason, detail, raw text): ``backend_failed``, ``cut_off`` (a JSON text
+    that stops before its end, as at ``max_new_tokens``), ``not_json`` or ``schema``."""
     if response.failed:
         return None, ("backend_failed", response.error or "", None)
     raw = response.output or ""
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as error:
+        if error.msg.startswith("Unterminated string") or error.pos >= len(raw.rstrip()):
+            return None, ("cut_off", "cut off before the JSON object ended: give a shorter answer", raw)
         return None, ("not_json", f"not JSON: {error.msg} at character {error.pos}", raw)
     found = schema_problems(value, schema)
     if found:
