@@ -1,14 +1,16 @@
-"""Benchmark construction: items/s per builder with SmolLM2-135M on this CPU (backend=hf, xgrammar
-constrained decoding) and through the local OpenAI-compatible server (llama.cpp, response_format
-json_object) at concurrency 4, and the share of candidates that survive each stage.
+"""Benchmark construction: pages/s of table extraction on the real reports; items/s per builder with
+SmolLM2-135M on this CPU (backend=hf, xgrammar constrained decoding) and through the local
+OpenAI-compatible server (llama.cpp, response_format json_object) at concurrency 4; and the share of
+candidates that survive each stage.
 
-The corpus is the two real report PDFs in ../shared/data/samples/pdfs (ingested with the default
-chunker into a temporary folder). Each build runs through ``esgexp.build.run.run_build`` exactly as
+The corpus is the two real report PDFs in ../shared/data/samples/pdfs, ingested with the default
+chunker and ``tables=true`` into a temporary folder (table extraction is timed per report first). Each build runs through ``esgexp.build.run.run_build`` exactly as
 ``python -m esgexp.build`` runs it, with the request cache off (every request reaches the model), on
 the first ``--candidates`` candidates. Throughput: candidates / build seconds (model load included
 for hf) and built items / build seconds. Prints a table, writes benchmarks/build.json (--json PATH).
 
     .venv/bin/python benchmarks/build.py [--candidates 6] [--builders esgbench,esgenius,sustainableqa] [--no-server]
+        [--set builder.max_question_chars=120] [--json PATH]
 """
 
 from __future__ import annotations
@@ -32,13 +34,30 @@ PDFS = ROOT.parent / "shared" / "data" / "samples" / "pdfs"
 DEFAULT_JSON = ROOT / "benchmarks" / "build.json"
 
 
+def table_rates() -> list[dict]:
+    """pages/s of the default table extractor (pdfplumber, ``rules``) per shared report, and the tables it keeps."""
+    from esgexp.data.pdf import read_pages
+    from esgexp.data.tables import TableExtractor
+
+    extractor, rows = TableExtractor(), []
+    for pdf in sorted(PDFS.glob("*.pdf")):
+        n_pages = len(read_pages(pdf))
+        started = time.perf_counter()
+        kept = extractor.keep(extractor.found(pdf), pdf.stem)
+        seconds = time.perf_counter() - started
+        rows.append({"report": pdf.stem, "pages": n_pages, "seconds": round(seconds, 2), "pages_per_s": round(n_pages / seconds, 2),
+                     "tables": len(kept)})
+    return rows
+
+
 def make_corpus(folder: Path) -> Path:
-    """The shared report PDFs (only the PDFs) ingested with the default chunker."""
+    """The shared report PDFs (only the PDFs) ingested with the default chunker and their tables."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
     from esgexp.config import CONF_DIR
     from esgexp.data.corpus import ingest
+    from esgexp.data.tables import TableExtractor
 
     pdfs = folder / "pdfs"
     pdfs.mkdir(parents=True)
@@ -46,11 +65,11 @@ def make_corpus(folder: Path) -> Path:
         (pdfs / pdf.name).symlink_to(pdf)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         chunker = instantiate(compose("ingest", overrides=["corpus.pdf_dir=x", "corpus.name=x"]).chunker)
-    ingest(pdfs, folder / "corpus", chunker, progress=False)
+    ingest(pdfs, folder / "corpus", chunker, progress=False, tables=TableExtractor())
     return folder / "corpus"
 
 
-def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: list[str]) -> dict:
+def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: list[str], settings: list[str]) -> dict:
     from hydra import compose, initialize_config_dir
 
     from esgexp.build.run import run_build
@@ -58,7 +77,7 @@ def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: li
 
     out = root / f"{builder}-{backend[0].split('=')[1]}"
     overrides = [f"paths.root_dir={root}", f"out={out}", f"corpus={corpus}", f"builder={builder}", "cache=off", "progress=false",
-                 "trainer.progress_bar=false", f"builder.max_candidates={candidates}", *backend]
+                 "trainer.progress_bar=false", f"builder.max_candidates={candidates}", *backend, *settings]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("build", overrides=overrides)
     started = time.perf_counter()
@@ -72,7 +91,7 @@ def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: li
     stages = report["stages"]
     first = stages["candidates"]["n_out"]
     return {
-        "builder": builder, "backend": backend[0].split("=")[1], "seconds": round(seconds, 2), "candidates": first,
+        "builder": builder, "backend": backend[0].split("=")[1], "settings": settings, "seconds": round(seconds, 2), "candidates": first,
         "items": report.get("n_items", 0), "candidates_per_s": round(first / seconds, 4), "items_per_s": round(report.get("n_items", 0) / seconds, 4),
         "survival": {name: round(s["n_out"] / first, 3) if first else 0.0 for name, s in stages.items() if name != "candidates"},
         "discarded": {name: s["discarded"] for name, s in stages.items() if s["discarded"]}, "error": error,
@@ -84,10 +103,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--builders", default="esgbench,esgenius,sustainableqa")
     parser.add_argument("--no-server", action="store_true", help="skip the llama.cpp server runs")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a build override for every run (repeatable)")
     parser.add_argument("--json", default=str(DEFAULT_JSON))
     args = parser.parse_args(argv)
     if not PDFS.is_dir():
         sys.exit(f"the shared report PDFs are not at {PDFS}")
+    tables = table_rates()
+    for entry in tables:
+        print(json.dumps(entry), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -103,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             for builder in args.builders.split(","):
                 for backend in backends:
-                    rows.append(run_one(root, corpus, builder, args.candidates, backend))
+                    rows.append(run_one(root, corpus, builder, args.candidates, backend, args.set))
                     print(json.dumps(rows[-1]), flush=True)
         finally:
             if server is not None:
@@ -113,8 +136,11 @@ def main(argv: list[str] | None = None) -> None:
         survival = ", ".join(f"{k} {v:.2f}" for k, v in r["survival"].items())
         print(f"{r['builder']:<10} {r['backend']:<8} {r['candidates']:>5} {r['items']:>5} {r['seconds']:>8.1f} "
               f"{r['candidates_per_s']:>7.3f} {r['items_per_s']:>7.3f}  {survival}")
+    print(f"\n{'report':<20} {'pages':>5} {'s':>6} {'pages/s':>7} {'tables':>6}")
+    for t in tables:
+        print(f"{t['report']:<20} {t['pages']:>5} {t['seconds']:>6.1f} {t['pages_per_s']:>7.2f} {t['tables']:>6}")
     result = {"date": datetime.date.today().isoformat(), "machine": mcq.describe_capability(mcq.cpu_capability()),
-              "candidates": args.candidates, "runs": rows}
+              "candidates": args.candidates, "table_extraction": tables, "runs": rows}
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {args.json}")
 
