@@ -245,12 +245,12 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     ingest(pdfs, tmp_path / "corpus", CharChunker(name="paragraphs", min_chars=200, max_chars=800), progress=False)  # the default chunker
     overrides = [f"paths.root_dir={tmp_path}", f"paths.request_cache={tmp_path}/requests.sqlite", f"out={tmp_path}/built",
                  "progress=false", "trainer.progress_bar=false", "builder=esgenius", f"corpus={tmp_path}/corpus",
-                 "builder.max_candidates=6", "builder.max_passage_chars=600", "builder.max_question_chars=120", "builder.max_new_tokens=80"]
+                 "builder.max_candidates=4", "builder.max_passage_chars=500", "builder.max_question_chars=100", "builder.max_new_tokens=64"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         dataset = run_build(compose("build", overrides=overrides))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
     stages = report["stages"]
-    assert stages["candidates"]["n_out"] == 6 and stages["generate"]["n_in"] == 6
+    assert stages["candidates"]["n_out"] == 4 and stages["generate"]["n_in"] == 4
     for name in ("generate", "generate_distractor_1", "generate_distractor_2", "generate_distractor_3"):
         assert stages[name]["n_in"] == stages[name]["n_out"] + stages[name]["n_discarded"], name
     rows = read_rows(dataset)
@@ -283,3 +283,21 @@ def test_contents_pages_and_key_figure_rows_are_not_prose():
     assert prose_sentences("Governance Information 46 Responsible Corporate Governance 47 EU-Taxonomy 55 Annex 62") == 0
     assert prose_sentences("2023 2022 2021 Revenue (in €m) 4,096.7 3,963.7 3,909.7 EBITDA (in €m) 653.8 693.3") == 0
     assert prose_sentences("In 2023 women held 38% of management roles. We bought 64% of our power from renewable plants. Thanks!") == 2
+
+
+def test_an_experts_review_keeps_edits_and_drops_rows_on_the_rebuild(tmp_path):
+    first, _ = scripted_build(tmp_path / "first", FirstChoice())
+    review = read_rows(tmp_path / "first" / "review.csv")
+    assert [r["query_id"] for r in review] == ["alpha#0", "beta#0", "alpha#1"] and {r["decision"] for r in review} == {"keep"}
+    review[0].update(decision="edit", query="In which year did women hold 38% of management roles?", distractor_1="2019")
+    review[1]["decision"] = "drop"
+    edited = write_review(tmp_path / "edited.csv", review, columns=tuple(review[0]))
+
+    path, report = scripted_build(tmp_path / "second", FirstChoice(), review=str(edited))
+    assert report["stages"]["review"] == {"n_in": 3, "n_out": 2, "n_repaired": 1, "n_discarded": 1, "discarded": {"dropped_by_reviewer": 1}}
+    rows = {r["query_id"]: r for r in read_rows(path)}
+    assert sorted(rows) == ["alpha#0", "alpha#1"]
+    assert rows["alpha#0"]["query"] == "In which year did women hold 38% of management roles?"
+    assert sorted(rows["alpha#0"][x] for x in "ABCD") == ["2019", "2020", "2022", "2023"]
+    assert rows["alpha#0"][rows["alpha#0"]["answer"]] == "2023"
+    assert not (tmp_path / "second" / "review.csv").exists()  # an imported review is not overwritten by a new export
