@@ -38,6 +38,22 @@ def shared_samples() -> Path:
     return SHARED_SAMPLES
 
 
+@pytest.fixture(scope="session")
+def shared_corpus(tmp_path_factory) -> Path:
+    """The two shared report PDFs ingested with the default chunker (paragraphs), once per test process."""
+    from esgexp.data.chunking import CharChunker
+    from esgexp.data.corpus import ingest
+
+    if not (SHARED_SAMPLES / "pdfs").is_dir():
+        pytest.skip(f"../shared report PDFs not present at {SHARED_SAMPLES / 'pdfs'}")
+    pdfs = tmp_path_factory.mktemp("shared-pdfs")
+    for pdf in sorted((SHARED_SAMPLES / "pdfs").glob("*.pdf")):
+        (pdfs / pdf.name).symlink_to(pdf)
+    corpus = tmp_path_factory.mktemp("shared-corpus")
+    ingest(pdfs, corpus, CharChunker(name="paragraphs", min_chars=200, max_chars=800), progress=False)  # conf/chunker/paragraphs.yaml
+    return corpus
+
+
 def build_tiny_llama(directory: Path) -> Path:
     """A byte-level BPE tokenizer trained on the bundled sample and a random 2-layer Llama, saved."""
     import torch

@@ -135,3 +135,21 @@ def test_unknown_builder_is_one_error_line(tmp_path, clean_env):
                           text=True, env=clean_env, cwd=tmp_path, timeout=60)
     assert done.returncode != 0
     assert "Could not find 'builder/nope'" in done.stderr and "esgbench" in done.stderr
+
+
+def test_smollm2_esgbench_build_on_the_shared_reports_gives_verified_items(shared_corpus, tmp_path):
+    """The default model and constrained decoding on the two real report PDFs: every kept pair passes the
+    verifier against the real pages, and the file loads as ESGBench."""
+    from esgexp.data.esgbench import ESGBenchGold
+
+    dataset = run_build(build_cfg(tmp_path, f"corpus={shared_corpus}", "builder.max_candidates=2", "builder.max_new_tokens=160"))
+    report = json.loads((tmp_path / "built" / "build_report.json").read_text())
+    assert report["stages"]["candidates"]["n_out"] == 2
+    rows = [json.loads(line) for line in dataset.read_text().splitlines()]
+    assert len(rows) == report["n_items"] >= 1
+    pages = PageTexts(Corpus.load(shared_corpus))
+    for row in rows:
+        evidence = row["evidence"][0]
+        assert verify_pair(pages, row["doc_name"], row["answer"], [(evidence["evidence_page_num"], evidence["evidence_text"])]).kept
+        assert row["question"].endswith("?") and row["answer"] in evidence["evidence_text"]
+    assert len(ESGBenchGold(name="built", path=str(dataset)).load().items) == len(rows)

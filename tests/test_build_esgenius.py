@@ -228,23 +228,16 @@ def test_a_question_a_solver_misses_is_kept_as_it_is(tmp_path):
     assert "rewrite_1" not in report["stages"] and [r["flag"] for r in read_rows(path)] == [""] * 3
 
 
-def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_nothing(shared_samples, tmp_path):
+def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_nothing(shared_corpus, tmp_path):
     """The default model under constrained decoding, on the two real report PDFs: every item has four
     different options with the correct one in its source passage, and evaluates with no conversion step."""
     from hydra import compose, initialize_config_dir
 
     from esgexp.build.run import run_build
-    from esgexp.data.chunking import CharChunker
-    from esgexp.data.corpus import ingest
     from esgexp.run import run_job
 
-    pdfs = tmp_path / "pdfs"
-    pdfs.mkdir()
-    for pdf in sorted((shared_samples / "pdfs").glob("*.pdf")):
-        (pdfs / pdf.name).symlink_to(pdf)
-    ingest(pdfs, tmp_path / "corpus", CharChunker(name="paragraphs", min_chars=200, max_chars=800), progress=False)  # the default chunker
     overrides = [f"paths.root_dir={tmp_path}", f"paths.request_cache={tmp_path}/requests.sqlite", f"out={tmp_path}/built",
-                 "progress=false", "trainer.progress_bar=false", "builder=esgenius", f"corpus={tmp_path}/corpus",
+                 "progress=false", "trainer.progress_bar=false", "builder=esgenius", f"corpus={shared_corpus}",
                  "builder.max_candidates=4", "builder.max_passage_chars=500", "builder.max_question_chars=100", "builder.max_new_tokens=64"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         dataset = run_build(compose("build", overrides=overrides))

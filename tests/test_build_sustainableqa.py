@@ -289,3 +289,26 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
                                            f"dataset.path={dataset}", "scoring.max_new_tokens=8"])
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(loaded.items) and 0 <= metrics["factoid/f1"] <= 1
+
+
+def test_smollm2_build_on_the_shared_reports_gives_verbatim_factoids(shared_corpus, tmp_path):
+    """The default model and constrained decoding on the two real report PDFs (the judge keeps what it can
+    score): factoid pairs whose spans are verbatim in their paragraphs, loaded by dataset=sustainableqa."""
+    from esgexp.build.run import run_build
+
+    dataset = run_build(build_cfg(tmp_path, shared_corpus, "builder.max_candidates=2", "builder.max_new_tokens=96"))
+    report = json.loads((tmp_path / "built" / "build_report.json").read_text())
+    assert report["stages"]["candidates"]["n_out"] == 2
+    splits = json.loads((dataset / "splits.json").read_text())
+    assert set(splits) <= {"1_1_AG", "MAX_AUTOMATION_SE"}
+    n_pairs = 0
+    for name in ("train", "validation", "test"):
+        chunks = json.loads((dataset / f"{name}.json").read_text())["all_chunks_qas"]
+        for chunk in chunks:
+            for pair in chunk["qa_pairs_factoid"]["qa_pairs"]:
+                assert all(span in chunk["metadata"]["paragraph"] for span in pair["answer"].split("; ")) and pair["question"].endswith("?")
+                n_pairs += 1
+        if chunks:  # a split with no report (two reports, three splits) holds nothing to load
+            loaded = SustainableQA(name="built", path=str(dataset), split=name, qtypes=["factoid"]).load()
+            assert len(loaded.items) == sum(len(c["qa_pairs_factoid"]["qa_pairs"]) for c in chunks) and not loaded.skipped
+    assert n_pairs == report["n_items"] >= 1

@@ -171,7 +171,7 @@ class ESGeniusBuilder:
                                                    options="; ".join([question.correct, *question.distractors]))
             asks.append(Ask(question.id, prompt, object_schema(distractor={"type": "string", "enum": choices})))
             kept.append(question)
-        answers = context.generator.ask(stage, asks, counts, required=required and bool(asks))
+        answers = context.generator.ask(stage, asks, counts, required=required)
         for question in kept:
             if question.id in answers:
                 question.distractors.append(answers[question.id]["distractor"])
