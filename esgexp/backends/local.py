@@ -15,9 +15,10 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 
 
 def files_stamp(folder: Path) -> str:
-    """A hash of the names, sizes and modification times of the weight files in ``folder``."""
+    """A hash of the names, sizes and modification times (nanoseconds: a file saved over within the same
+    second is new) of the weight files in ``folder``."""
     entries = sorted(
-        (p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES
     )
     return hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
 
