@@ -142,9 +142,9 @@ def test_smollm2_esgbench_build_on_the_shared_reports_gives_verified_items(share
     verifier against the real pages, and the file loads as ESGBench."""
     from esgexp.data.esgbench import ESGBenchGold
 
-    dataset = run_build(build_cfg(tmp_path, f"corpus={shared_corpus}", "builder.max_candidates=2", "builder.max_new_tokens=160"))
+    dataset = run_build(build_cfg(tmp_path, f"corpus={shared_corpus}", "builder.max_candidates=1", "builder.max_new_tokens=128"))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
-    assert report["stages"]["candidates"]["n_out"] == 2
+    assert report["stages"]["candidates"]["n_out"] == 1
     rows = [json.loads(line) for line in dataset.read_text().splitlines()]
     assert len(rows) == report["n_items"] >= 1
     pages = PageTexts(Corpus.load(shared_corpus))
