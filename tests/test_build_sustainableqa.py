@@ -233,7 +233,7 @@ def build_cfg(root: Path, corpus: Path, *overrides: str):
     from hydra import compose, initialize_config_dir
 
     base = [f"paths.root_dir={root}", f"paths.request_cache={root}/requests.sqlite", f"out={root}/built", "progress=false",
-            "trainer.progress_bar=false", "builder=sustainableqa", f"corpus={corpus}", "builder.max_new_tokens=64",
+            "trainer.progress_bar=false", "builder=sustainableqa", f"corpus={corpus}", "builder.max_new_tokens=100",
             "builder.factoid_per_passage=1", "builder.nonfactoid_per_passage=0", "builder.table_per_passage=0",
             "builder.max_spans=1", "builder.max_question_chars=60", "builder.min_score=1"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -296,7 +296,7 @@ def test_smollm2_build_on_the_shared_reports_gives_verbatim_factoids(shared_corp
     score): factoid pairs whose spans are verbatim in their paragraphs, loaded by dataset=sustainableqa."""
     from esgexp.build.run import run_build
 
-    dataset = run_build(build_cfg(tmp_path, shared_corpus, "builder.max_candidates=2", "builder.max_new_tokens=96"))
+    dataset = run_build(build_cfg(tmp_path, shared_corpus, "builder.max_candidates=2"))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
     assert report["stages"]["candidates"]["n_out"] == 2
     splits = json.loads((dataset / "splits.json").read_text())

@@ -287,7 +287,7 @@ class SustainableQABuilder:
     def _judge_ask(self, pair: Pair, passage: Passage) -> Ask:
         scores = {"type": "integer", "enum": [1, 2, 3, 4, 5]}
         # the reason first, then the scores it leads to (a judge that scores first explains a number it already gave)
-        schema = object_schema(problem={"type": "string", "minLength": 1, "maxLength": 200}, faithfulness=scores, relevance=scores)
+        schema = object_schema(problem={"type": "string", "minLength": 1, "maxLength": 120}, faithfulness=scores, relevance=scores)
         shown = replace(passage, text=pair.context)
         return Ask(pair.id, self._prompt("judge", shown, question=pair.question, answer=pair.answer), schema)
 
