@@ -206,9 +206,6 @@ class Solver(Backend):
             responses.append(Response(request.id, output=right if self.knows else "Z"))
         on_results(responses)
 
-    def close(self) -> None:
-        pass
-
 
 def test_questions_every_solver_gets_right_are_rewritten_then_flagged(tmp_path):
     easy = Solver(knows=True)

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from esgexp.backends.base import GenerationRequest, RunContext, request_payload, schema_text
 from esgexp.backends.cache import cache_key
 from esgexp.build.schema import object_schema, question_schema, schema_problems
+from esgexp.errors import UserError
 
 SCHEMA = {
     "type": "object",
@@ -61,6 +62,8 @@ def test_schema_problems_for_alternatives_and_questions():
     # each sentence only with its own page
     assert schema_problems({"evidence": "Scope 2 was 7 t.", "page": 3}, fact) == [
         "$: fits none of the 2 alternatives; closest: $.evidence: 'Scope 2 was 7 t.' is not one of the 1 allowed values"]
+    with pytest.raises(UserError, match="builder.max_question_chars: at least 10, got 9"):
+        question_schema(9)
     question = question_schema(30)
     assert schema_problems("What were Scope 1 emissions?", question) == []
     for bad in ("what were Scope 1 emissions?", "What were they? In 2023?", "What were Scope 1 emissions", "Why?",

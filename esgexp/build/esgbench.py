@@ -98,7 +98,7 @@ class ESGBenchBuilder:
         alternatives = []
         for sentence in sentences(passage.text[: self.max_passage_chars], self.max_evidence_chars):
             figures = [q.raw for q in find_quantities(sentence) if q.unit is not None and len(q.raw) <= self.max_answer_chars]
-            on = [page for page in pages.pages_with(passage.doc_id, sentence) if page in passage.page_indexes]
+            on = pages.pages_with(passage.doc_id, sentence, among=passage.page_indexes)
             if figures and on:
                 alternatives.append(fact_schema({"type": "string", "enum": [sentence]}, on, {"type": "string", "enum": list(dict.fromkeys(figures))}))
         return alternatives[:MAX_FACTS]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from esgexp.errors import UserError
+
 TYPES = {
     "object": dict, "array": list, "string": str, "boolean": bool,
     "integer": int, "number": (int, float),
@@ -24,6 +26,8 @@ def question_schema(max_chars: int) -> dict:
     """A question: 10 to ``max_chars`` characters, a capital first, one question mark at its end, no quote,
     backslash or control character. Decoders that read a pattern alone (xgrammar, llama.cpp) get the upper
     bound inside it when it is at most ``FAST_REPEAT + 2``; a longer bound is left to :func:`schema_problems`."""
+    if max_chars < 10:
+        raise UserError(f"builder.max_question_chars: at least 10, got {max_chars}")
     repeat = f"{{8,{max_chars - 2}}}" if max_chars - 2 <= FAST_REPEAT else "{8,}"
     return {"type": "string", "minLength": 10, "maxLength": max_chars, "pattern": rf'^[A-Z][^?"\\\x00-\x1f]{repeat}[?]$'}
 

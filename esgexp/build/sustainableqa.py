@@ -162,7 +162,7 @@ class SustainableQABuilder:
             return []
         def schema(passage: Passage) -> dict:
             label = {"label": {"type": "string", "minLength": 1, "maxLength": 40}} if self.max_spans > 1 else {}
-            pair = object_schema(question=question_schema(self.max_question_chars), **label, spans=self._spans(passage.text))
+            pair = object_schema(question=self._question(), **label, spans=self._spans(passage.text))
             return object_schema(qa_pairs={"type": "array", "minItems": 1, "maxItems": self.factoid_per_passage, "items": pair})
 
         asks = [Ask(p.id, self._prompt("factoid", p, n=self.factoid_per_passage), schema(p)) for p in passages]
@@ -199,7 +199,7 @@ class SustainableQABuilder:
         if not self.table_per_passage:
             return {}
         schema = object_schema(caption={"type": "string", "minLength": 1, "maxLength": 150},
-                         passage={"type": "string", "minLength": 20, "maxLength": self.max_passage_chars})
+                               passage={"type": "string", "minLength": 20, "maxLength": self.max_passage_chars})
         answers = _tolerant(generator, "table_passage", [Ask(t.id, self._prompt("table_passage", t), schema) for t in tables], counts)
         return {i: {"caption": a["caption"].strip(), "passage": a["passage"].strip()} for i, a in answers.items()}
 
@@ -293,18 +293,21 @@ class SustainableQABuilder:
 
     def _repair_ask(self, pair: Pair, passage: Passage, problem: str) -> Ask:
         if pair.qtype == "factoid":
-            schema = object_schema(question=question_schema(self.max_question_chars), spans=self._spans(pair.context))
+            schema = object_schema(question=self._question(), spans=self._spans(pair.context))
             rule = self.prompts["factoid_rule"]
         else:
-            schema = object_schema(question=question_schema(self.max_question_chars), answer=self._answer())
+            schema = object_schema(question=self._question(), answer=self._answer())
             rule = self.prompts["free_rule"]
         shown = replace(passage, text=pair.context)
         return Ask(pair.id, self._prompt("repair", shown, question=pair.question, answer=pair.answer, problem=problem,
                                          answer_rule=rule), schema)
 
     def _free_pairs(self, n: int) -> dict:
-        pair = object_schema(question=question_schema(self.max_question_chars), answer=self._answer())
+        pair = object_schema(question=self._question(), answer=self._answer())
         return object_schema(qa_pairs={"type": "array", "minItems": 1, "maxItems": n, "items": pair})
+
+    def _question(self) -> dict:
+        return question_schema(self.max_question_chars)
 
     def _spans(self, text: str) -> dict:
         """1 to ``max_spans`` strings; with ``spans_from_passage`` each one of the passage's span candidates."""

@@ -16,6 +16,7 @@ import logging
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +51,11 @@ class PageTexts:
     def __init__(self, corpus: Corpus):
         self.pages = {doc: {page.page_index: normal(page.text) for page in pages} for doc, pages in corpus.pages.items()}
 
-    def pages_with(self, doc: str, text: str) -> list[int]:
-        """The 0-based indexes of the pages of ``doc`` whose text holds ``text`` (normalised)."""
-        wanted = normal(text)
-        return sorted(index for index, page in self.pages.get(doc, {}).items() if wanted and wanted in page)
+    def pages_with(self, doc: str, text: str, among: Iterable[int] | None = None) -> list[int]:
+        """The 0-based indexes of the pages of ``doc`` (or of those ``among`` them) whose text holds ``text`` (normalised)."""
+        wanted, pages = normal(text), self.pages.get(doc, {})
+        indexes = pages if among is None else [i for i in among if i in pages]
+        return sorted(index for index in indexes if wanted and wanted in pages[index])
 
 
 def verify_pair(pages: PageTexts, doc: str, answer: str, evidence: list[tuple[int, str]]) -> Verdict:
