@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install run test bench clean
+.PHONY: install run lint format test bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -47,9 +47,18 @@ install: $(STAMP)
 run: install
 	$(PY) -m esgexp
 
-# Tests in parallel processes (one per core, at most 4): the suite is half CLI subprocesses and servers.
+# ruff (configured in pyproject.toml): the lint rules, then the formatter's check. `make format` applies both.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+# Lint first, then the tests in parallel processes (one per core, at most 4): the suite is half CLI subprocesses and servers.
 # One torch/OpenMP thread per process: with a process per core, more threads only contend.
-test: install
+test: install lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal --durations=15
 
 # lm-evaluation-harness is only for the throughput comparison, not a dependency of esgexp.
