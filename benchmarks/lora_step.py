@@ -66,7 +66,9 @@ def project_config():
     from esgexp.config import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=["experiment=finetune_sustainableqa", "model=smollm2-135m", "paths.output_dir=."])
+        return compose(
+            "config", overrides=["experiment=finetune_sustainableqa", "model=smollm2-135m", "paths.output_dir=."]
+        )
 
 
 def rss_mib() -> float:
@@ -116,14 +118,26 @@ def run_ours(model, rows, cfg, args, dtype: str) -> dict:
             self.counter.append(module.train_seconds)
 
     train = cfg.train
-    module = LoraFineTuner(model, OptimSettings(float(train.lr), float(train.weight_decay), int(train.warmup_steps), str(train.schedule)))
+    module = LoraFineTuner(
+        model, OptimSettings(float(train.lr), float(train.weight_decay), int(train.warmup_steps), str(train.schedule))
+    )
     recorder = Recorder()
     with tempfile.TemporaryDirectory() as tmp:
         trainer = L.Trainer(
-            accelerator="cpu", devices=1, precision=PRECISION[dtype], max_steps=args.warmup + args.steps,
-            gradient_clip_val=float(cfg.trainer.gradient_clip_val), log_every_n_steps=int(cfg.trainer.log_every_n_steps),
-            limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, callbacks=[recorder], default_root_dir=tmp,
+            accelerator="cpu",
+            devices=1,
+            precision=PRECISION[dtype],
+            max_steps=args.warmup + args.steps,
+            gradient_clip_val=float(cfg.trainer.gradient_clip_val),
+            log_every_n_steps=int(cfg.trainer.log_every_n_steps),
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[recorder],
+            default_root_dir=tmp,
         )
         trainer.fit(module, datamodule=SFTDataModule(rows, [], args.batch_size, args.pad_id, args.seed))
     seconds = [b - a for a, b in zip(recorder.counter, recorder.counter[1:])]
@@ -138,13 +152,19 @@ def run_plain(model, rows, cfg, args, dtype: str) -> dict:
 
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in trainable if p.ndim >= 2], "weight_decay": float(cfg.train.weight_decay)},
-              {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": float(cfg.train.weight_decay)},
+        {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0},
+    ]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=float(cfg.train.lr))
-    factor = partial(lr_factor, warmup=int(cfg.train.warmup_steps), total=args.warmup + args.steps, schedule=str(cfg.train.schedule))
+    factor = partial(
+        lr_factor, warmup=int(cfg.train.warmup_steps), total=args.warmup + args.steps, schedule=str(cfg.train.schedule)
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     sampler = torch.utils.data.DistributedSampler(rows, num_replicas=1, rank=0, shuffle=True, seed=args.seed)
-    loader = torch.utils.data.DataLoader(rows, batch_size=args.batch_size, sampler=sampler, collate_fn=partial(collate, pad_id=args.pad_id))
+    loader = torch.utils.data.DataLoader(
+        rows, batch_size=args.batch_size, sampler=sampler, collate_fn=partial(collate, pad_id=args.pad_id)
+    )
     autocast = partial(torch.autocast, "cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else nullcontext
     clip = float(cfg.trainer.gradient_clip_val)
 
@@ -198,17 +218,30 @@ def worker(args) -> dict:
     loops = [b - a for a, b in zip(run["marks"][args.warmup :], run["marks"][args.warmup + 1 :])]
     faults, user, system = (b - a for a, b in zip(run["usage"][args.warmup], run["usage"][-1]))  # over the timed steps
     return {
-        "side": side, "dtype": dtype, "steps": len(seconds), "tokens": sum(tokens), "tok_per_s": sum(tokens) / sum(seconds),
-        "median_step_s": statistics.median(seconds), "loop_tok_per_s": sum(tokens[: len(loops)]) / sum(loops),
-        "step_seconds": [round(s, 4) for s in seconds], "losses": [round(x, 5) for x in run["losses"]],
-        "rss_after_load_mib": loaded_mib, "peak_rss_mib": peak_mib, "peak_increase_mib": peak_mib - loaded_mib,
-        "minor_faults_per_step": faults / len(seconds), "user_cpu_s": user, "system_cpu_s": system, "torch_threads": torch.get_num_threads(),
+        "side": side,
+        "dtype": dtype,
+        "steps": len(seconds),
+        "tokens": sum(tokens),
+        "tok_per_s": sum(tokens) / sum(seconds),
+        "median_step_s": statistics.median(seconds),
+        "loop_tok_per_s": sum(tokens[: len(loops)]) / sum(loops),
+        "step_seconds": [round(s, 4) for s in seconds],
+        "losses": [round(x, 5) for x in run["losses"]],
+        "rss_after_load_mib": loaded_mib,
+        "peak_rss_mib": peak_mib,
+        "peak_increase_mib": peak_mib - loaded_mib,
+        "minor_faults_per_step": faults / len(seconds),
+        "user_cpu_s": user,
+        "system_cpu_s": system,
+        "torch_threads": torch.get_num_threads(),
     }
 
 
 def spawn(side: str, dtype: str, args) -> dict:
     flags = [item for name in WORKER_FLAGS for item in (f"--{name.replace('_', '-')}", str(getattr(args, name)))]
-    done = subprocess.run([sys.executable, __file__, "--worker", side, dtype, *flags], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", side, dtype, *flags], capture_output=True, text=True, cwd=ROOT
+    )
     if done.returncode != 0:
         sys.exit(f"worker {side} {dtype} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -222,7 +255,10 @@ def summarise(runs: list[dict], dtypes: list[str]) -> list[dict]:
         for side in SIDES:
             mine = [r for r in runs if r["side"] == side and r["dtype"] == dtype]
             best = max(mine, key=lambda r: r["tok_per_s"])
-            row |= {f"{side}_{key}": best[key] for key in ("tok_per_s", "loop_tok_per_s", "median_step_s", "system_cpu_s", "losses")}
+            row |= {
+                f"{side}_{key}": best[key]
+                for key in ("tok_per_s", "loop_tok_per_s", "median_step_s", "system_cpu_s", "losses")
+            }
             row |= {f"{side}_{key}": max(r[key] for r in mine) for key in ("peak_rss_mib", "peak_increase_mib")}
             row[f"{side}_all_tok_per_s"] = [round(r["tok_per_s"], 1) for r in mine]
             row[f"{side}_fastest_step_s"] = min(min(r["step_seconds"]) for r in mine)  # the least disturbed step
@@ -237,12 +273,17 @@ def summarise(runs: list[dict], dtypes: list[str]) -> list[dict]:
 def table(rows: list[dict], machine: dict) -> str:
     """The Markdown table, under a line naming the CPU, torch's capability on it and whether bf16 is native."""
     native = "yes" if machine["native_bf16"] else "no"
-    lines = [f"CPU: {machine['cpu_model']}, capability {machine['cpu_capability']}, native bf16: {native}", "",
-             "| dtype | ours tok/s | plain tok/s | ratio (ours/plain) | ours peak MiB | plain peak MiB | meets 10% target |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"CPU: {machine['cpu_model']}, capability {machine['cpu_capability']}, native bf16: {native}",
+        "",
+        "| dtype | ours tok/s | plain tok/s | ratio (ours/plain) | ours peak MiB | plain peak MiB | meets 10% target |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['dtype']} | {r['ours_tok_per_s']:,.1f} | {r['plain_tok_per_s']:,.1f} | {r['ratio']:.3f} | "
-                     f"{r['ours_peak_rss_mib']:,.0f} | {r['plain_peak_rss_mib']:,.0f} | {'yes' if r['meets_target'] else 'no'} |")
+        lines.append(
+            f"| {r['dtype']} | {r['ours_tok_per_s']:,.1f} | {r['plain_tok_per_s']:,.1f} | {r['ratio']:.3f} | "
+            f"{r['ours_peak_rss_mib']:,.0f} | {r['plain_peak_rss_mib']:,.0f} | {'yes' if r['meets_target'] else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -252,14 +293,27 @@ def machine_info() -> dict:
 
     from esgexp.models.loading import cpu_has_fast_bf16
 
-    versions = {package: metadata.version(package) for package in ("torch", "transformers", "peft", "lightning", "esgexp")}
+    versions = {
+        package: metadata.version(package) for package in ("torch", "transformers", "peft", "lightning", "esgexp")
+    }
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), platform.processor()
+    )
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     native_bf16, reason = cpu_has_fast_bf16()
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_model": cpu, "cpu_count": os.cpu_count(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "native_bf16": native_bf16, "native_bf16_reason": reason,
-            "memory_gib": round(memory, 1), "load_average_at_start": os.getloadavg(), "versions": versions}
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": native_bf16,
+        "native_bf16_reason": reason,
+        "memory_gib": round(memory, 1),
+        "load_average_at_start": os.getloadavg(),
+        "versions": versions,
+    }
 
 
 def main() -> None:
@@ -270,7 +324,9 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per (side, dtype), the order of the sides alternating")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per (side, dtype), the order of the sides alternating"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads on both sides (default 0: torch's own)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
@@ -294,15 +350,29 @@ def main() -> None:
             for side in SIDES if repeat % 2 == 0 else SIDES[::-1]:
                 runs.append(spawn(side, dtype, args) | {"repeat": repeat})
                 r = runs[-1]
-                print(f"{dtype} {side} #{repeat}: {r['tok_per_s']:,.1f} tok/s (loop {r['loop_tok_per_s']:,.1f}), peak {r['peak_rss_mib']:,.0f} MiB, "
-                      f"system CPU {r['system_cpu_s']:.1f} s, {r['minor_faults_per_step']:,.0f} page faults/step", file=sys.stderr)
+                print(
+                    f"{dtype} {side} #{repeat}: {r['tok_per_s']:,.1f} tok/s (loop {r['loop_tok_per_s']:,.1f}), peak {r['peak_rss_mib']:,.0f} MiB, "
+                    f"system CPU {r['system_cpu_s']:.1f} s, {r['minor_faults_per_step']:,.0f} page faults/step",
+                    file=sys.stderr,
+                )
     rows = summarise(runs, args.dtypes)
     machine |= {"load_average_at_end": os.getloadavg(), "torch_threads": runs[0]["torch_threads"]}
     settings = {name: getattr(args, name) for name in (*WORKER_FLAGS, "repeats")}
-    settings |= {"lora": OmegaConf.to_container(cfg.model.lora), "train": {k: cfg.train[k] for k in ("lr", "weight_decay", "warmup_steps", "schedule")},
-                 "gradient_clip_val": cfg.trainer.gradient_clip_val, "log_every_n_steps": cfg.trainer.log_every_n_steps}
-    report = {"date": started.isoformat(timespec="seconds"), "command": sys.argv[1:], "settings": settings, "machine": machine,
-              "target_ratio": TARGET, "summary": rows, "runs": runs}
+    settings |= {
+        "lora": OmegaConf.to_container(cfg.model.lora),
+        "train": {k: cfg.train[k] for k in ("lr", "weight_decay", "warmup_steps", "schedule")},
+        "gradient_clip_val": cfg.trainer.gradient_clip_val,
+        "log_every_n_steps": cfg.trainer.log_every_n_steps,
+    }
+    report = {
+        "date": started.isoformat(timespec="seconds"),
+        "command": sys.argv[1:],
+        "settings": settings,
+        "machine": machine,
+        "target_ratio": TARGET,
+        "summary": rows,
+        "runs": runs,
+    }
     args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(table(rows, machine))
     print(f"\nwritten: {args.json}")

@@ -155,7 +155,9 @@ def cpu_capability() -> dict:
     return {
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "mkldnn_bf16_supported": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
-        "features": {name: bool(capabilities.get(name)) for name in ("avx2", "avx512_f", "avx512_bf16", "amx_bf16", "amx_tile")},
+        "features": {
+            name: bool(capabilities.get(name)) for name in ("avx2", "avx512_f", "avx512_bf16", "amx_bf16", "amx_tile")
+        },
         "esgexp_fast_bf16": fast,
         "esgexp_fast_bf16_reason": reason,
     }
@@ -163,9 +165,11 @@ def cpu_capability() -> dict:
 
 def describe_capability(capability: dict) -> str:
     features = ", ".join(name for name, present in capability["features"].items() if present) or "none"
-    return (f"torch CPU capability {capability['torch_cpu_capability']}, oneDNN bf16 "
-            f"{'supported' if capability['mkldnn_bf16_supported'] else 'not supported'} (features: {features}); "
-            f"esgexp: {capability['esgexp_fast_bf16_reason']}")
+    return (
+        f"torch CPU capability {capability['torch_cpu_capability']}, oneDNN bf16 "
+        f"{'supported' if capability['mkldnn_bf16_supported'] else 'not supported'} (features: {features}); "
+        f"esgexp: {capability['esgexp_fast_bf16_reason']}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,7 +292,9 @@ def write_lmeval_csv(folder: Path, items: list) -> Path:
         writer.writerow(["id", "query", *LETTERS, "answer"])
         for item in items:
             if item.answer not in LETTERS:
-                raise SystemExit(f"item {item.id}: gold {item.answer!r} is not one letter A-D; lm-eval needs one (--no-lmeval)")
+                raise SystemExit(
+                    f"item {item.id}: gold {item.answer!r} is not one letter A-D; lm-eval needs one (--no-lmeval)"
+                )
             writer.writerow([item.id, item.question, *(item.options[letter] for letter in LETTERS), item.answer])
     return path
 
@@ -496,7 +502,9 @@ def run_worker(job: dict, verbose: bool) -> dict:
         done = subprocess.run(command, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
         if done.returncode != 0:
             tail = "" if verbose else "\n".join((done.stderr or "").splitlines()[-40:])
-            raise SystemExit(f"worker failed ({job['side']} {job['mode']} {job['dtype']} batch {job['batch_size']}):\n{tail}")
+            raise SystemExit(
+                f"worker failed ({job['side']} {job['mode']} {job['dtype']} batch {job['batch_size']}):\n{tail}"
+            )
         return json.loads(Path(job_path + ".result").read_text())
 
 
@@ -521,8 +529,14 @@ def measure(args, data: str, items: list, model_dir: str, mode: str, dtype: str,
         load = os.getloadavg()[0]
         with ForeignLoad() as foreign:
             result = run_worker(job, args.verbose)
-        result.update(job=job, n=len(items), qps=len(items) / result["infer_s"], accuracy=accuracy(items, result["answers"]),
-                      load_average_before=load, foreign_cpu_share=foreign.share)
+        result.update(
+            job=job,
+            n=len(items),
+            qps=len(items) / result["infer_s"],
+            accuracy=accuracy(items, result["answers"]),
+            load_average_before=load,
+            foreign_cpu_share=foreign.share,
+        )
         if "core_s" in result:
             result["core_qps"] = len(items) / result["core_s"]
         print(
@@ -539,7 +553,9 @@ def measure(args, data: str, items: list, model_dir: str, mode: str, dtype: str,
             print(f"  busy machine (> {BUSY_SHARE:.0%} foreign CPU): measuring again", file=sys.stderr, flush=True)
     # the cleanest attempt (least foreign CPU) stands; the others are kept in the JSON
     best = min(attempts, key=lambda r: r["foreign_cpu_share"])
-    best["attempts"] = [{k: r[k] for k in ("infer_s", "qps", "foreign_cpu_share", "load_average_before")} for r in attempts]
+    best["attempts"] = [
+        {k: r[k] for k in ("infer_s", "qps", "foreign_cpu_share", "load_average_before")} for r in attempts
+    ]
     return best
 
 
@@ -692,7 +708,9 @@ def render(columns: list[tuple[str, str, str]], records: list[dict]) -> list[str
 
 def format_table(rows: list[dict], capability: dict) -> str:
     lines = [describe_capability(capability), ""] + render(COLUMNS, rows)
-    settings = [{**{k: row[k] for k in ("data", "mode", "dtype")}, **s} for row in rows for s in row.get("lmeval_settings", [])]
+    settings = [
+        {**{k: row[k] for k in ("data", "mode", "dtype")}, **s} for row in rows for s in row.get("lmeval_settings", [])
+    ]
     if settings:
         lines += ["", "every lm-eval setting:"] + render(SETTING_COLUMNS, settings)
     notes = [
@@ -757,8 +775,10 @@ def warn_if_busy() -> None:
     """Other busy processes ruin CPU timings (torch's OpenMP threads then wait on each other)."""
     load = os.getloadavg()[0]
     if load > 0.5:
-        print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: other processes are busy, timings will be noisy",
-              file=sys.stderr)
+        print(
+            f"warning: load average {load:.1f} on {os.cpu_count()} CPUs: other processes are busy, timings will be noisy",
+            file=sys.stderr,
+        )
 
 
 def model_dir() -> str:
@@ -782,16 +802,32 @@ def batch_sizes(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", nargs="+", default=[str(BUNDLED)], help="ESGenius-format CSV file(s); default: the bundled sample")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N questions of each file (default: all)")
+    parser.add_argument(
+        "--data", nargs="+", default=[str(BUNDLED)], help="ESGenius-format CSV file(s); default: the bundled sample"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="only the first N questions of each file (default: all)"
+    )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="our batch size (default: trainer.batch_size of conf/trainer/default.yaml, what a job gets)")
-    parser.add_argument("--lmeval-batch-sizes", type=batch_sizes, default=batch_sizes(LMEVAL_BATCH_SIZES),
-                        help=f"lm-eval's batch sizes, comma-separated; we are compared with the fastest (default {LMEVAL_BATCH_SIZES})")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="our batch size (default: trainer.batch_size of conf/trainer/default.yaml, what a job gets)",
+    )
+    parser.add_argument(
+        "--lmeval-batch-sizes",
+        type=batch_sizes,
+        default=batch_sizes(LMEVAL_BATCH_SIZES),
+        help=f"lm-eval's batch sizes, comma-separated; we are compared with the fastest (default {LMEVAL_BATCH_SIZES})",
+    )
     parser.add_argument("--no-lmeval", action="store_true", help="measure esgexp only")
-    parser.add_argument("--json", default=str(DEFAULT_JSON), help=f"where to write the raw numbers (default {DEFAULT_JSON.relative_to(ROOT)})")
+    parser.add_argument(
+        "--json",
+        default=str(DEFAULT_JSON),
+        help=f"where to write the raw numbers (default {DEFAULT_JSON.relative_to(ROOT)})",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads in each worker (default: torch's own)")
     parser.add_argument(
         "--chat-template",
@@ -799,11 +835,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="wrap each prompt as one user turn of SmolLM2's chat template on both sides (default: raw prompts, "
         "the paper protocol; raw prompts make this chat model stop at once in generate mode)",
     )
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="before each run wait up to SECONDS until other processes use under 5%% of the CPUs (default 0: no wait)")
-    parser.add_argument("--retry-busy", type=int, default=0, metavar="N",
-                        help=f"measure a run again (up to N times) when other processes used over {BUSY_SHARE:.0%} of the CPUs "
-                        "during it; the cleanest attempt is reported (default 0)")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="before each run wait up to SECONDS until other processes use under 5%% of the CPUs (default 0: no wait)",
+    )
+    parser.add_argument(
+        "--retry-busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"measure a run again (up to N times) when other processes used over {BUSY_SHARE:.0%} of the CPUs "
+        "during it; the cleanest attempt is reported (default 0)",
+    )
     parser.add_argument("--verbose", action="store_true", help="show the workers' own output")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -837,9 +883,14 @@ def main(argv: list[str] | None = None) -> None:
         for dtype in args.dtypes:
             for mode in args.modes:
                 ours = measure(args, data, items, folder, mode, dtype, "ours", ours_batch)
-                lmevals = [] if args.no_lmeval else [
-                    measure(args, data, items, folder, mode, dtype, "lm-eval", size) for size in args.lmeval_batch_sizes
-                ]
+                lmevals = (
+                    []
+                    if args.no_lmeval
+                    else [
+                        measure(args, data, items, folder, mode, dtype, "lm-eval", size)
+                        for size in args.lmeval_batch_sizes
+                    ]
+                )
                 rows.append(comparison_row(data, len(items), mode, dtype, ours, lmevals))
                 runs += [ours, *lmevals]
     finished = datetime.datetime.now(datetime.timezone.utc)

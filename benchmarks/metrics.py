@@ -85,7 +85,14 @@ def machine_info() -> dict:
     cpu = platform.processor()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")), cpu)
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in cpuinfo.read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            cpu,
+        )
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -120,7 +127,9 @@ def table(rows: list[dict]) -> str:
     lines = ["| metric | n | setup s | seconds | items/s | summary |", "|---|---|---|---|---|---|"]
     for row in rows:
         summary = ", ".join(f"{key} {value:g}" for key, value in row["summary"].items())
-        lines.append(f"| {row['metric']} | {row['n']:,} | {row['setup_seconds']:.2f} | {row['seconds']:.2f} | {row['items_per_s']:,.1f} | {summary} |")
+        lines.append(
+            f"| {row['metric']} | {row['n']:,} | {row['setup_seconds']:.2f} | {row['seconds']:.2f} | {row['items_per_s']:,.1f} | {summary} |"
+        )
     return "\n".join(lines)
 
 
@@ -154,7 +163,13 @@ def main() -> None:
     report = {
         "date": started.isoformat(timespec="seconds"),
         "command": sys.argv[1:],
-        "settings": {"n": args.n, "bertscore_n": args.bertscore_n or args.n, "batch_size": args.batch_size, "seed": args.seed, "warmup": WARMUP},
+        "settings": {
+            "n": args.n,
+            "bertscore_n": args.bertscore_n or args.n,
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+            "warmup": WARMUP,
+        },
         "machine": machine,
         "metrics": rows,
     }

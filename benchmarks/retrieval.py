@@ -63,11 +63,15 @@ def synthetic_corpus(n_passages: int, n_queries: int, seed: int = 0) -> tuple[li
     for i in range(n_passages):
         words = rng.choices(vocab, weights, k=rng.randint(80, 120))
         words = [rng.choice(FILLER) if rng.random() < 0.3 else w for w in words]
-        passages.append(Passage(f"p{i}", f"report{i % 50}", " ".join(words).capitalize() + ".", 1 + i // 50, 1 + i // 50))
+        passages.append(
+            Passage(f"p{i}", f"report{i % 50}", " ".join(words).capitalize() + ".", 1 + i // 50, 1 + i // 50)
+        )
     queries, scopes = [], []
     for _ in range(n_queries):
         source = rng.choice(passages)
-        words = rng.sample(source.text.rstrip(".").split(), rng.randint(3, 8)) + rng.choices(vocab, weights, k=rng.randint(1, 2))
+        words = rng.sample(source.text.rstrip(".").split(), rng.randint(3, 8)) + rng.choices(
+            vocab, weights, k=rng.randint(1, 2)
+        )
         queries.append(" ".join(words))
         scopes.append(source.doc_id)
     return passages, queries, scopes
@@ -102,7 +106,12 @@ def bench_bm25(passages: list[Passage], queries: list[str], scopes: list[str], r
 
     def direct_index():
         retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-        retriever.index(bm25s.tokenize(texts, stopwords="english", stemmer=stemmer, token_pattern=TOKEN_PATTERN, show_progress=False), show_progress=False)
+        retriever.index(
+            bm25s.tokenize(
+                texts, stopwords="english", stemmer=stemmer, token_pattern=TOKEN_PATTERN, show_progress=False
+            ),
+            show_progress=False,
+        )
         return retriever
 
     def ours_index():
@@ -111,21 +120,30 @@ def bench_bm25(passages: list[Passage], queries: list[str], scopes: list[str], r
         return retriever
 
     def direct_search():
-        tokens = bm25s.tokenize(queries, stopwords="english", stemmer=stemmer, token_pattern=TOKEN_PATTERN, show_progress=False)
+        tokens = bm25s.tokenize(
+            queries, stopwords="english", stemmer=stemmer, token_pattern=TOKEN_PATTERN, show_progress=False
+        )
         return direct.retrieve(tokens, k=k, show_progress=False).documents
 
     index_s, built = best_of_pair(repeat, ours_index, direct_index)
     ours, direct = built["ours"], built["direct"]
     query_s, found = best_of_pair(repeat, lambda: ours.search(queries, k), direct_search)
     scoped_s = min(timed(lambda: ours.search(queries, k, scopes))[0] for _ in range(repeat))
-    same = sum({f"p{r}" for r in rows} == {h.passage_id for h in hits} for rows, hits in zip(found["direct"].tolist(), found["ours"]))
+    same = sum(
+        {f"p{r}" for r in rows} == {h.passage_id for h in hits}
+        for rows, hits in zip(found["direct"].tolist(), found["ours"])
+    )
     return {
         "passages": len(passages),
         "queries": len(queries),
         "k": k,
         "index_s": {"ours": index_s["ours"], "bm25s": index_s["direct"], "ratio": index_s["ours"] / index_s["direct"]},
         "query_s": {"ours": query_s["ours"], "bm25s": query_s["direct"], "ratio": query_s["ours"] / query_s["direct"]},
-        "queries_per_s": {"ours": len(queries) / query_s["ours"], "bm25s": len(queries) / query_s["direct"], "ours_scoped": len(queries) / scoped_s},
+        "queries_per_s": {
+            "ours": len(queries) / query_s["ours"],
+            "bm25s": len(queries) / query_s["direct"],
+            "ours_scoped": len(queries) / scoped_s,
+        },
         "top10_same": same / len(queries),
     }
 
@@ -172,7 +190,10 @@ def machine() -> dict:
         "cpus": os.cpu_count(),
         "load_avg_at_start": os.getloadavg()[0],
         "python": platform.python_version(),
-        **{name: metadata.version(name) for name in ("bm25s", "PyStemmer", "numpy", "sentence-transformers", "torch", "faiss-cpu")},
+        **{
+            name: metadata.version(name)
+            for name in ("bm25s", "PyStemmer", "numpy", "sentence-transformers", "torch", "faiss-cpu")
+        },
     }
 
 

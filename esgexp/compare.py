@@ -104,11 +104,17 @@ class RunData:
             raise UserError(f"run {self.ref}: task={self.task} has no per-item scores to compare")
         if found is None or not found.ids:
             raise UserError(f"run {self.ref} has no per-item values for metric {metric!r} (task={self.task})")
-        if self.task == "qa" and self.metrics.get(metric) is not None and len(found.ids) == len(records_of(self, metric)):
+        if (
+            self.task == "qa"
+            and self.metrics.get(metric) is not None
+            and len(found.ids) == len(records_of(self, metric))
+        ):
             mean = sum(found.values) / len(found.values)
             if abs(mean - float(self.metrics[metric])) > 1e-9 * max(1.0, abs(mean)):
-                raise UserError(f"{metric} of run {self.ref} is a corpus statistic, not a mean of per-item values: "
-                                "compare a per-item metric (e.g. rougeL, f1)")
+                raise UserError(
+                    f"{metric} of run {self.ref} is a corpus statistic, not a mean of per-item values: "
+                    "compare a per-item metric (e.g. rougeL, f1)"
+                )
         return found
 
 
@@ -133,11 +139,15 @@ def load_run(ref: str | Path, tracking_uri: str | None = None) -> RunData:
     try:
         run = client.get_run(str(ref))
     except MlflowException as error:
-        raise UserError(f"MLflow run {ref} not found at {tracking_uri or mlflow.get_tracking_uri()}: {error.message}") from None
+        raise UserError(
+            f"MLflow run {ref} not found at {tracking_uri or mlflow.get_tracking_uri()}: {error.message}"
+        ) from None
     tags = dict(run.data.tags)
     folder = Path(tags.get("run_dir", ""))
     if not tags.get("run_dir") or not folder.is_dir():
-        folder = Path(mlflow.artifacts.download_artifacts(run_id=str(ref), tracking_uri=tracking_uri, dst_path=tempfile.mkdtemp()))
+        folder = Path(
+            mlflow.artifacts.download_artifacts(run_id=str(ref), tracking_uri=tracking_uri, dst_path=tempfile.mkdtemp())
+        )
     data = read_run_folder(folder, str(ref))
     data.run_id, data.tags = str(ref), tags
     return data
@@ -170,16 +180,22 @@ def check_comparable(a: RunData, b: RunData) -> None:
     if a.task != b.task:
         raise UserError(f"runs {a.ref} and {b.ref} are of different tasks: task={a.task} vs task={b.task}")
     if a.dataset != b.dataset:
-        raise UserError(f"runs {a.ref} and {b.ref} are on different datasets: dataset={a.dataset} vs dataset={b.dataset}")
+        raise UserError(
+            f"runs {a.ref} and {b.ref} are on different datasets: dataset={a.dataset} vs dataset={b.dataset}"
+        )
     dataset_a, dataset_b = a.config.get("dataset", {}), b.config.get("dataset", {})
     for key in sorted(set(dataset_a) | set(dataset_b)):
         if key not in SAMPLING_KEYS and dataset_a.get(key) != dataset_b.get(key):
-            raise UserError(f"runs {a.ref} and {b.ref} hold different item sets: dataset.{key}={dataset_a.get(key)!r} "
-                            f"vs {dataset_b.get(key)!r}")
+            raise UserError(
+                f"runs {a.ref} and {b.ref} hold different item sets: dataset.{key}={dataset_a.get(key)!r} "
+                f"vs {dataset_b.get(key)!r}"
+            )
     for key in SCORING_KEYS.get(a.task, ()):
         if dotted(a.config, key) != dotted(b.config, key):
-            raise UserError(f"runs {a.ref} and {b.ref} score items differently: {key} differs "
-                            f"({_short(dotted(a.config, key))} vs {_short(dotted(b.config, key))})")
+            raise UserError(
+                f"runs {a.ref} and {b.ref} score items differently: {key} differs "
+                f"({_short(dotted(a.config, key))} vs {_short(dotted(b.config, key))})"
+            )
 
 
 def _short(value) -> str:
@@ -212,20 +228,36 @@ def compare_pair(a: RunData, b: RunData, metric: str | None = None, settings: St
     for i, _ in pairs:
         item_id = scores_a.ids[i]
         if gold_of(a.records[item_id]) != gold_of(b.records[item_id]):
-            raise UserError(f"runs {a.ref} and {b.ref} hold different item sets: item {item_id!r} has gold "
-                            f"{_short(gold_of(a.records[item_id]))} vs {_short(gold_of(b.records[item_id]))}")
+            raise UserError(
+                f"runs {a.ref} and {b.ref} hold different item sets: item {item_id!r} has gold "
+                f"{_short(gold_of(a.records[item_id]))} vs {_short(gold_of(b.records[item_id]))}"
+            )
     rows_a, rows_b = [i for i, _ in pairs], [j for _, j in pairs]
     va, vb = _pick(scores_a.values, rows_a), _pick(scores_b.values, rows_b)
     wa, wb = _pick(scores_a.weights, rows_a), _pick(scores_b.weights, rows_b)
     clusters = _pick(scores_a.clusters, rows_a) if scores_a.clusters and scores_b.clusters else None
     paired = paired_bootstrap(va, vb, clusters, settings, wa, wb)
     result = {
-        "a": a.label, "b": b.label, "a_ref": a.ref, "b_ref": b.ref, "task": a.task, "dataset": a.dataset,
-        "metric": metric, "kind": scores_a.kind, "higher_is_better": a.higher_is_better,
-        "n_shared": len(pairs), "n_only_a": len(scores_a.ids) - len(pairs), "n_only_b": len(scores_b.ids) - len(pairs),
-        "a_value": sum(va) / (sum(wa) if wa else len(va)), "b_value": sum(vb) / (sum(wb) if wb else len(vb)),
-        "difference": paired.difference, "ci_low": paired.low, "ci_high": paired.high, "confidence": settings.confidence,
-        "p_value": paired.p_value, "test": paired.method,
+        "a": a.label,
+        "b": b.label,
+        "a_ref": a.ref,
+        "b_ref": b.ref,
+        "task": a.task,
+        "dataset": a.dataset,
+        "metric": metric,
+        "kind": scores_a.kind,
+        "higher_is_better": a.higher_is_better,
+        "n_shared": len(pairs),
+        "n_only_a": len(scores_a.ids) - len(pairs),
+        "n_only_b": len(scores_b.ids) - len(pairs),
+        "a_value": sum(va) / (sum(wa) if wa else len(va)),
+        "b_value": sum(vb) / (sum(wb) if wb else len(vb)),
+        "difference": paired.difference,
+        "ci_low": paired.low,
+        "ci_high": paired.high,
+        "confidence": settings.confidence,
+        "p_value": paired.p_value,
+        "test": paired.method,
         "cluster_key": a.metrics.get("stats/cluster_key") if clusters else None,
         "n_clusters": len(set(clusters)) if clusters else len(pairs),
     }
@@ -242,7 +274,9 @@ def _pick(values: list | None, rows: list[int]) -> list | None:
     return None if values is None else [values[k] for k in rows]
 
 
-def compare_runs(runs: list[RunData], against: str = "first", metric: str | None = None, settings: StatsSettings | None = None) -> dict:
+def compare_runs(
+    runs: list[RunData], against: str = "first", metric: str | None = None, settings: StatsSettings | None = None
+) -> dict:
     """Every run against the first (``first``) or every pair (``all``); ``p_holm`` Holm-corrects the pairs' p-values."""
     if len(runs) < 2:
         raise UserError(f"compare needs at least two runs, got {len(runs)}")
@@ -267,8 +301,7 @@ def to_markdown(report: dict) -> str:
         f"# {first['dataset']} | {first['task']} | {report['metric']} "
         f"({'higher' if first['higher_is_better'] else 'lower'} is better)",
         "",
-        "| A | B | n shared | dropped A/B | A | B | B - A | "
-        f"{first['confidence']:.0%} CI | test | p | p (Holm) |",
+        f"| A | B | n shared | dropped A/B | A | B | B - A | {first['confidence']:.0%} CI | test | p | p (Holm) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in report["comparisons"]:
@@ -305,7 +338,9 @@ def main(argv: list[str]) -> None:
         cfg = compose("compare", overrides=overrides)
     check_settings(cfg)
     settings = StatsSettings.from_node(cfg.stats)
-    if not all(Path(ref).is_dir() for ref in refs):  # a run id is read from the store: one that is down fails in seconds
+    if not all(
+        Path(ref).is_dir() for ref in refs
+    ):  # a run id is read from the store: one that is down fails in seconds
         from esgexp.tracking import check_tracking
 
         check_tracking(cfg.tracking)

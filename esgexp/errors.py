@@ -56,7 +56,10 @@ def exit_on_user_error(log: logging.Logger):
         import traceback
 
         log_to_files(log, logging.ERROR, traceback.format_exc())
-        print(f"error: job failed: {reason} (traceback in {mark_failed(reason).parent / 'esgexp.log'})", file=sys.stderr)
+        print(
+            f"error: job failed: {reason} (traceback in {mark_failed(reason).parent / 'esgexp.log'})", file=sys.stderr
+        )
+
 
 OVERRIDE_ERROR = re.compile(r"Could not override '([^']+)'")
 
@@ -86,8 +89,15 @@ def config_keys(overrides: list[str], skip: str) -> list[str]:
     def key_of(override: str) -> str:
         return override.split("=", 1)[0].lstrip("+~")
 
-    kept = [o for o in overrides if "=" in o and not o.startswith("-") and key_of(o) != skip
-            and not key_of(o).startswith("hydra") and "," not in o]
+    kept = [
+        o
+        for o in overrides
+        if "=" in o
+        and not o.startswith("-")
+        and key_of(o) != skip
+        and not key_of(o).startswith("hydra")
+        and "," not in o
+    ]
     GlobalHydra.instance().clear()  # the failed composition left it set
     for attempt in (kept, []):
         try:

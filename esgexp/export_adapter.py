@@ -35,7 +35,9 @@ def export(cfg: DictConfig) -> Path:
         )
     adapter_dir, card = prepare_adapter(cfg.model, model_source, cfg.tracking.uri, cfg.paths.cache_dir)
     if card.get("load_in_4bit"):
-        log.warning("the adapter was trained on a 4-bit base: merged into full-precision weights its outputs differ slightly")
+        log.warning(
+            "the adapter was trained on a 4-bit base: merged into full-precision weights its outputs differ slightly"
+        )
     out_dir = Path(cfg.out_dir) if cfg.out_dir else adapter_dir.parent / "merged"
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UserError(f"out_dir={out_dir} exists and is not empty; choose another folder")
@@ -63,7 +65,9 @@ def main(overrides: list[str]) -> None:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             cfg = compose("export_adapter", overrides=overrides)
         if OmegaConf.is_missing(cfg.model, "adapter"):
-            raise UserError("Missing mandatory value: model.adapter (an adapter folder, a training run folder or an MLflow run id)")
+            raise UserError(
+                "Missing mandatory value: model.adapter (an adapter folder, a training run folder or an MLflow run id)"
+            )
         out_dir = export(cfg)
     print(f"merged model: {out_dir}")
     print(f"evaluate it with: python -m esgexp model=local model.path={out_dir} ...")

@@ -16,11 +16,33 @@ from esgexp.outputs import write_atomic, write_json
 
 # The config groups that decide a job's results: equal values make a run resumable from another.
 IDENTITY_KEYS = (
-    "task", "dataset", "model", "backend", "strategy", "template", "scoring", "retriever", "query", "retrieval", "metrics",
-    "predictions", "recall_k", "train", "seed",
+    "task",
+    "dataset",
+    "model",
+    "backend",
+    "strategy",
+    "template",
+    "scoring",
+    "retriever",
+    "query",
+    "retrieval",
+    "metrics",
+    "predictions",
+    "recall_k",
+    "train",
+    "seed",
 )
 # Backend settings that decide how fast, not what: a run resumes across a change of these.
-BACKEND_RUNTIME_KEYS = ("batch_size", "progress_bar", "max_concurrency", "timeout_s", "connect_timeout_s", "max_retries", "accelerator", "gpu_memory_utilization")
+BACKEND_RUNTIME_KEYS = (
+    "batch_size",
+    "progress_bar",
+    "max_concurrency",
+    "timeout_s",
+    "connect_timeout_s",
+    "max_retries",
+    "accelerator",
+    "gpu_memory_utilization",
+)
 
 
 def check_config(cfg: DictConfig) -> Path:
@@ -30,7 +52,9 @@ def check_config(cfg: DictConfig) -> Path:
 
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
-        raise UserError(f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)")
+        raise UserError(
+            f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)"
+        )
     check_settings(cfg)
     tracking.check_tracking(cfg.tracking, offline_hint=True)
     return Path(cfg.paths.output_dir)
@@ -85,8 +109,19 @@ def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
 
 
 # The packages whose version can change a run's outputs (shown on the leaderboard's reproducibility card).
-VERSIONED_PACKAGES = ("esgexp", "torch", "transformers", "peft", "lightning", "vllm", "openai", "bm25s",
-                      "sentence-transformers", "mlflow", "hydra-core")
+VERSIONED_PACKAGES = (
+    "esgexp",
+    "torch",
+    "transformers",
+    "peft",
+    "lightning",
+    "vllm",
+    "openai",
+    "bm25s",
+    "sentence-transformers",
+    "mlflow",
+    "hydra-core",
+)
 
 
 def package_versions() -> str:
@@ -135,9 +170,11 @@ def data_provenance(path: str | None) -> str | None:
     if not isinstance(built, dict) or built.get("dataset") != str(Path(path).resolve()):
         return None
     corpus = built.get("corpus") or {}
-    return (f"built by esgexp.build builder={(built.get('builder') or {}).get('name')} from corpus "
-            f"{str(corpus.get('corpus_hash', ''))[:16]} ({corpus.get('path')}) with model {built.get('model')} on "
-            f"backend {built.get('backend')}, {built.get('created')}, git {str(built.get('git_commit', ''))[:12]}")
+    return (
+        f"built by esgexp.build builder={(built.get('builder') or {}).get('name')} from corpus "
+        f"{str(corpus.get('corpus_hash', ''))[:16]} ({corpus.get('path')}) with model {built.get('model')} on "
+        f"backend {built.get('backend')}, {built.get('created')}, git {str(built.get('git_commit', ''))[:12]}"
+    )
 
 
 def save_inputs(cfg: DictConfig, output_dir: Path, skipped: list[str]) -> None:
@@ -156,7 +193,9 @@ def tracked_run(cfg: DictConfig, run_name: str, tags: dict):
         yield run
 
 
-def finish(run: tracking.TrackedRun, metrics: dict, files: list[str], info: dict | None = None, step: int | None = None) -> None:
+def finish(
+    run: tracking.TrackedRun, metrics: dict, files: list[str], info: dict | None = None, step: int | None = None
+) -> None:
     """Write metrics.json in the run folder, then log metrics (at ``step``), ``info`` tags and the run-folder files to ``run``."""
     write_json(run.run_dir / "metrics.json", metrics)
     run.log_metrics(metrics, step)

@@ -107,10 +107,16 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         finish(run, metrics, ["predictions.jsonl", "skipped_rows.txt", "calibration.json"], info)
         if metrics["n_failed"] == len(items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
-            raise UserError(f"every item failed (errors in {output_dir / 'predictions.jsonl'}); the MLflow run is marked FAILED")
+            raise UserError(
+                f"every item failed (errors in {output_dir / 'predictions.jsonl'}); the MLflow run is marked FAILED"
+            )
     rows = [("items", str(metrics["n_items"])), *task.summary_rows(metrics)]
-    counts = (("failed items", "n_failed"), ("skipped rows", "n_skipped_rows"), ("answers from the cache", "n_cached"),
-              ("retries", "n_retries"))
+    counts = (
+        ("failed items", "n_failed"),
+        ("skipped rows", "n_skipped_rows"),
+        ("answers from the cache", "n_cached"),
+        ("retries", "n_retries"),
+    )
     rows += [(name, str(metrics[key])) for name, key in counts if metrics.get(key)]
     title = f"{cfg.dataset.name} | {tags['model']} | {cfg.backend.name} | {cfg.strategy.name} | {cfg.scoring.name}"
     print(summary_table(title, rows, run))
@@ -133,8 +139,11 @@ def make_requests(cfg: DictConfig, items: list, prompts: dict) -> list:
     scoring = cfg.scoring
     if scoring.name == "logprob":
         if cfg.model.reasoning:
-            log.warning("scoring=logprob with reasoning model %r: letter log-probabilities skip the reasoning it needs "
-                        "to answer; scoring=generate is its protocol", cfg.model.name)
+            log.warning(
+                "scoring=logprob with reasoning model %r: letter log-probabilities skip the reasoning it needs "
+                "to answer; scoring=generate is its protocol",
+                cfg.model.name,
+            )
         return [LetterRequest(item.id, prompts[item.id], letters=tuple(scoring.letters)) for item in items]
     max_new_tokens = scoring.max_new_tokens
     if cfg.model.reasoning:
@@ -146,7 +155,14 @@ def make_requests(cfg: DictConfig, items: list, prompts: dict) -> list:
 
 
 def predict(
-    cfg: DictConfig, task, backend, items: list, prompts: dict, retrieval: dict, predictions: PredictionLog, fingerprints: dict
+    cfg: DictConfig,
+    task,
+    backend,
+    items: list,
+    prompts: dict,
+    retrieval: dict,
+    predictions: PredictionLog,
+    fingerprints: dict,
 ) -> None:
     """Send one request per item to ``backend``, append one record per answer to ``predictions``;
     return the token usage of the answers that were not cached."""
@@ -186,7 +202,9 @@ def usage_metrics(usage: dict[str, int], price) -> dict[str, float]:
     """``usage/<kind>_tokens`` sums and, with the model's prices per million tokens, ``usage/cost``."""
     metrics = {f"usage/{key}": value for key, value in sorted(usage.items())}
     if price and usage:
-        metrics["usage/cost"] = sum(usage.get(f"{kind}_tokens", 0) * float(per_million) / 1e6 for kind, per_million in price.items())
+        metrics["usage/cost"] = sum(
+            usage.get(f"{kind}_tokens", 0) * float(per_million) / 1e6 for kind, per_million in price.items()
+        )
     return metrics
 
 
@@ -205,7 +223,9 @@ def item_fingerprint(prompt: str, item) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: PredictionLog, fingerprints: dict[str, str]) -> list[dict]:
+def resume_predictions(
+    cfg: DictConfig, output_dir: Path, predictions: PredictionLog, fingerprints: dict[str, str]
+) -> list[dict]:
     """With resume=true, keep the finished predictions of this folder, or else copy those of the latest
     earlier run of the same config; return them. Never mixes the predictions of two configs, and drops
     a prediction whose item (prompt or gold) changed since, e.g. in an edited data file."""
@@ -231,5 +251,8 @@ def resume_predictions(cfg: DictConfig, output_dir: Path, predictions: Predictio
     predictions.rewrite(kept)
     log.info("resuming from %s: %d predictions reused", source.path.parent, len(kept))
     if len(kept) < len(finished):
-        log.warning("%d earlier predictions are for items that changed (prompt or gold) or are gone: redone", len(finished) - len(kept))
+        log.warning(
+            "%d earlier predictions are for items that changed (prompt or gold) or are gone: redone",
+            len(finished) - len(kept),
+        )
     return kept

@@ -56,8 +56,11 @@ class Number:
     def accepts(self, value) -> bool:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
             return False
-        return _within(value, self.low, self.high) and not (self.above and value == self.low) and not (
-            self.below and value == self.high)
+        return (
+            _within(value, self.low, self.high)
+            and not (self.above and value == self.low)
+            and not (self.below and value == self.high)
+        )
 
     def expected(self) -> str:
         if not (self.above or self.below):
@@ -102,8 +105,12 @@ class Integers:
     optional: bool = False
 
     def accepts(self, value) -> bool:
-        return isinstance(value, Sequence) and not isinstance(value, str) and bool(value) and all(
-            Integer(self.low).accepts(v) for v in value)
+        return (
+            isinstance(value, Sequence)
+            and not isinstance(value, str)
+            and bool(value)
+            and all(Integer(self.low).accepts(v) for v in value)
+        )
 
     def expected(self) -> str:
         return f"a non-empty list of integers >= {self.low}"
@@ -168,8 +175,12 @@ def _context_rule(cfg: DictConfig) -> Rule | None:
 # retriever=bm25 (k1, b, stemmer, stopwords) | dense (batch_size, backend, device) | hybrid, which holds a
 # bm25 and a dense node of its own (retriever.bm25.k1, ...).
 RETRIEVER_RULES = {
-    "k1": Number(0), "b": Number(0, 1), "stemmer": Choice(("english",), optional=True),
-    "stopwords": Choice(("english",), optional=True), "batch_size": Integer(1), "backend": Choice(("numpy", "faiss")),
+    "k1": Number(0),
+    "b": Number(0, 1),
+    "stemmer": Choice(("english",), optional=True),
+    "stopwords": Choice(("english",), optional=True),
+    "batch_size": Integer(1),
+    "backend": Choice(("numpy", "faiss")),
     "device": Choice(("auto", "cpu", "cuda")),
 }
 
@@ -273,7 +284,11 @@ def problems(cfg: DictConfig) -> list[str]:
         if not rule.accepts(value):
             expected = rule.expected() + (" or null" if rule.optional else "")
             found.append(f"{key} must be {expected}, got {'null' if value is None else repr(value)}")
-    if OmegaConf.select(cfg, "task") == "finetune" and not cfg.trainer.get("max_steps") and not cfg.trainer.get("max_epochs"):
+    if (
+        OmegaConf.select(cfg, "task") == "finetune"
+        and not cfg.trainer.get("max_steps")
+        and not cfg.trainer.get("max_epochs")
+    ):
         found.append("trainer.max_steps or trainer.max_epochs must be set for fine-tuning")
     return found
 

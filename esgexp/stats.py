@@ -58,7 +58,12 @@ class Interval:
 
     def as_metrics(self, key: str) -> dict:
         """``<key>/ci_low``, ``<key>/ci_high``, ``<key>/stderr`` and ``<key>/ci_method``."""
-        return {f"{key}/ci_low": self.low, f"{key}/ci_high": self.high, f"{key}/stderr": self.stderr, f"{key}/ci_method": self.method}
+        return {
+            f"{key}/ci_low": self.low,
+            f"{key}/ci_high": self.high,
+            f"{key}/stderr": self.stderr,
+            f"{key}/ci_method": self.method,
+        }
 
 
 NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, math.nan, "none")
@@ -117,10 +122,14 @@ def ratio_stderr(numerators: Sequence[float], denominators: Sequence[float], clu
     return mean_stderr((y - ratio * x) / x.mean(), clusters)
 
 
-def _resampled_sums(rows: np.ndarray, ids: np.ndarray | None, settings: StatsSettings, rng: np.random.Generator) -> np.ndarray:
+def _resampled_sums(
+    rows: np.ndarray, ids: np.ndarray | None, settings: StatsSettings, rng: np.random.Generator
+) -> np.ndarray:
     """``settings.bootstrap`` column sums of ``rows`` (n x d) over resamples of its rows, or of whole
     clusters when ``ids`` is given (a resampled cluster brings all its rows)."""
-    units = rows if ids is None else np.stack([np.bincount(ids, weights=rows[:, j]) for j in range(rows.shape[1])], axis=1)
+    units = (
+        rows if ids is None else np.stack([np.bincount(ids, weights=rows[:, j]) for j in range(rows.shape[1])], axis=1)
+    )
     count = len(units)
     out = np.empty((settings.bootstrap, rows.shape[1]))
     for start in range(0, settings.bootstrap, _CHUNK):
@@ -184,7 +193,10 @@ def proportion_interval(hits: Sequence[float], clusters: Sequence | None, settin
 
 
 def statistic_interval(
-    rows: Sequence[Sequence[float]], statistic: Callable[[np.ndarray], float], clusters: Sequence | None, settings: StatsSettings
+    rows: Sequence[Sequence[float]],
+    statistic: Callable[[np.ndarray], float],
+    clusters: Sequence | None,
+    settings: StatsSettings,
 ) -> Interval:
     """A corpus-level ``statistic`` of summed per-item ``rows`` (e.g. corpus BLEU of n-gram counts):
     percentile bootstrap interval, standard error = the standard deviation of the replicates."""
@@ -204,7 +216,10 @@ def binomial_two_sided(k: int, n: int) -> float:
     if n == 0:
         return 1.0
     low = min(k, n - k)
-    tail = sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2)) for i in range(low + 1))
+    tail = sum(
+        math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2))
+        for i in range(low + 1)
+    )
     return min(1.0, 2 * tail)
 
 
@@ -240,10 +255,18 @@ def paired_bootstrap(
     observed difference is at least the observed difference's distance from 0, (1 + count) / (1 + B)."""
     n = len(a)
     ones = np.ones(n)
-    rows = np.column_stack([
-        np.asarray(a, dtype=float), ones if weights_a is None else np.asarray(weights_a, dtype=float),
-        np.asarray(b, dtype=float), ones if weights_b is None else np.asarray(weights_b, dtype=float),
-    ]) if n else np.empty((0, 4))
+    rows = (
+        np.column_stack(
+            [
+                np.asarray(a, dtype=float),
+                ones if weights_a is None else np.asarray(weights_a, dtype=float),
+                np.asarray(b, dtype=float),
+                ones if weights_b is None else np.asarray(weights_b, dtype=float),
+            ]
+        )
+        if n
+        else np.empty((0, 4))
+    )
     if not n or rows[:, 1].sum() == 0 or rows[:, 3].sum() == 0:
         return PairedResult(math.nan, math.nan, math.nan, math.nan, "none")
     sums = rows.sum(axis=0)
@@ -342,8 +365,15 @@ def cluster_info(records: Sequence[dict], key: str | None) -> dict:
     """What metrics.json says about clustering: ``stats/cluster_key`` (null: none) and ``stats/n_clusters``."""
     clusters = record_clusters(records) if key else None
     if clusters and len(set(clusters)) < FEW_CLUSTERS:
-        log.warning("only %d clusters of dataset.cluster_key=%s: clustered intervals are rough with so few", len(set(clusters)), key)
-    return {"stats/cluster_key": key if clusters else None, "stats/n_clusters": len(set(clusters)) if clusters else len(records)}
+        log.warning(
+            "only %d clusters of dataset.cluster_key=%s: clustered intervals are rough with so few",
+            len(set(clusters)),
+            key,
+        )
+    return {
+        "stats/cluster_key": key if clusters else None,
+        "stats/n_clusters": len(set(clusters)) if clusters else len(records),
+    }
 
 
 def headline(metric: str, higher_is_better: bool = True) -> dict[str, str]:

@@ -71,7 +71,9 @@ def sweep_table(sweep_dir: Path, overrides: dict[str, str]) -> tuple[str, int]:
     for folder in folders:
         status, detail = job_status(folder)
         bad += status != "ok"
-        rows.append(f"{folder.name:>4}  {status:<12}  {overrides.get(folder.name, '')}" + (f"  ({detail})" if detail else ""))
+        rows.append(
+            f"{folder.name:>4}  {status:<12}  {overrides.get(folder.name, '')}" + (f"  ({detail})" if detail else "")
+        )
     counts = f"{len(folders) - bad} ok, {bad} failed or not finished, of {len(folders)} jobs"
     return "\n".join([f"sweep {sweep_dir}: {counts}", *rows]), bad
 

@@ -57,7 +57,9 @@ def check_folder(run_dir: Path) -> dict | None:
         raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
     if (run_dir / FAILED_FILE).is_file():
         reason = (run_dir / FAILED_FILE).read_text(encoding="utf-8").strip()
-        raise UserError(f"{run_dir} is marked FAILED ({reason}): a failed job is not logged; fix it and run the job again")
+        raise UserError(
+            f"{run_dir} is marked FAILED ({reason}): a failed job is not logged; fix it and run the job again"
+        )
     if (run_dir / SYNCED_FILE).is_file() or not (run_dir / PENDING_FILE).is_file():
         return None
     pending = read_json(run_dir / PENDING_FILE)
@@ -91,7 +93,13 @@ def target_run(client, pending: dict, uri: str, experiment_id: str, run_dir: Pat
             return client.get_run(pending["run_id"]).info.run_id, True
         except MlflowException:
             pass  # not in this store (deleted, or another database behind the same address)
-    run = retry_locked(client.create_run, experiment_id, start_time=pending["start_time"], tags=pending["tags"], run_name=pending["run_name"])
+    run = retry_locked(
+        client.create_run,
+        experiment_id,
+        start_time=pending["start_time"],
+        tags=pending["tags"],
+        run_name=pending["run_name"],
+    )
     write_json(run_dir / PENDING_FILE, {**pending, "run_id": run.info.run_id, "uri": uri})
     return run.info.run_id, False
 
@@ -104,8 +112,11 @@ def new_metrics(client, run_id: str, metrics: list[dict], existed: bool) -> list
     if existed:
         for key in {m["key"] for m in metrics}:
             held.update((m.key, m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key))
-    return [Metric(m["key"], m["value"], m["timestamp"], m["step"]) for m in metrics
-            if (m["key"], m["step"], m["timestamp"], m["value"]) not in held]
+    return [
+        Metric(m["key"], m["value"], m["timestamp"], m["step"])
+        for m in metrics
+        if (m["key"], m["step"], m["timestamp"], m["value"]) not in held
+    ]
 
 
 def sync_run(run_dir: Path, overrides: dict[str, str]) -> str:
@@ -123,8 +134,10 @@ def sync_run(run_dir: Path, overrides: dict[str, str]) -> str:
         reason = is_server(uri) and unreachable(uri, float(settings.connect_timeout_s))
         if not reason:
             raise
-        raise UserError(f"{run_dir}: the tracking server {uri} stopped answering during the sync ({reason}); "
-                        "nothing is lost: sync the folder again once the server is back") from None
+        raise UserError(
+            f"{run_dir}: the tracking server {uri} stopped answering during the sync ({reason}); "
+            "nothing is lost: sync the folder again once the server is back"
+        ) from None
 
 
 def log_pending(run_dir: Path, pending: dict, uri: str, artifact_location: str | None) -> str:
@@ -146,21 +159,29 @@ def log_pending(run_dir: Path, pending: dict, uri: str, artifact_location: str |
         retry_locked(upload, run_id, str(path), artifact["artifact_path"])
     retry_locked(client.set_terminated, run_id, pending["status"], pending["end_time"])
     synced_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    write_json(run_dir / SYNCED_FILE, {"uri": uri, "experiment_id": experiment_id, "run_id": run_id, "synced_at": synced_at})
+    write_json(
+        run_dir / SYNCED_FILE, {"uri": uri, "experiment_id": experiment_id, "run_id": run_id, "synced_at": synced_at}
+    )
     into = "the run it had opened" if existed else "a new run"
-    return (f"{run_dir}: synced to run {run_id} in {uri} ({into}): {len(params)} params, {len(metrics)} metric values, "
-            f"{len(pending['artifacts'])} artifacts")
+    return (
+        f"{run_dir}: synced to run {run_id} in {uri} ({into}): {len(params)} params, {len(metrics)} metric values, "
+        f"{len(pending['artifacts'])} artifacts"
+    )
 
 
 def parse_args(argv: list[str] | None) -> tuple[list[Path], dict[str, str]]:
     parser = argparse.ArgumentParser(
         prog="python -m esgexp.sync",
         description="Log finished run folders that were not tracked while they ran (tracking.offline=true, or a "
-                    "tracking server that went away) to MLflow, once each.",
+        "tracking server that went away) to MLflow, once each.",
     )
-    parser.add_argument("items", nargs="+", metavar="RUN_DIR | tracking.KEY=VALUE",
-                        help="run folders (or a sweep's folder) to log; tracking.uri=URI (or another tracking.KEY=VALUE) "
-                             "overrides their config")
+    parser.add_argument(
+        "items",
+        nargs="+",
+        metavar="RUN_DIR | tracking.KEY=VALUE",
+        help="run folders (or a sweep's folder) to log; tracking.uri=URI (or another tracking.KEY=VALUE) "
+        "overrides their config",
+    )
     items = parser.parse_args(argv).items
     overrides = {m.group(1): m.group(2) for m in map(OVERRIDE.match, items) if m}
     run_dirs = [job for item in items if not OVERRIDE.match(item) for job in job_folders(Path(item))]

@@ -89,7 +89,11 @@ def check_tracking(tracking_cfg: DictConfig, offline_hint: bool = False) -> None
         raise UserError(
             f"tracking.uri={uri}: the MLflow tracking server does not answer ({reason}; waited up to "
             f"tracking.connect_timeout_s={tracking_cfg.connect_timeout_s} s). Start the server or fix tracking.uri"
-            + (", or run with tracking.offline=true and log the run folder later: python -m esgexp.sync RUN_DIR" if offline_hint else "")
+            + (
+                ", or run with tracking.offline=true and log the run folder later: python -m esgexp.sync RUN_DIR"
+                if offline_hint
+                else ""
+            )
         )
 
 
@@ -238,7 +242,9 @@ class TrackedRun:
 
             experiment_id = use_store(self.uri, self.artifact_location, self.experiment_name)
             self._client = mlflow.MlflowClient(self.uri)
-            run = retry_locked(self._client.create_run, experiment_id, start_time=self.start_time, tags=tags, run_name=self.run_name)
+            run = retry_locked(
+                self._client.create_run, experiment_id, start_time=self.start_time, tags=tags, run_name=self.run_name
+            )
             self.run_id = run.info.run_id
             self._log_batch(params=params)
 
@@ -257,7 +263,9 @@ class TrackedRun:
         self._call(
             "logging metrics",
             lambda: self._log_batch(metrics=[(k, v, stamp, step) for k, v in numeric.items()]),
-            lambda: self.pending["metrics"].extend({"key": k, "value": v, "timestamp": stamp, "step": step} for k, v in numeric.items()),
+            lambda: self.pending["metrics"].extend(
+                {"key": k, "value": v, "timestamp": stamp, "step": step} for k, v in numeric.items()
+            ),
         )
 
     def set_tags(self, tags: dict) -> None:
@@ -281,14 +289,20 @@ class TrackedRun:
     def end(self, status: str) -> None:
         """End the run with ``status`` (FINISHED, FAILED or KILLED)."""
         self.status, self.end_time = status, now_ms()
-        self._call("ending the run", lambda: retry_locked(self._client.set_terminated, self.run_id, status, self.end_time), lambda: None)
+        self._call(
+            "ending the run",
+            lambda: retry_locked(self._client.set_terminated, self.run_id, status, self.end_time),
+            lambda: None,
+        )
 
     def summary_line(self) -> str:
         """Where the run is, for the job's summary table."""
         if self.tracked:
             return f"mlflow run: {self.run_id} ({self.uri})"
-        return (f"mlflow run: not yet tracked ({self.pending_reason}); everything is in the run folder\n"
-                f"log it later with: python -m esgexp.sync {self.run_dir}")
+        return (
+            f"mlflow run: not yet tracked ({self.pending_reason}); everything is in the run folder\n"
+            f"log it later with: python -m esgexp.sync {self.run_dir}"
+        )
 
     def _log_batch(self, metrics=(), params=None, tags=None) -> None:
         from mlflow.entities import Metric, Param, RunTag
@@ -322,22 +336,31 @@ class TrackedRun:
         if reason is None:
             return False
         self.pending_reason = f"the tracking server {self.uri} stopped answering while {what}: {reason}"
-        log.warning("%s (%s). The job goes on; what it would log is kept in %s; once the server is back: "
-                    "python -m esgexp.sync %s", self.pending_reason, type(error).__name__, self.run_dir / PENDING_FILE, self.run_dir)
+        log.warning(
+            "%s (%s). The job goes on; what it would log is kept in %s; once the server is back: "
+            "python -m esgexp.sync %s",
+            self.pending_reason,
+            type(error).__name__,
+            self.run_dir / PENDING_FILE,
+            self.run_dir,
+        )
         return True
 
     def write_pending(self) -> None:
-        write_json(self.run_dir / PENDING_FILE, {
-            "reason": self.pending_reason,
-            "uri": self.uri,
-            "experiment_name": self.experiment_name,
-            "run_name": self.run_name,
-            "run_id": self.run_id,
-            "status": self.status,
-            "start_time": self.start_time,
-            "end_time": self.end_time,
-            **self.pending,
-        })
+        write_json(
+            self.run_dir / PENDING_FILE,
+            {
+                "reason": self.pending_reason,
+                "uri": self.uri,
+                "experiment_name": self.experiment_name,
+                "run_name": self.run_name,
+                "run_id": self.run_id,
+                "status": self.status,
+                "start_time": self.start_time,
+                "end_time": self.end_time,
+                **self.pending,
+            },
+        )
 
 
 def system_tags(tags: dict) -> dict:

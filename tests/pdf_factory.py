@@ -23,7 +23,9 @@ def ruled_table(grid: list[list[str]], top: float) -> str:
     lines += [f"{LEFT + c * COLUMN_WIDTH} {top} m {LEFT + c * COLUMN_WIDTH} {bottom} l" for c in range(cols + 1)]
     texts = [
         f"BT /F1 10 Tf {LEFT + c * COLUMN_WIDTH + 4} {top - (r + 1) * ROW_HEIGHT + 6} Td ({_escape(cell)}) Tj ET"
-        for r, row in enumerate(grid) for c, cell in enumerate(row) if cell
+        for r, row in enumerate(grid)
+        for c, cell in enumerate(row)
+        if cell
     ]
     return "1 w " + " ".join(lines) + " S " + " ".join(texts)
 
@@ -36,11 +38,17 @@ def underlined_table(grid: list[list[str]], top: float) -> str:
     for r, row in enumerate(grid):
         y = top - (r + 1) * ROW_HEIGHT
         rules += [f"{LEFT + c * COLUMN_WIDTH} {y} m {LEFT + (c + 1) * COLUMN_WIDTH - 6} {y} l" for c in range(len(row))]
-        texts += [f"BT /F1 10 Tf {LEFT + c * COLUMN_WIDTH + 4} {y + 6} Td ({_escape(cell)}) Tj ET" for c, cell in enumerate(row) if cell]
+        texts += [
+            f"BT /F1 10 Tf {LEFT + c * COLUMN_WIDTH + 4} {y + 6} Td ({_escape(cell)}) Tj ET"
+            for c, cell in enumerate(row)
+            if cell
+        ]
     return "1 w " + " ".join(rules) + " S " + " ".join(texts)
 
 
-def pdf_bytes(pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None, underlined: bool = False) -> bytes:
+def pdf_bytes(
+    pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None, underlined: bool = False
+) -> bytes:
     """A valid PDF 1.4 whose page ``i`` shows the lines ``pages[i]`` top to bottom (an empty list: a blank page)
     and below them the ruled tables ``tables[i]`` (each a grid of cell texts), 30 points apart; ``underlined``
     draws every table with rules under its cells only."""
@@ -89,8 +97,9 @@ def encrypted(data: bytes, user_password: str, algorithm: str = "AES-128") -> by
     return buffer.getvalue()
 
 
-def write_pdf(path: Path, pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None,
-              underlined: bool = False) -> Path:
+def write_pdf(
+    path: Path, pages: list[list[str]], tables: list[list[list[list[str]]]] | None = None, underlined: bool = False
+) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pdf_bytes(pages, tables, underlined))
     return path

@@ -24,10 +24,25 @@ def read_jsonl(path):
 
 
 def tiny_backend(tiny_model_dir, tmp_path, **settings):
-    model = OmegaConf.create({"name": "tiny", "path": str(tiny_model_dir), "gguf": None, "hub_id": None, "dtype": "float32",
-                              "adapter": None, "load_in_4bit": False, "chat_template": False})
-    return HFBackend(model, RunContext(str(tmp_path / "cache"), f"sqlite:///{tmp_path}/db", 0), accelerator="cpu",
-                     progress_bar=False, **settings)
+    model = OmegaConf.create(
+        {
+            "name": "tiny",
+            "path": str(tiny_model_dir),
+            "gguf": None,
+            "hub_id": None,
+            "dtype": "float32",
+            "adapter": None,
+            "load_in_4bit": False,
+            "chat_template": False,
+        }
+    )
+    return HFBackend(
+        model,
+        RunContext(str(tmp_path / "cache"), f"sqlite:///{tmp_path}/db", 0),
+        accelerator="cpu",
+        progress_bar=False,
+        **settings,
+    )
 
 
 # --- the request cache ---------------------------------------------------------------------------
@@ -37,12 +52,18 @@ def test_cache_key_holds_the_backend_identity_and_every_decoding_field():
     request = GenerationRequest("q1", PROMPT, max_new_tokens=8, stop=("\n",))
     key = cache_key({"backend": "hf", "model": "a"}, PROMPT, request)
     assert key != cache_key({"backend": "hf", "model": "b"}, PROMPT, request)  # two models never share an entry
-    assert key != cache_key({"backend": "hf", "model": "a"}, PROMPT, GenerationRequest("q1", PROMPT, max_new_tokens=9, stop=("\n",)))
+    assert key != cache_key(
+        {"backend": "hf", "model": "a"}, PROMPT, GenerationRequest("q1", PROMPT, max_new_tokens=9, stop=("\n",))
+    )
     assert key != cache_key({"backend": "hf", "model": "a"}, PROMPT, GenerationRequest("q1", PROMPT, max_new_tokens=8))
     assert key != cache_key({"backend": "hf", "model": "a"}, PROMPT + " ", request)
-    assert key == cache_key({"backend": "hf", "model": "a"}, PROMPT, GenerationRequest("other-id", PROMPT, max_new_tokens=8, stop=("\n",)))
+    assert key == cache_key(
+        {"backend": "hf", "model": "a"}, PROMPT, GenerationRequest("other-id", PROMPT, max_new_tokens=8, stop=("\n",))
+    )
     letters = cache_key({"backend": "hf", "model": "a"}, PROMPT, LetterRequest("q1", PROMPT))
-    assert letters != cache_key({"backend": "hf", "model": "a"}, PROMPT, LetterRequest("q1", PROMPT, letters=("A", "B", "C", "D", "Z")))
+    assert letters != cache_key(
+        {"backend": "hf", "model": "a"}, PROMPT, LetterRequest("q1", PROMPT, letters=("A", "B", "C", "D", "Z"))
+    )
 
 
 def test_cache_commits_each_response_and_follows_its_mode(tmp_path):
@@ -109,8 +130,14 @@ def test_hf_backend_builds_the_scorer_each_request_asks_for(tiny_model_dir, tmp_
     prompts = [shared + p for p in (PROMPT, "Question: SDG 13?\nAnswer:")]
     tokens = backend.tokenizer(prompts)["input_ids"]
     logprob = backend.scorer([LetterRequest("a", prompts[0])], prompts, tokens)
-    assert isinstance(logprob, LogprobScorer) and logprob.prefix_ids == common_prefix(tokens) and list(logprob.letter_ids) == list("ABCD")
-    plain = tiny_backend(tiny_model_dir, tmp_path, prefix_cache=False).scorer([LetterRequest("a", prompts[0], letters=tuple("ABCDZ"))], prompts, tokens)
+    assert (
+        isinstance(logprob, LogprobScorer)
+        and logprob.prefix_ids == common_prefix(tokens)
+        and list(logprob.letter_ids) == list("ABCD")
+    )
+    plain = tiny_backend(tiny_model_dir, tmp_path, prefix_cache=False).scorer(
+        [LetterRequest("a", prompts[0], letters=tuple("ABCDZ"))], prompts, tokens
+    )
     assert plain.prefix_ids == [] and list(plain.letter_ids) == list("ABCDZ")
     generate = backend.scorer([GenerationRequest("a", prompts[0], max_new_tokens=7, stop=("\n",))], prompts, tokens)
     assert isinstance(generate, GenerateScorer) and (generate.max_new_tokens, generate.stop) == (7, ("\n",))
@@ -144,15 +171,23 @@ def test_hf_identity_names_the_weights_and_dtype(tiny_model_dir, tmp_path):
 # --- configs and identity ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model, served, url, key", [
-    ("gpt-4o", "gpt-4o", "https://api.openai.com/v1", "OPENAI_API_KEY"),
-    ("gpt-4o-mini", "gpt-4o-mini", "https://api.openai.com/v1", "OPENAI_API_KEY"),
-    ("deepseek-v3", "deepseek-chat", "https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
-    ("deepseek-r1", "deepseek-reasoner", "https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
-])
+@pytest.mark.parametrize(
+    "model, served, url, key",
+    [
+        ("gpt-4o", "gpt-4o", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+        ("gpt-4o-mini", "gpt-4o-mini", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+        ("deepseek-v3", "deepseek-chat", "https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
+        ("deepseek-r1", "deepseek-reasoner", "https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
+    ],
+)
 def test_api_models_select_the_api_backend_themselves(make_cfg, model, served, url, key):
     cfg = make_cfg(f"model={model}")
-    assert (cfg.backend.name, cfg.backend.base_url, cfg.backend.api_key_env, cfg.model.hub_id) == ("openai", url, key, served)
+    assert (cfg.backend.name, cfg.backend.base_url, cfg.backend.api_key_env, cfg.model.hub_id) == (
+        "openai",
+        url,
+        key,
+        served,
+    )
     assert make_cfg(f"model={model}", "backend=hf").backend.name == "hf"
 
 
@@ -183,7 +218,13 @@ def test_the_vllm_backend_names_its_extra_when_vllm_is_missing(make_cfg):
 
 def test_experiment_rag_runs_mcq_with_retrieved_passages(tiny_cfg, tmp_path):
     cfg = tiny_cfg("experiment=rag", "dataset.limit=4")
-    assert (cfg.task, cfg.strategy.name, cfg.retriever.name, cfg.scoring.name, cfg.template.name) == ("mcq", "rag", "bm25", "generate", "esgenius")
+    assert (cfg.task, cfg.strategy.name, cfg.retriever.name, cfg.scoring.name, cfg.template.name) == (
+        "mcq",
+        "rag",
+        "bm25",
+        "generate",
+        "esgenius",
+    )
     metrics = run_job(cfg)
     records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     assert metrics["n_items"] == 4 and metrics["rag/n_with_gold"] == 4
@@ -195,9 +236,20 @@ def test_experiment_rag_without_the_weights_fails_before_any_index(tmp_path, cle
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "esgexp", "experiment=rag", "model=qwen2.5-14b", f"paths.root_dir={tmp_path}",
-         f"paths.index_dir={tmp_path}/indexes"],
-        cwd=Path(__file__).resolve().parent.parent, env=clean_env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "esgexp",
+            "experiment=rag",
+            "model=qwen2.5-14b",
+            f"paths.root_dir={tmp_path}",
+            f"paths.index_dir={tmp_path}/indexes",
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "Qwen/Qwen2.5-14B is not in the local Hugging Face cache" in done.stderr and "hf download" in done.stderr

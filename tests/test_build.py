@@ -22,7 +22,11 @@ from pdf_factory import write_pdf
 
 REPORT = [
     ["Climate 2023", "Scope 1 emissions were 1,772.6 tCO2e in 2023.", "Scope 2 emissions were 456.4 tCO2e in 2023."],
-    ["People 2023", "Women made up 38% of all employees in 2023.", "The lost time injury rate was 0.8 per million hours."],
+    [
+        "People 2023",
+        "Women made up 38% of all employees in 2023.",
+        "The lost time injury rate was 0.8 per million hours.",
+    ],
     ["History", "Our company was founded in Berlin in 1990 and has grown ever since then."],
 ]
 
@@ -41,8 +45,13 @@ def corpus_dir(tmp_path_factory) -> Path:
 
 def build_cfg(root: Path, *overrides: str):
     """The build config with every path under ``root``, no progress bars."""
-    base = [f"paths.root_dir={root}", f"paths.request_cache={root}/requests.sqlite", f"out={root}/built", "progress=false",
-            "trainer.progress_bar=false"]
+    base = [
+        f"paths.root_dir={root}",
+        f"paths.request_cache={root}/requests.sqlite",
+        f"out={root}/built",
+        "progress=false",
+        "trainer.progress_bar=false",
+    ]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose("build", overrides=[*base, *overrides])
 
@@ -61,7 +70,13 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
     report = json.loads((out / "build_report.json").read_text())
     stages = report["stages"]
     # pages 1 and 2 name KPIs with measured numbers; page 3 names none
-    assert stages["candidates"] == {"n_in": 3, "n_out": 2, "n_repaired": 0, "n_discarded": 1, "discarded": {"no_kpi_term": 1}}
+    assert stages["candidates"] == {
+        "n_in": 3,
+        "n_out": 2,
+        "n_repaired": 0,
+        "n_discarded": 1,
+        "discarded": {"no_kpi_term": 1},
+    }
     for name, following in (("generate", "verify"), ("verify", "dedupe")):
         assert stages[name]["n_in"] == stages[name]["n_out"] + stages[name]["n_discarded"]
         assert stages[following]["n_in"] == stages[name]["n_out"]
@@ -72,7 +87,9 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
     pages = PageTexts(Corpus.load(corpus_dir))
     for row in rows:
         evidence = row["evidence"][0]
-        assert verify_pair(pages, "acme", row["answer"], [(evidence["evidence_page_num"], evidence["evidence_text"])]).kept
+        assert verify_pair(
+            pages, "acme", row["answer"], [(evidence["evidence_page_num"], evidence["evidence_text"])]
+        ).kept
         assert row["doc_name"] == "acme" and row["category"] in ("Environmental", "Social")
     loaded = ESGBenchGold(name="built", path=str(dataset)).load()
     assert len(loaded.items) == len(rows) and not loaded.skipped
@@ -88,9 +105,19 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
 
     # evaluated with no conversion step
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}/eval", "trainer.progress_bar=false",
-                                           f"paths.request_cache={tmp_path}/requests.sqlite", "experiment=esgbench",
-                                           f"dataset.path={dataset}", "strategy=zero_context", "scoring.max_new_tokens=8"])
+        cfg = compose(
+            "config",
+            overrides=[
+                f"paths.root_dir={tmp_path}",
+                f"paths.output_dir={tmp_path}/eval",
+                "trainer.progress_bar=false",
+                f"paths.request_cache={tmp_path}/requests.sqlite",
+                "experiment=esgbench",
+                f"dataset.path={dataset}",
+                "strategy=zero_context",
+                "scoring.max_new_tokens=8",
+            ],
+        )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows)
     # the evaluation run names where its data came from (the leaderboard's reproducibility card shows it)
@@ -127,12 +154,20 @@ def test_a_model_that_cannot_finish_the_schema_stops_the_build_and_keeps_its_out
     assert [(r["stage"], r["reason"]) for r in rejected] == [("generate", "cut_off")] * 2
     assert all(r["raw"].startswith('{"') for r in rejected)  # the raw text is kept
     report = json.loads((out / "build_report.json").read_text())
-    assert report["stages"]["generate"]["n_repaired"] == 0 and report["stages"]["generate"]["discarded"] == {"cut_off": 2}
+    assert report["stages"]["generate"]["n_repaired"] == 0 and report["stages"]["generate"]["discarded"] == {
+        "cut_off": 2
+    }
 
 
 def test_unknown_builder_is_one_error_line(tmp_path, clean_env):
-    done = subprocess.run([sys.executable, "-m", "esgexp.build", "builder=nope", f"corpus={tmp_path}"], capture_output=True,
-                          text=True, env=clean_env, cwd=tmp_path, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "esgexp.build", "builder=nope", f"corpus={tmp_path}"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "Could not find 'builder/nope'" in done.stderr and "esgbench" in done.stderr
 
@@ -142,7 +177,9 @@ def test_smollm2_esgbench_build_on_the_shared_reports_gives_verified_items(share
     verifier against the real pages, and the file loads as ESGBench."""
     from esgexp.data.esgbench import ESGBenchGold
 
-    dataset = run_build(build_cfg(tmp_path, f"corpus={shared_corpus}", "builder.max_candidates=1", "builder.max_new_tokens=128"))
+    dataset = run_build(
+        build_cfg(tmp_path, f"corpus={shared_corpus}", "builder.max_candidates=1", "builder.max_new_tokens=128")
+    )
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
     assert report["stages"]["candidates"]["n_out"] == 1
     rows = [json.loads(line) for line in dataset.read_text().splitlines()]
@@ -150,6 +187,8 @@ def test_smollm2_esgbench_build_on_the_shared_reports_gives_verified_items(share
     pages = PageTexts(Corpus.load(shared_corpus))
     for row in rows:
         evidence = row["evidence"][0]
-        assert verify_pair(pages, row["doc_name"], row["answer"], [(evidence["evidence_page_num"], evidence["evidence_text"])]).kept
+        assert verify_pair(
+            pages, row["doc_name"], row["answer"], [(evidence["evidence_page_num"], evidence["evidence_text"])]
+        ).kept
         assert row["question"].endswith("?") and row["answer"] in evidence["evidence_text"]
     assert len(ESGBenchGold(name="built", path=str(dataset)).load().items) == len(rows)

@@ -41,12 +41,18 @@ def test_gold_letters_are_balanced_and_follow_no_row_cycle(n):
 
 
 def test_rows_put_the_correct_option_at_its_gold_letter():
-    questions = [Question(f"q{i}", PASSAGE, f"Question {i}?", f"right {i}", [f"w{i}a", f"w{i}b", f"w{i}c"]) for i in range(8)]
+    questions = [
+        Question(f"q{i}", PASSAGE, f"Question {i}?", f"right {i}", [f"w{i}a", f"w{i}b", f"w{i}c"]) for i in range(8)
+    ]
     rows = letter_rows(questions, seed=3)
     assert [r["answer"] for r in rows] == gold_letters(8, seed=3)
     for i, row in enumerate(rows):
         assert row[row["answer"]] == f"right {i}" and row["Z"] == "Not sure"
-        assert [row[x] for x in "ABCD" if x != row["answer"]] == [f"w{i}a", f"w{i}b", f"w{i}c"]  # distractors keep their order
+        assert [row[x] for x in "ABCD" if x != row["answer"]] == [
+            f"w{i}a",
+            f"w{i}b",
+            f"w{i}c",
+        ]  # distractors keep their order
         assert (row["ref_doc"], row["ref_page"], row["source_text"]) == ("acme", "1", PASSAGE.text)
 
 
@@ -57,7 +63,9 @@ def test_solver_order_is_seeded_per_question():
     assert shuffled(question, "42:m:q:Q?") == (options, letter)
 
 
-def write_review(path, rows, columns=("query_id", "decision", "query", "correct", "distractor_1", "distractor_2", "distractor_3")):
+def write_review(
+    path, rows, columns=("query_id", "decision", "query", "correct", "distractor_1", "distractor_2", "distractor_3")
+):
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
@@ -66,7 +74,15 @@ def write_review(path, rows, columns=("query_id", "decision", "query", "correct"
 
 
 def test_review_file_errors_name_the_line_and_field(tmp_path):
-    row = {"query_id": "q", "decision": "maybe", "query": "Q?", "correct": "r", "distractor_1": "a", "distractor_2": "b", "distractor_3": "c"}
+    row = {
+        "query_id": "q",
+        "decision": "maybe",
+        "query": "Q?",
+        "correct": "r",
+        "distractor_1": "a",
+        "distractor_2": "b",
+        "distractor_3": "c",
+    }
     with pytest.raises(UserError, match=r"line 2: field 'decision': 'maybe' is not one of keep, edit, drop"):
         read_review(write_review(tmp_path / "r.csv", [row]))
     with pytest.raises(UserError, match=r"line 2: field 'correct': empty in an edited row"):
@@ -79,12 +95,16 @@ def test_review_file_errors_name_the_line_and_field(tmp_path):
 
 # Three reports with shares, years and names enough for distractors; the last passage names no span.
 TEXTS = {
-    "alpha": ["In 2023 women held 38% of management roles at Alpha AG, up from 31% in 2021.",
-              "Alpha AG bought 64% of its electricity from renewable sources in 2022."],
+    "alpha": [
+        "In 2023 women held 38% of management roles at Alpha AG, up from 31% in 2021.",
+        "Alpha AG bought 64% of its electricity from renewable sources in 2022.",
+    ],
     "beta": ["Beta SE cut water use by 12% in 2020 and recycled 85% of its waste."],
     "gamma": ["no figure or name is given here, only words in lower case."],
 }
-CORPUS_PASSAGES = [Passage(f"{doc}#{i}", doc, text, i + 1, i + 1) for doc, texts in TEXTS.items() for i, text in enumerate(texts)]
+CORPUS_PASSAGES = [
+    Passage(f"{doc}#{i}", doc, text, i + 1, i + 1) for doc, texts in TEXTS.items() for i, text in enumerate(texts)
+]
 
 
 def test_the_pool_offers_answers_with_three_distractors_of_their_kind_and_never_a_used_one():
@@ -99,11 +119,18 @@ def test_the_pool_offers_answers_with_three_distractors_of_their_kind_and_never_
 
 
 def test_a_span_in_many_of_its_reports_passages_is_no_correct_option_but_still_a_distractor():
-    texts = ["In 2023 Alpha AG cut its emissions by 12%.", "In 2023 Alpha AG bought 64% green power.", "In 2023 waste fell 85%.",
-             "Water use was 31% lower in 2021.", "In 2020 women held 38% of roles, against 2022 targets."]
+    texts = [
+        "In 2023 Alpha AG cut its emissions by 12%.",
+        "In 2023 Alpha AG bought 64% green power.",
+        "In 2023 waste fell 85%.",
+        "Water use was 31% lower in 2021.",
+        "In 2020 women held 38% of roles, against 2022 targets.",
+    ]
     passages = [Passage(f"alpha#{i}", "alpha", text, 1, 1) for i, text in enumerate(texts)]
     pool = SpanPool(passages, max_chars=100, max_share=0.5)
-    assert pool.answers(passages[0], texts[0]) == ["12%"]  # 2023 is in 3 of 5 passages; Alpha AG has too few of its kind
+    assert pool.answers(passages[0], texts[0]) == [
+        "12%"
+    ]  # 2023 is in 3 of 5 passages; Alpha AG has too few of its kind
     assert "2023" in pool.distractors("2021", ["2021"], "alpha", 20)
 
 
@@ -143,7 +170,9 @@ def scripted_build(tmp_path: Path, backend: Backend, solvers: dict | None = None
     corpus = Corpus(tmp_path / "corpus", CORPUS_PASSAGES, {})
     generator = StructuredGenerator(backend, 128, tmp_path / "rejected.jsonl", progress=False)
     report = BuildReport()
-    path = esgenius_builder(solvers=sorted(solvers or {}), **overrides).build(corpus, BuildContext(generator, report, tmp_path, 42, (solvers or {}).get))
+    path = esgenius_builder(solvers=sorted(solvers or {}), **overrides).build(
+        corpus, BuildContext(generator, report, tmp_path, 42, (solvers or {}).get)
+    )
     return path, report.to_dict()
 
 
@@ -173,13 +202,19 @@ def test_options_from_the_passage_are_four_different_spans_of_one_kind(tmp_path)
 
 
 def test_a_question_that_states_its_answer_is_asked_again_then_discarded(tmp_path):
-    with pytest.raises(UserError, match=r"stage generate: every one of 3 outputs was rejected \(answer_in_question 3\)"):
+    with pytest.raises(
+        UserError, match=r"stage generate: every one of 3 outputs was rejected \(answer_in_question 3\)"
+    ):
         scripted_build(tmp_path, FirstChoice(question="Which was it: 2023, 64% or 12%?"))
     rejected = [json.loads(line) for line in (tmp_path / "rejected.jsonl").read_text().splitlines()]
     assert {r["reason"] for r in rejected} == {"answer_in_question"} and len(rejected) == 3
 
 
-FIRST_SPANS = {"alpha#0": "2023", "alpha#1": "64%", "beta#0": "12%"}  # each passage's first offered span: FirstChoice's answer
+FIRST_SPANS = {
+    "alpha#0": "2023",
+    "alpha#1": "64%",
+    "beta#0": "12%",
+}  # each passage's first offered span: FirstChoice's answer
 
 
 class Solver(Backend):
@@ -201,7 +236,9 @@ class Solver(Backend):
         responses = []
         for request in requests:
             self.n_prompts += 1
-            options = dict(line.split(": ", 1) for line in request.prompt.splitlines() if line[:2] in ("A:", "B:", "C:", "D:"))
+            options = dict(
+                line.split(": ", 1) for line in request.prompt.splitlines() if line[:2] in ("A:", "B:", "C:", "D:")
+            )
             right = next(letter for letter, text in options.items() if text == FIRST_SPANS[request.id])
             responses.append(Response(request.id, output=right if self.knows else "Z"))
         on_results(responses)
@@ -217,7 +254,9 @@ def test_questions_every_solver_gets_right_are_rewritten_then_flagged(tmp_path):
     assert easy.n_prompts == 9
     assert [r["flag"] for r in read_rows(path)] == ["too_easy"] * 3
     review = read_rows(tmp_path / "review.csv")
-    assert [r["solver_answers"] for r in review] == ["sharp: right"] * 3 and [r["decision"] for r in review] == ["keep"] * 3
+    assert [r["solver_answers"] for r in review] == ["sharp: right"] * 3 and [r["decision"] for r in review] == [
+        "keep"
+    ] * 3
 
 
 def test_a_question_a_solver_misses_is_kept_as_it_is(tmp_path):
@@ -233,9 +272,19 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     from esgexp.build.run import run_build
     from esgexp.run import run_job
 
-    overrides = [f"paths.root_dir={tmp_path}", f"paths.request_cache={tmp_path}/requests.sqlite", f"out={tmp_path}/built",
-                 "progress=false", "trainer.progress_bar=false", "builder=esgenius", f"corpus={shared_corpus}",
-                 "builder.max_candidates=4", "builder.max_passage_chars=500", "builder.max_question_chars=100", "builder.max_new_tokens=64"]
+    overrides = [
+        f"paths.root_dir={tmp_path}",
+        f"paths.request_cache={tmp_path}/requests.sqlite",
+        f"out={tmp_path}/built",
+        "progress=false",
+        "trainer.progress_bar=false",
+        "builder=esgenius",
+        f"corpus={shared_corpus}",
+        "builder.max_candidates=4",
+        "builder.max_passage_chars=500",
+        "builder.max_question_chars=100",
+        "builder.max_new_tokens=64",
+    ]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         dataset = run_build(compose("build", overrides=overrides))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
@@ -260,9 +309,17 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     assert again["requests"]["n_requests"] == 0 and again["stages"] == stages and read_rows(dataset) == rows
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}/eval", "trainer.progress_bar=false",
-                                           f"paths.request_cache={tmp_path}/requests.sqlite", "experiment=esgenius_zero_shot",
-                                           f"dataset.path={dataset}"])
+        cfg = compose(
+            "config",
+            overrides=[
+                f"paths.root_dir={tmp_path}",
+                f"paths.output_dir={tmp_path}/eval",
+                "trainer.progress_bar=false",
+                f"paths.request_cache={tmp_path}/requests.sqlite",
+                "experiment=esgenius_zero_shot",
+                f"dataset.path={dataset}",
+            ],
+        )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows) and 0 <= metrics["accuracy"] <= 1
 
@@ -272,19 +329,34 @@ def test_contents_pages_and_key_figure_rows_are_not_prose():
 
     assert prose_sentences("Governance Information 46 Responsible Corporate Governance 47 EU-Taxonomy 55 Annex 62") == 0
     assert prose_sentences("2023 2022 2021 Revenue (in €m) 4,096.7 3,963.7 3,909.7 EBITDA (in €m) 653.8 693.3") == 0
-    assert prose_sentences("In 2023 women held 38% of management roles. We bought 64% of our power from renewable plants. Thanks!") == 2
+    assert (
+        prose_sentences(
+            "In 2023 women held 38% of management roles. We bought 64% of our power from renewable plants. Thanks!"
+        )
+        == 2
+    )
 
 
 def test_an_experts_review_keeps_edits_and_drops_rows_on_the_rebuild(tmp_path):
     first, _ = scripted_build(tmp_path / "first", FirstChoice())
     review = read_rows(tmp_path / "first" / "review.csv")
-    assert [r["query_id"] for r in review] == ["alpha#0", "beta#0", "alpha#1"] and {r["decision"] for r in review} == {"keep"}
-    review[0].update(decision="edit", query="In which year did women hold 38% of management roles?", distractor_1="2019")
+    assert [r["query_id"] for r in review] == ["alpha#0", "beta#0", "alpha#1"] and {r["decision"] for r in review} == {
+        "keep"
+    }
+    review[0].update(
+        decision="edit", query="In which year did women hold 38% of management roles?", distractor_1="2019"
+    )
     review[1]["decision"] = "drop"
     edited = write_review(tmp_path / "edited.csv", review, columns=tuple(review[0]))
 
     path, report = scripted_build(tmp_path / "second", FirstChoice(), review=str(edited))
-    assert report["stages"]["review"] == {"n_in": 3, "n_out": 2, "n_repaired": 1, "n_discarded": 1, "discarded": {"dropped_by_reviewer": 1}}
+    assert report["stages"]["review"] == {
+        "n_in": 3,
+        "n_out": 2,
+        "n_repaired": 1,
+        "n_discarded": 1,
+        "discarded": {"dropped_by_reviewer": 1},
+    }
     rows = {r["query_id"]: r for r in read_rows(path)}
     assert sorted(rows) == ["alpha#0", "alpha#1"]
     assert rows["alpha#0"]["query"] == "In which year did women hold 38% of management roles?"

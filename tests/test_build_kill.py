@@ -43,15 +43,30 @@ REPORT = [
     ["History", "Our company was founded in Berlin in 1990 and has grown ever since."],
 ]
 # The budget that leaves the tiny model's JSON complete for some passages and cut short for others.
-BUILD = ("builder=esgbench", "model=local", "trainer.batch_size=1", "builder.max_new_tokens=170", "builder.max_question_chars=30",
-         "tracking.offline=true", "progress=false", "trainer.progress_bar=false")
+BUILD = (
+    "builder=esgbench",
+    "model=local",
+    "trainer.batch_size=1",
+    "builder.max_new_tokens=170",
+    "builder.max_question_chars=30",
+    "tracking.offline=true",
+    "progress=false",
+    "trainer.progress_bar=false",
+)
 DATASET = "esgbench_open_source.jsonl"
 
 
 def overrides(root: Path, corpus: Path, model_dir: Path, *more: str) -> list[str]:
     """The build of ``corpus`` into ``root/built``, with its own request cache and every path under ``root``."""
-    return [*BUILD, f"model.path={model_dir}", f"corpus={corpus}", f"out={root}/built", f"paths.root_dir={root}",
-            f"paths.request_cache={root}/requests.sqlite", *more]
+    return [
+        *BUILD,
+        f"model.path={model_dir}",
+        f"corpus={corpus}",
+        f"out={root}/built",
+        f"paths.root_dir={root}",
+        f"paths.request_cache={root}/requests.sqlite",
+        *more,
+    ]
 
 
 def build(root: Path, corpus: Path, model_dir: Path, *more: str) -> Path:
@@ -76,7 +91,9 @@ def answered(cache: Path) -> int | None:
         return None
 
 
-def kill_once_answered(command: list[str], env: dict, cache: Path, at_least: int, log: Path, timeout: float = 240) -> int:
+def kill_once_answered(
+    command: list[str], env: dict, cache: Path, at_least: int, log: Path, timeout: float = 240
+) -> int:
     """Start ``command``; SIGKILL it as soon as ``cache`` holds ``at_least`` answers; return how many it holds then."""
     with log.open("wb") as stderr:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -88,8 +105,12 @@ def kill_once_answered(command: list[str], env: dict, cache: Path, at_least: int
             time.sleep(0.02)
         process.kill()
         process.wait()
-    assert seen >= at_least, f"the build held {seen} answers, not {at_least} (exit {process.returncode}): {log.read_text()[-2000:]}"
-    assert process.returncode == -signal.SIGKILL, f"the build ended before the kill: nothing was interrupted\n{log.read_text()[-2000:]}"
+    assert seen >= at_least, (
+        f"the build held {seen} answers, not {at_least} (exit {process.returncode}): {log.read_text()[-2000:]}"
+    )
+    assert process.returncode == -signal.SIGKILL, (
+        f"the build ended before the kill: nothing was interrupted\n{log.read_text()[-2000:]}"
+    )
     return answered(cache)
 
 
@@ -123,19 +144,23 @@ def straight(tmp_path_factory, corpus_dir, tiny_model_dir) -> Path:
 
 @pytest.mark.parametrize("round_killed", ["first", "retry"])
 def test_kill_9_during_a_build_then_resume_asks_only_the_rest_and_equals_an_uninterrupted_build(
-        tmp_path, clean_env, corpus_dir, tiny_model_dir, straight, round_killed):
+    tmp_path, clean_env, corpus_dir, tiny_model_dir, straight, round_killed
+):
     reference = report_of(straight)
     n_total = reference["requests"]["n_requests"]
     n_first = reference["stages"]["generate"]["n_in"]  # the first round: one request per candidate passage
     assert reference["n_items"] >= 1 and (straight / DATASET).read_text(), "no item survived: nothing to compare"
-    assert reference["requests"]["n_cached"] == 0 and n_total >= n_first + 2, \
+    assert reference["requests"]["n_cached"] == 0 and n_total >= n_first + 2, (
         f"{n_total} requests for {n_first} candidates: the build should retry at least two cut-off outputs"
+    )
     assert {r["stage"] for r in rejections(straight)} >= {"generate", "dedupe"}
 
     at_least = 1 if round_killed == "first" else n_first + 1
     command = [sys.executable, "-m", "esgexp.build", *overrides(tmp_path, corpus_dir, tiny_model_dir)]
     n_killed = kill_once_answered(command, clean_env, tmp_path / "requests.sqlite", at_least, tmp_path / "killed.log")
-    assert at_least <= n_killed < n_total, f"killed with {n_killed} of {n_total} requests answered: nothing left to resume"
+    assert at_least <= n_killed < n_total, (
+        f"killed with {n_killed} of {n_total} requests answered: nothing left to resume"
+    )
     out = tmp_path / "built"
     assert not (out / DATASET).exists() and not (out / "provenance.json").exists()  # the build had not finished
 
@@ -144,9 +169,13 @@ def test_kill_9_during_a_build_then_resume_asks_only_the_rest_and_equals_an_unin
     report = report_of(out)
     # the answers of the killed build came from the cache, only the rest was asked
     assert report["requests"] == {"n_cached": n_killed, "n_requests": n_total - n_killed}
-    assert {k: v for k, v in report.items() if k != "requests"} == {k: v for k, v in reference.items() if k != "requests"}
+    assert {k: v for k, v in report.items() if k != "requests"} == {
+        k: v for k, v in reference.items() if k != "requests"
+    }
     assert (out / DATASET).read_text() == (straight / DATASET).read_text()
-    assert (out / "rejected.jsonl").read_text() == (straight / "rejected.jsonl").read_text()  # the same lines in the same order
+    assert (out / "rejected.jsonl").read_text() == (
+        straight / "rejected.jsonl"
+    ).read_text()  # the same lines in the same order
     assert card_of(out) == card_of(straight)
 
     # resumed once more: every answer from the cache, the same build

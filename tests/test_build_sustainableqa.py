@@ -30,7 +30,9 @@ TABLE = "| Activity | Turnover |\n| --- | --- |\n| Wind power | EUR 40m |\n| Sol
 PASSAGES = [
     Passage("alpha#0", "alpha", ALPHA, 3, 3),
     Passage("alpha#1", "alpha", "Contents", 4, 4),
-    Passage("beta#0", "beta", "This report is published under German law and may be reproduced with permission only.", 1, 1),
+    Passage(
+        "beta#0", "beta", "This report is published under German law and may be reproduced with permission only.", 1, 1
+    ),
     Passage("gamma#t0", "gamma", TABLE, 7, 7, kind="table"),
 ]
 TABLE_TEXT = "Wind power brought EUR 40m of turnover and solar power EUR 10m."
@@ -71,15 +73,28 @@ class Scripted(Backend):
             return self.judge(between(prompt, "Question: "))
         assert not self.judge_only, "a generation request reached the judge's backend"
         if prompt.startswith("Classify"):
-            return json.dumps({"category": "ESG" if "alpha" in prompt else "unrelated" if "beta" in prompt else "EU Taxonomy"})
+            return json.dumps(
+                {"category": "ESG" if "alpha" in prompt else "unrelated" if "beta" in prompt else "EU Taxonomy"}
+            )
         if "factoid questions" in prompt:
-            return pairs({"question": "How much did Alpha AG emit in 2023?", "label": "x", "spans": ["1,772 tCO2e"]},
-                         {"question": "From which plants does Alpha AG buy power?", "label": "Plants", "spans": ["solar", "wind", "solar"]},
-                         {"question": "How much did Alpha AG emit in 2022?", "label": "x", "spans": ["2,000 tCO2e"]})
+            return pairs(
+                {"question": "How much did Alpha AG emit in 2023?", "label": "x", "spans": ["1,772 tCO2e"]},
+                {
+                    "question": "From which plants does Alpha AG buy power?",
+                    "label": "Plants",
+                    "spans": ["solar", "wind", "solar"],
+                },
+                {"question": "How much did Alpha AG emit in 2022?", "label": "x", "spans": ["2,000 tCO2e"]},
+            )
         if "explanatory questions" in prompt:
-            return pairs({"question": "How does Alpha AG source electricity?", "answer": "From solar and wind plants."},
-                         {"question": "Why is the sky blue?", "answer": "Light scatters."},
-                         {"question": "How does ALPHA AG  source electricity?", "answer": "It buys it from solar and wind plants."})
+            return pairs(
+                {"question": "How does Alpha AG source electricity?", "answer": "From solar and wind plants."},
+                {"question": "Why is the sky blue?", "answer": "Light scatters."},
+                {
+                    "question": "How does ALPHA AG  source electricity?",
+                    "answer": "It buys it from solar and wind plants.",
+                },
+            )
         if "Rewrite the table" in prompt:
             return json.dumps({"caption": "Turnover by activity", "passage": TABLE_TEXT})
         if "describing a table" in prompt:
@@ -93,13 +108,20 @@ class Scripted(Backend):
 
     @staticmethod
     def judge(question: str) -> str:
-        scores = {"From which plants does Alpha AG buy power?": (2, 5), "Why is the sky blue?": (5, 1)}.get(question, (5, 4))
+        scores = {"From which plants does Alpha AG buy power?": (2, 5), "Why is the sky blue?": (5, 1)}.get(
+            question, (5, 4)
+        )
         return json.dumps({"faithfulness": scores[0], "relevance": scores[1], "problem": "none"})
 
 
 def builder(**overrides):
     node = OmegaConf.load(CONF_DIR / "builder" / "sustainableqa.yaml")
-    settings = {"min_chars": 20, "nonfactoid_per_passage": 3, "spans_from_passage": False, **overrides}  # free spans: the check decides
+    settings = {
+        "min_chars": 20,
+        "nonfactoid_per_passage": 3,
+        "spans_from_passage": False,
+        **overrides,
+    }  # free spans: the check decides
     return instantiate(OmegaConf.merge(node, settings), _convert_="all")
 
 
@@ -119,18 +141,20 @@ def test_every_stage_counts_its_discards_by_reason_on_known_outputs(tmp_path):
         "candidates": (4, 3, 0, {"too_short": 1}),
         "classify": (3, 2, 0, {"unrelated": 1}),
         "factoid": (1, 1, 0, {}),
-        "verbatim": (3, 2, 0, {"span_not_in_passage": 1}),       # 2,000 tCO2e is not in the passage
+        "verbatim": (3, 2, 0, {"span_not_in_passage": 1}),  # 2,000 tCO2e is not in the passage
         "nonfactoid": (1, 1, 0, {}),
         "table_passage": (1, 1, 0, {}),
         "table_qa": (1, 1, 0, {}),
         "judge": (6, 4, 0, {"irrelevant": 1, "unfaithful": 1}),
-        "repair": (2, 1, 1, {"span_not_in_passage": 1}),        # the factoid rewrite names hydro; the sky one passes
-        "dedupe": (5, 4, 0, {"repeated_question": 1}),           # the same question in other case and spacing
+        "repair": (2, 1, 1, {"span_not_in_passage": 1}),  # the factoid rewrite names hydro; the sky one passes
+        "dedupe": (5, 4, 0, {"repeated_question": 1}),  # the same question in other case and spacing
     }
     assert report["n_items"] == 4
     rejected = [json.loads(line) for line in (tmp_path / "rejected.jsonl").read_text().splitlines()]
     assert sorted((r["id"], r["stage"], r["reason"]) for r in rejected) == [
-        ("alpha#0/f1", "repair", "span_not_in_passage"), ("alpha#0/f2", "verbatim", "span_not_in_passage")]
+        ("alpha#0/f1", "repair", "span_not_in_passage"),
+        ("alpha#0/f2", "verbatim", "span_not_in_passage"),
+    ]
 
     # two reports with items: the first of the seeded order goes to test, the second to train
     splits = json.loads((folder / "splits.json").read_text())
@@ -139,7 +163,9 @@ def test_every_stage_counts_its_discards_by_reason_on_known_outputs(tmp_path):
     items = {}
     for split in ("train", "test"):
         loaded = SustainableQA(name="built", path=str(folder), split=split).load()
-        assert not loaded.skipped and {item.meta["report"] for item in loaded.items} == {r for r, s in splits.items() if s == split}
+        assert not loaded.skipped and {item.meta["report"] for item in loaded.items} == {
+            r for r, s in splits.items() if s == split
+        }
         items.update({(item.qtype, item.question): item for item in loaded.items})
     assert sorted(items) == [
         ("factoid", "How much did Alpha AG emit in 2023?"),
@@ -159,6 +185,7 @@ def test_every_stage_counts_its_discards_by_reason_on_known_outputs(tmp_path):
 
 def test_a_multi_span_group_is_kept_with_its_label_and_spans_joined(tmp_path):
     """With the judge passing everything, the solar/wind group survives: one answer, its spans once each."""
+
     class Lenient(Scripted):
         @staticmethod
         def judge(question):
@@ -182,7 +209,10 @@ def test_a_judge_model_of_its_own_answers_every_judge_request(tmp_path):
 
 def test_bad_settings_are_named_when_the_builder_is_made():
     """Hydra's instantiate wraps the UserError; the CLI prints it as one line."""
-    with pytest.raises(InstantiationException, match=r"builder.judge: no model config 'nope' \(conf/model/nope.yaml\); known: .*smollm2-135m"):
+    with pytest.raises(
+        InstantiationException,
+        match=r"builder.judge: no model config 'nope' \(conf/model/nope.yaml\); known: .*smollm2-135m",
+    ):
         builder(judge="nope")
     with pytest.raises(InstantiationException, match=r"builder.splits: give a share .* train, validation, test"):
         builder(splits={"dev": 0.2})
@@ -199,15 +229,31 @@ def test_span_check_normalises_like_ingestion_and_names_the_missing_span():
 
 def test_span_choices_are_the_passages_figures_years_and_names():
     text = "Scope 1 emissions of Alpha AG were 1,772 tCO2e in 2023, with 4,200 staff. EUR 40m went to Science Based Targets work."
-    assert span_candidates(text, 80) == ["Scope 1", "Alpha AG", "1,772 tCO2e", "2023", "EUR 40m", "Science Based Targets"]
+    assert span_candidates(text, 80) == [
+        "Scope 1",
+        "Alpha AG",
+        "1,772 tCO2e",
+        "2023",
+        "EUR 40m",
+        "Science Based Targets",
+    ]
     assert span_candidates(text, 8) == ["Scope 1", "Alpha AG", "2023", "EUR 40m"]
     spans = builder(spans_from_passage=True)._spans(text)
     assert spans["items"] == {"type": "string", "enum": span_candidates(text, 80)} and spans["maxItems"] == 4
 
 
-@pytest.mark.parametrize("n, sizes", [
-    (10, (8, 1, 1)), (3, (1, 1, 1)), (4, (2, 1, 1)), (2, (1, 0, 1)), (1, (0, 0, 1)), (0, (0, 0, 0)), (61, (49, 6, 6)),
-])
+@pytest.mark.parametrize(
+    "n, sizes",
+    [
+        (10, (8, 1, 1)),
+        (3, (1, 1, 1)),
+        (4, (2, 1, 1)),
+        (2, (1, 0, 1)),
+        (1, (0, 0, 1)),
+        (0, (0, 0, 0)),
+        (61, (49, 6, 6)),
+    ],
+)
 def test_split_sizes_give_each_split_a_report_when_there_are_enough(n, sizes):
     got = split_sizes(n, {"train": 0.8, "validation": 0.1, "test": 0.1})
     assert (got["train"], got["validation"], got["test"]) == sizes
@@ -220,22 +266,38 @@ def test_reports_are_split_by_seed_and_never_shared():
     assert sorted(list(split_of.values()).count(s) for s in ("train", "validation", "test")) == [2, 2, 16]
     assert split_of == assign_splits(list(reversed(reports)), {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=42)
     assert split_of != assign_splits(reports, {"train": 0.8, "validation": 0.1, "test": 0.1}, seed=7)
-    assert not re.search("validation", json.dumps(assign_splits(reports, {"train": 0.5, "validation": 0, "test": 0.5}, seed=1)))
+    assert not re.search(
+        "validation", json.dumps(assign_splits(reports, {"train": 0.5, "validation": 0, "test": 0.5}, seed=1))
+    )
 
 
 # ---- the real default model ------------------------------------------------------------------------
 
-REPORT = [["Scope 1 emissions of Alpha AG were 1,772 tCO2e in 2023.", "Alpha AG buys electricity from solar and wind plants."]]
+REPORT = [
+    ["Scope 1 emissions of Alpha AG were 1,772 tCO2e in 2023.", "Alpha AG buys electricity from solar and wind plants."]
+]
 
 
 def build_cfg(root: Path, corpus: Path, *overrides: str):
     """A small build: one passage, one factoid pair, no other kinds; the judge keeps every pair it can score."""
     from hydra import compose, initialize_config_dir
 
-    base = [f"paths.root_dir={root}", f"paths.request_cache={root}/requests.sqlite", f"out={root}/built", "progress=false",
-            "trainer.progress_bar=false", "builder=sustainableqa", f"corpus={corpus}", "builder.max_new_tokens=100",
-            "builder.factoid_per_passage=1", "builder.nonfactoid_per_passage=0", "builder.table_per_passage=0",
-            "builder.max_spans=1", "builder.max_question_chars=60", "builder.min_score=1"]
+    base = [
+        f"paths.root_dir={root}",
+        f"paths.request_cache={root}/requests.sqlite",
+        f"out={root}/built",
+        "progress=false",
+        "trainer.progress_bar=false",
+        "builder=sustainableqa",
+        f"corpus={corpus}",
+        "builder.max_new_tokens=100",
+        "builder.factoid_per_passage=1",
+        "builder.nonfactoid_per_passage=0",
+        "builder.table_per_passage=0",
+        "builder.max_spans=1",
+        "builder.max_question_chars=60",
+        "builder.min_score=1",
+    ]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose("build", overrides=[*base, *overrides])
 
@@ -284,9 +346,18 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
 
     # evaluated with no conversion step
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path}/eval", "trainer.progress_bar=false",
-                                           f"paths.request_cache={tmp_path}/requests.sqlite", "experiment=sustainableqa_factoid",
-                                           f"dataset.path={dataset}", "scoring.max_new_tokens=8"])
+        cfg = compose(
+            "config",
+            overrides=[
+                f"paths.root_dir={tmp_path}",
+                f"paths.output_dir={tmp_path}/eval",
+                "trainer.progress_bar=false",
+                f"paths.request_cache={tmp_path}/requests.sqlite",
+                "experiment=sustainableqa_factoid",
+                f"dataset.path={dataset}",
+                "scoring.max_new_tokens=8",
+            ],
+        )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(loaded.items) and 0 <= metrics["factoid/f1"] <= 1
 
@@ -306,9 +377,13 @@ def test_smollm2_build_on_the_shared_reports_gives_verbatim_factoids(shared_corp
         chunks = json.loads((dataset / f"{name}.json").read_text())["all_chunks_qas"]
         for chunk in chunks:
             for pair in chunk["qa_pairs_factoid"]["qa_pairs"]:
-                assert all(span in chunk["metadata"]["paragraph"] for span in pair["answer"].split("; ")) and pair["question"].endswith("?")
+                assert all(span in chunk["metadata"]["paragraph"] for span in pair["answer"].split("; ")) and pair[
+                    "question"
+                ].endswith("?")
                 n_pairs += 1
         if chunks:  # a split with no report (two reports, three splits) holds nothing to load
             loaded = SustainableQA(name="built", path=str(dataset), split=name, qtypes=["factoid"]).load()
-            assert len(loaded.items) == sum(len(c["qa_pairs_factoid"]["qa_pairs"]) for c in chunks) and not loaded.skipped
+            assert (
+                len(loaded.items) == sum(len(c["qa_pairs_factoid"]["qa_pairs"]) for c in chunks) and not loaded.skipped
+            )
     assert n_pairs == report["n_items"] >= 1

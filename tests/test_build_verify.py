@@ -73,29 +73,49 @@ def test_audit_command_on_the_shared_esgbench_sample(shared_samples, tmp_path, c
     texts = {
         42: "Energy\nNon-renewable energy consumption1) MWh\n280,903",
         45: "Samsung SDS categorizes transition risks into policy/legal, technical, market, and reputational risks "
-            "and quantifies the anticipated financial impact from a mid-to-long-term perspective.",
+        "and quantifies the anticipated financial impact from a mid-to-long-term perspective.",
         99: "The CEO, a leading expert in IT services, oversees the overall business and drives responsible management "
-            "as the BOD chair.",
+        "as the BOD chair.",
     }
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     pages = [{"doc_id": SAMSUNG, "page": i + 1, "page_index": i, "text": texts.get(i, "")} for i in range(101)]
     (corpus / "pages.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pages))
-    passage = {"id": f"{SAMSUNG}#0", "doc_id": SAMSUNG, "text": texts[42], "page_start": 43, "page_end": 43, "kind": "text"}
+    passage = {
+        "id": f"{SAMSUNG}#0",
+        "doc_id": SAMSUNG,
+        "text": texts[42],
+        "page_start": 43,
+        "page_end": 43,
+        "kind": "text",
+    }
     (corpus / "passages.jsonl").write_text(json.dumps(passage) + "\n")
     sample = shared_samples / "esgbench" / "esgbench_open_source_sample40.jsonl"
     out = tmp_path / "audit"
-    done = subprocess.run([sys.executable, "-m", "esgexp.build.verify", f"dataset.path={sample}", f"corpus={corpus}", f"out={out}"],
-                          capture_output=True, text=True, env=clean_env, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "esgexp.build.verify", f"dataset.path={sample}", f"corpus={corpus}", f"out={out}"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "verify_report.json").read_text())
     # 34 lines of the 11 other reports; of the 6: page 128 is past the 101 pages, pages 54 and 56 lack their
     # text, the CEO sentence is on page 99 not 100, and two are found where cited (one numeric: 280,903 MWh).
     assert report["n_rows"] == 40 and report["n_kept"] == 2
-    assert report["rejected"] == {"unknown_document": 34, "page_out_of_range": 1, "evidence_not_found": 2,
-                                  "evidence_on_other_page": 1}
+    assert report["rejected"] == {
+        "unknown_document": 34,
+        "page_out_of_range": 1,
+        "evidence_not_found": 2,
+        "evidence_on_other_page": 1,
+    }
     verdicts = [json.loads(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
     assert len(verdicts) == 40 and {v["question"] for v in verdicts if v["kept"]} >= {
-        "What was the non-renewable energy consumption (MWh) in the latest period shown?"}
-    assert done.stdout.strip().splitlines()[0] == ("2 of 40 pairs verified; rejected: unknown_document 34, page_out_of_range 1, "
-                                                   "evidence_not_found 2, evidence_on_other_page 1")
+        "What was the non-renewable energy consumption (MWh) in the latest period shown?"
+    }
+    assert done.stdout.strip().splitlines()[0] == (
+        "2 of 40 pairs verified; rejected: unknown_document 34, page_out_of_range 1, "
+        "evidence_not_found 2, evidence_on_other_page 1"
+    )

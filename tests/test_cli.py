@@ -9,14 +9,23 @@ import pytest
 
 
 def esgexp(cwd, env, *args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "esgexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "esgexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_multirun_sweep_gives_one_folder_and_one_mlflow_run_per_job(tmp_path, clean_env, tiny_model_dir):
     result = esgexp(
-        tmp_path, clean_env, "-m", "model=local", f"model.path={tiny_model_dir}",
-        "strategy=zero_shot,context", "scoring=generate,logprob", "dataset.limit=3",
-        "model.generation.max_new_tokens=2", "trainer.progress_bar=false",
+        tmp_path,
+        clean_env,
+        "-m",
+        "model=local",
+        f"model.path={tiny_model_dir}",
+        "strategy=zero_shot,context",
+        "scoring=generate,logprob",
+        "dataset.limit=3",
+        "model.generation.max_new_tokens=2",
+        "trainer.progress_bar=false",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics_files = sorted((tmp_path / "runs" / "esg_sample").glob("*/*/*/metrics.json"))
@@ -69,12 +78,17 @@ def test_a_user_error_is_printed_once_and_kept_in_the_run_log(tmp_path, clean_en
     "module, args, message",
     [
         ("esgexp.ingest", ["corpus.pdf_dir=/no/such/dir", "corpus.name=x"], "document folder not found: /no/such/dir"),
-        ("esgexp.export_adapter", ["model=local", "model.path=/no/such/model", "model.adapter=/no/such/adapter"],
-         "model.path=/no/such/model is not a model folder"),
+        (
+            "esgexp.export_adapter",
+            ["model=local", "model.path=/no/such/model", "model.adapter=/no/such/adapter"],
+            "model.path=/no/such/model is not a model folder",
+        ),
     ],
 )
 def test_other_entry_points_print_a_user_error_once(tmp_path, clean_env, module, args, message):
-    result = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2
     assert (result.stdout + result.stderr).count(message) == 1 and "error: " in result.stderr
     assert "Traceback" not in result.stdout + result.stderr

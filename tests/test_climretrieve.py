@@ -19,9 +19,30 @@ from esgexp.records import Passage, RetrievalQuery
 
 BUNDLED = BUNDLED_DIR / "climretrieve"
 MICROSOFT = "2022 Microsoft Environmental Sustainability Report"
-REPORT_HEADER = ["", "paragraph", "report", "question", "relevant_text", "relevance", "relevant_text_sim", "sim_text_relevance"]
-BASE_HEADER = ["", "Document", "Question", "Context", "Relevant", "Page", "Source From", "Answer",
-               "Source Relevance Score", "Unsure Flag", "Addressed Directly", "Core 16 Question"]
+REPORT_HEADER = [
+    "",
+    "paragraph",
+    "report",
+    "question",
+    "relevant_text",
+    "relevance",
+    "relevant_text_sim",
+    "sim_text_relevance",
+]
+BASE_HEADER = [
+    "",
+    "Document",
+    "Question",
+    "Context",
+    "Relevant",
+    "Page",
+    "Source From",
+    "Answer",
+    "Source Relevance Score",
+    "Unsure Flag",
+    "Addressed Directly",
+    "Core 16 Question",
+]
 
 
 def write_csv(path, header, rows):
@@ -46,8 +67,11 @@ def grades(queries):
 
 # --- report level: the real sample (hand-counted from its 40 rows) ---
 
+
 def test_shared_report_level_sample_counts(shared_samples):
-    data = ClimRetrieveReportLevel("climretrieve", str(shared_samples / "climretrieve" / "report_level_sample.csv")).load()
+    data = ClimRetrieveReportLevel(
+        "climretrieve", str(shared_samples / "climretrieve" / "report_level_sample.csv")
+    ).load()
     assert not data.skipped
     # 40 rows of one report: 32 distinct paragraphs (8 appear for two or three questions), 6 questions.
     assert len(data.passages) == 32 and len(data.queries) == 6
@@ -61,14 +85,19 @@ def test_shared_report_level_sample_counts(shared_samples):
 
 
 def test_shared_report_level_query_relevance(shared_samples):
-    data = ClimRetrieveReportLevel("climretrieve", str(shared_samples / "climretrieve" / "report_level_sample.csv")).load()
+    data = ClimRetrieveReportLevel(
+        "climretrieve", str(shared_samples / "climretrieve" / "report_level_sample.csv")
+    ).load()
     query = data.queries[0]
     assert query.id == f"{MICROSOFT}#q1"
     assert query.text == "Does the company identify any impacts of its business activities on the environment?"
     assert query.meta == {"report": f"{MICROSOFT}.pdf", "question": query.text}
     # rows 1, 2, 6 and 27 of the file (paragraphs 1, 2, 4 and 22 in order of appearance)
     assert {pid: g for pid, g in query.relevance.items() if g} == {
-        f"{MICROSOFT}#p1": 2, f"{MICROSOFT}#p2": 2, f"{MICROSOFT}#p4": 3, f"{MICROSOFT}#p22": 3,
+        f"{MICROSOFT}#p1": 2,
+        f"{MICROSOFT}#p2": 2,
+        f"{MICROSOFT}#p4": 3,
+        f"{MICROSOFT}#p22": 3,
     }
     passages = {p.id: p.text for p in data.passages}
     assert passages[f"{MICROSOFT}#p1"].startswith("We made ambitious commitments in 2020")
@@ -77,12 +106,15 @@ def test_shared_report_level_query_relevance(shared_samples):
 
 # --- report level: our bundled sample ---
 
+
 def test_bundled_report_level_sample():
     data = ClimRetrieveReportLevel("climretrieve", str(BUNDLED / "report_level_sample.csv")).load()
     assert not data.skipped
     assert len(data.passages) == 24 and len(data.queries) == 6
     assert Counter(p.doc_id for p in data.passages) == {
-        "Northwind Foods 2023 Sustainability Report": 12, "Halcyon Logistics Climate Report 2022": 12}
+        "Northwind Foods 2023 Sustainability Report": 12,
+        "Halcyon Logistics Climate Report 2022": 12,
+    }
     assert set(data.n_candidates.values()) == {12}
     assert grades(data.queries) == {0: 56, 3: 6, 2: 6, 1: 4}
     water = data.queries[0]
@@ -96,7 +128,9 @@ def test_limit_takes_seeded_queries_and_their_reports():
     again = ClimRetrieveReportLevel("x", path, limit=2, seed=42).load()
     assert [q.id for q in first.queries] == [q.id for q in again.queries]
     assert [q.id for q in first.queries] == [
-        "Northwind Foods 2023 Sustainability Report#q2", "Halcyon Logistics Climate Report 2022#q1"]
+        "Northwind Foods 2023 Sustainability Report#q2",
+        "Halcyon Logistics Climate Report 2022#q1",
+    ]
     assert len(first.passages) == 24 and set(first.n_candidates) == {q.id for q in first.queries}
     one = ClimRetrieveReportLevel("x", path, limit=1, seed=42).load()
     assert {p.doc_id for p in one.passages} == {one.queries[0].doc_scope} and len(one.passages) == 12
@@ -139,6 +173,7 @@ def test_report_level_missing_file_or_column(tmp_path):
 
 # --- base annotations ---
 
+
 def test_shared_base_sample_annotations(shared_samples):
     path = shared_samples / "climretrieve" / "ClimRetrieve_base_sample.csv"
     loaded = load_base_annotations(path)
@@ -146,8 +181,16 @@ def test_shared_base_sample_annotations(shared_samples):
     assert len(loaded.items) == 41
     assert loaded.skipped == [
         f"{path} line {n}: field '{field}': empty; row skipped"  # the file line each record starts on
-        for n, field in [(20, "Source Relevance Score"), (31, "Relevant"), (38, "Relevant"), (82, "Relevant"),
-                         (91, "Source Relevance Score"), (92, "Relevant"), (96, "Relevant"), (110, "Relevant")]
+        for n, field in [
+            (20, "Source Relevance Score"),
+            (31, "Relevant"),
+            (38, "Relevant"),
+            (82, "Relevant"),
+            (91, "Source Relevance Score"),
+            (92, "Relevant"),
+            (96, "Relevant"),
+            (110, "Relevant"),
+        ]
     ]
     items = loaded.items
     assert Counter(a.relevance for a in items) == {3: 16, 2: 16, 1: 9}
@@ -156,14 +199,26 @@ def test_shared_base_sample_annotations(shared_samples):
     assert [a.where for a in items if a.page is None] == [f"{path} line 2"]  # kept: matched by text only
     lloyds = items[1]
     assert (lloyds.document, lloyds.page, lloyds.relevance, lloyds.source, lloyds.core) == (
-        "2023 Lloyds sustainability report.pdf", 99, 3, "table", True)
+        "2023 Lloyds sustainability report.pdf",
+        99,
+        3,
+        "table",
+        True,
+    )
     assert lloyds.relevant.startswith("Short term (2024-5): \nFocus on achieving our legacy commitment")
     assert min(a.page for a in items if a.page) == 4  # no page 0 (the smallest, 2, is in skipped line 20): 1-based
 
 
 def test_base_bad_rows_and_missing_column(tmp_path):
-    rows = [base_row(), base_row(page="p. 12"), base_row(score=""), base_row(score="4"), base_row(page="12.0"),
-            base_row(relevant="  "), base_row(page="")]
+    rows = [
+        base_row(),
+        base_row(page="p. 12"),
+        base_row(score=""),
+        base_row(score="4"),
+        base_row(page="12.0"),
+        base_row(relevant="  "),
+        base_row(page=""),
+    ]
     path = write_csv(tmp_path / "base.csv", BASE_HEADER, rows)
     loaded = load_base_annotations(path)
     assert loaded.skipped == [
@@ -181,12 +236,15 @@ def test_base_bad_rows_and_missing_column(tmp_path):
 
 # --- annotations -> graded passages of ingested PDFs ---
 
+
 def annotation(relevant, page, relevance=2, document="Acme Report 2022.pdf", question="Does Acme cut water use?"):
     return SourceAnnotation(document, question, relevant, page, relevance, "text", True, f"base.csv, row {page}")
 
 
 PASSAGES = [
-    Passage("acme#1", "Acme Report 2022", "Intro. We will CUT water use\nby 30 %  by 2030 at ‘all’ plants. More.", 3, 3),
+    Passage(
+        "acme#1", "Acme Report 2022", "Intro. We will CUT water use\nby 30 %  by 2030 at ‘all’ plants. More.", 3, 3
+    ),
     Passage("acme#2", "Acme Report 2022", "Plants reuse cooling water; water use down 12 percent.", 5, 6),
     Passage("acme#3", "Acme Report 2022", "Plants reuse cooling water; water use down 12 percent.", 7, 7),
     Passage("acme#4", "Acme Report 2022", "Plants reuse nothing.", 5, 5),
@@ -217,7 +275,9 @@ def test_annotations_to_queries_grades_skips_and_reports():
         annotation("Text.", page=1, document="Missing Co Report.pdf"),
         annotation("Text.", page=2, document="Missing Co Report.pdf"),
         annotation("Nothing like this anywhere.", page=3, question="Another question?"),
-        annotation("Plants reuse nothing.", page=5, relevance=1, question="  does ACME cut water use? "),  # same question
+        annotation(
+            "Plants reuse nothing.", page=5, relevance=1, question="  does ACME cut water use? "
+        ),  # same question
     ]
     data = annotations_to_queries(annotations, PASSAGES, min_overlap=0.5)
     assert [q.id for q in data.queries] == ["Acme Report 2022#q1"]
@@ -245,15 +305,19 @@ def test_shared_core_questions_give_all_three_query_texts(shared_samples):
     queries = [RetrievalQuery("r#q1", RISK_QUESTION, {})]
     assert query_texts(queries, "question") == {"r#q1": RISK_QUESTION}
     # "Refined Definition" (it adds "or if the process is well-known and specified"), whitespace collapsed
-    assert query_texts(queries, "definition", table) == {"r#q1": RISK_QUESTION + "\n"
+    assert query_texts(queries, "definition", table) == {
+        "r#q1": RISK_QUESTION + "\n"
         "Risks arising from climate change are defined as potential hazards influenced by climate change that may "
         'have a negative impact on the company. Answer "Yes" only if a specific process is described or if the '
-        "process is well-known and specified."}
-    assert query_texts(queries, "concepts", table) == {"r#q1": RISK_QUESTION + "\n"
+        "process is well-known and specified."
+    }
+    assert query_texts(queries, "concepts", table) == {
+        "r#q1": RISK_QUESTION + "\n"
         "Company Process: Series of steps or actions followed by a company to achieve a particular goal or outcome.\n"
         "Climate Change Risk: Risks faced by a company as a result of climate change. These can be physical (e.g. "
         "rising sea levels, extreme weather events like floods and droughts) or transition risks (risks arising "
-        "from the transition to a low-carbon economy)."}
+        "from the transition to a low-carbon economy)."
+    }
 
 
 def test_shared_core_table_covers_the_report_level_questions(shared_samples):
@@ -265,7 +329,8 @@ def test_shared_core_table_covers_the_report_level_questions(shared_samples):
         "Does the company have a strategy on waste management?",
         "Waste Minimization: Implementing measures to reduce the generation of waste at the source, such as "
         "optimizing production processes, redesigning products to minimize packaging, and promoting sustainable "
-        "consumption habits among consumers."]
+        "consumption habits among consumers.",
+    ]
 
 
 def test_bundled_core_questions_and_definition_fallback():
@@ -278,30 +343,42 @@ def test_bundled_core_questions_and_definition_fallback():
     # this row has no Refined Definition: the Definition is used
     assert definitions[risk] == (
         "Does the company assess physical climate risks to its own sites?\nPhysical climate risks are hazards such "
-        "as floods, heat, storms or drought that can damage or disrupt the company's own facilities.")
+        "as floods, heat, storms or drought that can damage or disrupt the company's own facilities."
+    )
     assert concepts[risk].splitlines()[1:] == [
         "Physical Risk: Damage or disruption caused by acute events (floods, storms, heatwaves) or chronic shifts "
         "(rising temperatures, sea level, water scarcity).",
         "Site Assessment: A screening of named facilities against climate hazards, often under one or more warming "
         "scenarios.",
-        "Adaptation Measure: A change to a site or its operations that lowers its exposure or vulnerability."]
+        "Adaptation Measure: A change to a site or its operations that lowers its exposure or vulnerability.",
+    ]
 
 
 def test_concept_markup_variants_are_cleaned():
-    assert clean_concept("[[C1]] ||Co|| 1. **Definitions**: Explicit statements.") == "Definitions: Explicit statements."
+    assert (
+        clean_concept("[[C1]] ||Co|| 1. **Definitions**: Explicit statements.") == "Definitions: Explicit statements."
+    )
     assert clean_concept("[[C2]]  | | La | | 2. ** Shared Risk**: Joint work.") == "Shared Risk: Joint work."
     assert clean_concept("[[C2]] | | Co| | 5.  **Waste**:  Handling.") == "Waste: Handling."
     assert clean_concept("[[C3]] ||La|| 13. **Networking and Forums:** Forums.") == "Networking and Forums: Forums."
-    assert clean_concept("[[C2]] ||La|| 14. Continuous Monitoring: Reassessment.") == "Continuous Monitoring: Reassessment."
+    assert (
+        clean_concept("[[C2]] ||La|| 14. Continuous Monitoring: Reassessment.")
+        == "Continuous Monitoring: Reassessment."
+    )
     assert clean_concept("Cost of Landfill: Fees.") == "Cost of Landfill: Fees."  # no markup: nothing eaten
 
 
 def test_query_text_errors(tmp_path):
     table = BUNDLED / "core_questions_sample.csv"
-    queries = [RetrievalQuery("a#q1", "Does the company have a strategy on waste management?", {}),
-               RetrievalQuery("a#q2", "What are Scope 1 emissions?", {})]
-    with pytest.raises(UserError, match=r"2 question\(s\) not in the core-questions table, which query mode "
-                                        r"'definition' needs: 'Does the company .*'; 'What are Scope 1 emissions\?'"):
+    queries = [
+        RetrievalQuery("a#q1", "Does the company have a strategy on waste management?", {}),
+        RetrievalQuery("a#q2", "What are Scope 1 emissions?", {}),
+    ]
+    with pytest.raises(
+        UserError,
+        match=r"2 question\(s\) not in the core-questions table, which query mode "
+        r"'definition' needs: 'Does the company .*'; 'What are Scope 1 emissions\?'",
+    ):
         query_texts(queries, "definition", table)
     with pytest.raises(UserError, match="query mode 'explanation' is not one of question, definition, concepts"):
         query_texts(queries, "explanation", table)
@@ -309,25 +386,37 @@ def test_query_text_errors(tmp_path):
         query_texts(queries, "concepts")
     with pytest.raises(UserError, match="core-questions file not found"):
         query_texts(queries, "concepts", table.with_name("nope.csv"))
-    blank = write_csv(tmp_path / "core.csv", ["question", "Definition", "Refined Definition",
-                                              "Information Retrieval Background"], [[queries[1].text, " ", "", "x"]])
+    blank = write_csv(
+        tmp_path / "core.csv",
+        ["question", "Definition", "Refined Definition", "Information Retrieval Background"],
+        [[queries[1].text, " ", "", "x"]],
+    )
     assert query_texts(queries[1:], "concepts", blank) == {"a#q2": "What are Scope 1 emissions?\nx"}
-    with pytest.raises(UserError, match=r"core\.csv line 2: 'Refined Definition' and 'Definition' empty for "
-                                        r"'What are Scope 1 emissions\?'; query mode 'definition' needs it"):
+    with pytest.raises(
+        UserError,
+        match=r"core\.csv line 2: 'Refined Definition' and 'Definition' empty for "
+        r"'What are Scope 1 emissions\?'; query mode 'definition' needs it",
+    ):
         query_texts(queries[1:], "definition", blank)
 
 
 # --- configs ---
 
+
 @pytest.mark.parametrize("mode", ["question", "definition", "concepts"])
 def test_configs_compose_and_build_the_bundled_sample(make_cfg, mode):
-    cfg = make_cfg("dataset=climretrieve", f"query={mode}", "dataset.limit=3",
-                   "dataset.path=${bundled:climretrieve/report_level_sample.csv}",
-                   "query.core_questions=${bundled:climretrieve/core_questions_sample.csv}")
+    cfg = make_cfg(
+        "dataset=climretrieve",
+        f"query={mode}",
+        "dataset.limit=3",
+        "dataset.path=${bundled:climretrieve/report_level_sample.csv}",
+        "query.core_questions=${bundled:climretrieve/core_questions_sample.csv}",
+    )
     assert cfg.query.mode == mode and cfg.dataset.seed == 42
     assert make_cfg("dataset=climretrieve").dataset.path.endswith("/data/climretrieve/ClimRetrieve_ReportLevel_V1.csv")
     assert make_cfg("query=concepts").query.core_questions.endswith(
-        "/data/climretrieve/Core_Questions_with_Explanations.xlsx")
+        "/data/climretrieve/Core_Questions_with_Explanations.xlsx"
+    )
     data = instantiate(cfg.dataset).load()
     assert len(data.queries) == 3
     texts = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions)

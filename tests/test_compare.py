@@ -43,7 +43,15 @@ def mcq_run(make_cfg, tmp_path):
         records = []
         for i, item in enumerate(items):
             answer = next(letter for letter in "ABCD" if letter != item.answer) if i in wrong else item.answer
-            records.append({"id": item.id, "gold": item.answer, "output": answer, "parsed": answer, "correct": answer == item.answer})
+            records.append(
+                {
+                    "id": item.id,
+                    "gold": item.answer,
+                    "output": answer,
+                    "parsed": answer,
+                    "correct": answer == item.answer,
+                }
+            )
         records, metrics, _ = MCQTask(cfg).score(items, records)
         return write_run(tmp_path / name, cfg, records, metrics)
 
@@ -111,19 +119,37 @@ def test_qa_scores_are_clustered_on_the_passage(make_cfg, tmp_path):
 
     runs = []
     for name in ("gold", "half"):
-        cfg = make_cfg("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", f"paths.output_dir={tmp_path}/{name}")
+        cfg = make_cfg(
+            "experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", f"paths.output_dir={tmp_path}/{name}"
+        )
         items = instantiate(cfg.dataset).load().items
-        records = [{"id": item.id, "qtype": item.qtype, "category": None, "references": list(item.answers), "output": "",
-                    "answer": item.answers[0] if name == "gold" or i % 2 else ""} for i, item in enumerate(items)]
+        records = [
+            {
+                "id": item.id,
+                "qtype": item.qtype,
+                "category": None,
+                "references": list(item.answers),
+                "output": "",
+                "answer": item.answers[0] if name == "gold" or i % 2 else "",
+            }
+            for i, item in enumerate(items)
+        ]
         records, metrics, info = QATask(cfg).score(items, records)
         runs.append(load_run(write_run(tmp_path / name, cfg, records, metrics)))
     gold, half = runs
     assert info == {**info, "headline_metric": "factoid/f1", "higher_is_better": "true"}
     assert gold.metrics["stats/cluster_key"] == "passage" and gold.metrics["stats/n_clusters"] < gold.metrics["n_items"]
-    assert half.metrics["factoid/f1/ci_method"] == "cluster_bootstrap" and half.metrics["factoid/em/ci_method"] == "cluster_bootstrap"
+    assert (
+        half.metrics["factoid/f1/ci_method"] == "cluster_bootstrap"
+        and half.metrics["factoid/em/ci_method"] == "cluster_bootstrap"
+    )
     assert half.metrics["factoid/f1/ci_low"] < half.metrics["factoid/f1"] < half.metrics["factoid/f1/ci_high"]
     found = compare_pair(gold, half)
-    assert found["metric"] == "factoid/f1" and found["test"] == "paired_cluster_bootstrap" and found["cluster_key"] == "passage"
+    assert (
+        found["metric"] == "factoid/f1"
+        and found["test"] == "paired_cluster_bootstrap"
+        and found["cluster_key"] == "passage"
+    )
     assert found["difference"] == pytest.approx(half.metrics["factoid/f1"] - 1.0) and found["ci_high"] < 0
     assert found["p_value"] < 0.01
 
@@ -155,8 +181,12 @@ def test_esgbench_score_values_give_the_run_metrics():
     items = ESGBenchGold("esgbench_sample", str(BUNDLED_DIR / "esgbench" / "gold_sample.jsonl")).load().items
     joined = join(items, load_predictions(BUNDLED_DIR / "esgbench" / "preds_sample.jsonl"), gold_source="gold")
     records, metrics = score_esgbench(items, joined, k=5)
-    for key, kind in (("em", "proportion"), ("f1", "mean"), ("numeric_accuracy", "proportion"),
-                      ("numeric_accuracy/numeric_items", "proportion")):
+    for key, kind in (
+        ("em", "proportion"),
+        ("f1", "mean"),
+        ("numeric_accuracy", "proportion"),
+        ("numeric_accuracy/numeric_items", "proportion"),
+    ):
         found = item_scores(records, key)
         assert found.kind == kind and sum(found.values) / len(found.values) == pytest.approx(metrics[key]), key
     assert len(item_scores(records, "numeric_accuracy/numeric_items").ids) == metrics["n_numeric_items"]
@@ -170,24 +200,44 @@ def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, c
     assert re.search(r"recall@10 +\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", summary)  # the headline with its interval
     saved = json.loads((tmp_path / "bm25" / "metrics.json").read_text())
     assert saved["headline_metric"] == "recall@10" and saved["stats/cluster_key"] == "report"
-    assert saved["recall@10/ci_method"] == "cluster_bootstrap" and saved["recall@10/ci_low"] <= saved["recall@10"] <= saved["recall@10/ci_high"]
+    assert (
+        saved["recall@10/ci_method"] == "cluster_bootstrap"
+        and saved["recall@10/ci_low"] <= saved["recall@10"] <= saved["recall@10/ci_high"]
+    )
     assert {"ndcg@10/stderr", "mrr/ci_low", "macro/recall@5/ci_high", "precision@5/stderr"} <= set(saved)
 
     out = tmp_path / "compare"
-    command = [sys.executable, "-m", "esgexp.compare", str(tmp_path / "bm25"), str(tmp_path / "oracle"), f"out_dir={out}"]
+    command = [
+        sys.executable,
+        "-m",
+        "esgexp.compare",
+        str(tmp_path / "bm25"),
+        str(tmp_path / "oracle"),
+        f"out_dir={out}",
+    ]
     done = subprocess.run(command, cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "compare.json").read_text())
     [found] = report["comparisons"]
     oracle = json.loads((tmp_path / "oracle" / "metrics.json").read_text())
     assert found["metric"] == "recall@10" and found["test"] == "paired_cluster_bootstrap" and found["n_shared"] == 6
-    assert found["difference"] == pytest.approx(oracle["recall@10"] - saved["recall@10"]) and found["ci_low"] <= found["difference"]
+    assert (
+        found["difference"] == pytest.approx(oracle["recall@10"] - saved["recall@10"])
+        and found["ci_low"] <= found["difference"]
+    )
     assert "recall@10" in done.stdout and "paired_cluster_bootstrap" in (out / "compare.md").read_text()
     with pytest.raises(UserError, match="at least two runs"):
         main([str(tmp_path / "bm25"), f"out_dir={out}"])
 
     # A run id is read from the tracking store: one that is down is one error naming it, in seconds.
-    command = [sys.executable, "-m", "esgexp.compare", str(tmp_path / "bm25"), "0123abcd", "tracking.uri=http://127.0.0.1:9"]
+    command = [
+        sys.executable,
+        "-m",
+        "esgexp.compare",
+        str(tmp_path / "bm25"),
+        "0123abcd",
+        "tracking.uri=http://127.0.0.1:9",
+    ]
     done = subprocess.run(command, cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("tracking.uri=http://127.0.0.1:9") == 1
     assert "tracking.offline" not in done.stderr  # reading runs: running offline is no way out

@@ -11,12 +11,29 @@ from conftest import compose_config
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
-MODEL_KEYS = {"name", "hub_id", "path", "gguf", "family", "size_b", "instruct", "reasoning", "dtype", "chat_template", "generation"}
+MODEL_KEYS = {
+    "name",
+    "hub_id",
+    "path",
+    "gguf",
+    "family",
+    "size_b",
+    "instruct",
+    "reasoning",
+    "dtype",
+    "chat_template",
+    "generation",
+}
 
 
 def test_default_config_is_the_embedded_default(tmp_path):
     cfg = compose_config(tmp_path)
-    assert (cfg.dataset.name, cfg.model.name, cfg.strategy.name, cfg.scoring.name) == ("esg_sample", "smollm2-135m", "zero_shot", "generate")
+    assert (cfg.dataset.name, cfg.model.name, cfg.strategy.name, cfg.scoring.name) == (
+        "esg_sample",
+        "smollm2-135m",
+        "zero_shot",
+        "generate",
+    )
     assert Path(cfg.dataset.path).is_file()
     assert cfg.tracking.uri == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     assert cfg.scoring.max_new_tokens == cfg.model.generation.max_new_tokens
@@ -35,7 +52,10 @@ def test_every_model_file_has_the_model_keys(tmp_path, model):
     raw = yaml.safe_load((CONF_DIR / "model" / f"{model}.yaml").read_text())
     if "api" in raw:  # an API model: its server, key variable and prices, and it selects the API backend
         assert raw.pop("defaults") == [{"override /backend@_global_.backend": "openai"}]
-        assert set(raw.pop("api")) == {"base_url", "api", "api_key_env"} and set(raw.pop("price")) == {"prompt", "completion"}
+        assert set(raw.pop("api")) == {"base_url", "api", "api_key_env"} and set(raw.pop("price")) == {
+            "prompt",
+            "completion",
+        }
     assert set(raw) == MODEL_KEYS and raw["name"] == model
     assert raw["dtype"] in ("auto", "float32", "bfloat16", "float16")
     assert sum(bool(raw[k]) for k in ("hub_id", "path", "gguf")) == 1
@@ -65,5 +85,7 @@ def test_composing_and_help_import_no_heavy_library(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
-    help_text = subprocess.run([sys.executable, "-m", "esgexp", "--help"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    help_text = subprocess.run(
+        [sys.executable, "-m", "esgexp", "--help"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert help_text.returncode == 0 and "model: " in help_text.stdout

@@ -38,20 +38,33 @@ def esgbench_corpus(tmp_path_factory):
 
 
 def test_esgbench_retrieval_finds_each_gold_page_first(make_cfg, tmp_path, esgbench_corpus):
-    metrics = run_job(make_cfg("experiment=esgbench_retrieval", "dataset=esgbench_sample", f"retrieval.corpus={esgbench_corpus}"))
+    metrics = run_job(
+        make_cfg("experiment=esgbench_retrieval", "dataset=esgbench_sample", f"retrieval.corpus={esgbench_corpus}")
+    )
     assert metrics["n_queries"] == 13 and metrics["n_missing_reports"] == 0
     # Each evidence page shares the question's key terms and the filler pages share none, except one:
     # the injury-rate evidence says only "LTIFR", so BM25 ranks the kiln page ("rate ... in 2024") first.
     assert metrics["recall@1"] == pytest.approx(12 / 13) and metrics["recall@3"] == 1.0
     rankings = [json.loads(line) for line in (tmp_path / "run" / "rankings.jsonl").read_text().splitlines()]
     first_hit = [set(r["gold_pages"]) <= set(r["retrieved"][0]["pages"]) for r in rankings]
-    assert [r["query"] for r, hit in zip(rankings, first_hit) if not hit] == ["What was the employee Lost Time Injury Frequency Rate in 2024?"]
+    assert [r["query"] for r, hit in zip(rankings, first_hit) if not hit] == [
+        "What was the employee Lost Time Injury Frequency Rate in 2024?"
+    ]
     assert all(len(r["retrieved"][0]["pages"]) <= 2 for r in rankings)
 
 
 def test_rag_over_the_corpus_cites_pages_and_judges_retrieval_by_gold_page(tiny_cfg, tmp_path, esgbench_corpus):
-    metrics = run_job(tiny_cfg("experiment=esgbench", "dataset=esgbench_sample", "strategy=rag", f"strategy.corpus={esgbench_corpus}",
-                               "strategy.scope=doc", "strategy.top_k=1", "scoring.max_new_tokens=2"))
+    metrics = run_job(
+        tiny_cfg(
+            "experiment=esgbench",
+            "dataset=esgbench_sample",
+            "strategy=rag",
+            f"strategy.corpus={esgbench_corpus}",
+            "strategy.scope=doc",
+            "strategy.top_k=1",
+            "scoring.max_new_tokens=2",
+        )
+    )
     records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert metrics["rag/n_with_gold"] == 13 and metrics["rag/gold_retrieved_rate"] == pytest.approx(12 / 13)
     # Citations are 1-based: a retrieved gold page with ESGBench index i is cited as p.(i+1).
@@ -69,19 +82,42 @@ def test_a_report_missing_from_the_corpus_is_reported(make_cfg, tiny_cfg, tmp_pa
     moved = json.loads(lines[0]) | {"doc_name": "UNKNOWN_CO_2024"}
     gold = tmp_path / "gold.jsonl"
     gold.write_text("\n".join([json.dumps(moved), *lines[1:]]) + "\n")
-    metrics = run_job(make_cfg("experiment=esgbench_retrieval", f"dataset.path={gold}", f"retrieval.corpus={esgbench_corpus}"))
+    metrics = run_job(
+        make_cfg("experiment=esgbench_retrieval", f"dataset.path={gold}", f"retrieval.corpus={esgbench_corpus}")
+    )
     assert metrics["n_queries"] == 12 and metrics["n_missing_reports"] == 1
     # RAG goes on: that question gets no passage (and says so), the others are retrieved as usual.
-    rag = run_job(tiny_cfg("experiment=esgbench", f"dataset.path={gold}", "strategy=rag", "strategy.scope=doc",
-                           f"strategy.corpus={esgbench_corpus}", "scoring.max_new_tokens=2", f"paths.output_dir={tmp_path}/rag"))
+    rag = run_job(
+        tiny_cfg(
+            "experiment=esgbench",
+            f"dataset.path={gold}",
+            "strategy=rag",
+            "strategy.scope=doc",
+            f"strategy.corpus={esgbench_corpus}",
+            "scoring.max_new_tokens=2",
+            f"paths.output_dir={tmp_path}/rag",
+        )
+    )
     assert rag["rag/n_missing_report"] == 1 and rag["rag/n_with_gold"] == 12 and rag["n_items"] == 13
     records = [json.loads(line) for line in (tmp_path / "rag" / "predictions.jsonl").read_text().splitlines()]
     (lost,) = [r for r in records if r["retrieval"]["passages"] == []]
     assert lost["retrieval"]["missing_report"] == "UNKNOWN_CO_2024"
 
 
-BASE_HEADER = ["", "Document", "Question", "Context", "Relevant", "Page", "Source From", "Answer",
-               "Source Relevance Score", "Unsure Flag", "Addressed Directly", "Core 16 Question"]
+BASE_HEADER = [
+    "",
+    "Document",
+    "Question",
+    "Context",
+    "Relevant",
+    "Page",
+    "Source From",
+    "Answer",
+    "Source Relevance Score",
+    "Unsure Flag",
+    "Addressed Directly",
+    "Core 16 Question",
+]
 
 
 @pytest.fixture(scope="module")
@@ -93,22 +129,82 @@ def base_annotations(tmp_path_factory):
     pdfs = root / "pdfs"
     pdfs.mkdir()
     filler = "This page lists the addresses of our regional offices and their opening hours."
-    (pdfs / "Fabrikam 2023 Report.pdf").write_bytes(pdf_bytes([
-        [filler] * 12,
-        ["Our flood risk study covers all twelve plants near rivers."] + [filler] * 12,
-        ["Scope 3 emissions from purchased goods fell by nine percent."] + [filler] * 12,
-    ]))
-    (pdfs / "Contoso 2023 Report.pdf").write_bytes(pdf_bytes([
-        ["Heat stress assessments were run for every warehouse site."] + [filler] * 12,
-        [filler] * 12,
-    ]))
+    (pdfs / "Fabrikam 2023 Report.pdf").write_bytes(
+        pdf_bytes(
+            [
+                [filler] * 12,
+                ["Our flood risk study covers all twelve plants near rivers."] + [filler] * 12,
+                ["Scope 3 emissions from purchased goods fell by nine percent."] + [filler] * 12,
+            ]
+        )
+    )
+    (pdfs / "Contoso 2023 Report.pdf").write_bytes(
+        pdf_bytes(
+            [
+                ["Heat stress assessments were run for every warehouse site."] + [filler] * 12,
+                [filler] * 12,
+            ]
+        )
+    )
     corpus = root / "corpus"
     ingest(pdfs, corpus, WindowChunker(), progress=False)
     rows = [
-        ["0", "Fabrikam 2023 Report.pdf", "Does the company assess physical climate risks?", "", "Our flood risk study covers all twelve plants near rivers.", "2", "text", "Yes", "3", "", "", "1"],
-        ["1", "Fabrikam 2023 Report.pdf", "Does the company report Scope 3 emissions?", "", "Scope 3 emissions from purchased goods fell by nine percent.", "3", "text", "Yes", "2", "", "", "1"],
-        ["2", "Contoso 2023 Report.pdf", "Does the company assess physical climate risks?", "", "Heat stress assessments were run for every warehouse site.", "1", "text", "Yes", "3", "", "", "1"],
-        ["3", "Missing 2023 Report.pdf", "Does the company assess physical climate risks?", "", "Anything.", "1", "text", "Yes", "3", "", "", "1"],
+        [
+            "0",
+            "Fabrikam 2023 Report.pdf",
+            "Does the company assess physical climate risks?",
+            "",
+            "Our flood risk study covers all twelve plants near rivers.",
+            "2",
+            "text",
+            "Yes",
+            "3",
+            "",
+            "",
+            "1",
+        ],
+        [
+            "1",
+            "Fabrikam 2023 Report.pdf",
+            "Does the company report Scope 3 emissions?",
+            "",
+            "Scope 3 emissions from purchased goods fell by nine percent.",
+            "3",
+            "text",
+            "Yes",
+            "2",
+            "",
+            "",
+            "1",
+        ],
+        [
+            "2",
+            "Contoso 2023 Report.pdf",
+            "Does the company assess physical climate risks?",
+            "",
+            "Heat stress assessments were run for every warehouse site.",
+            "1",
+            "text",
+            "Yes",
+            "3",
+            "",
+            "",
+            "1",
+        ],
+        [
+            "3",
+            "Missing 2023 Report.pdf",
+            "Does the company assess physical climate risks?",
+            "",
+            "Anything.",
+            "1",
+            "text",
+            "Yes",
+            "3",
+            "",
+            "",
+            "1",
+        ],
     ]
     frame = pd.DataFrame(rows, columns=BASE_HEADER)
     frame.to_csv(root / "base.csv", index=False)
@@ -119,8 +215,12 @@ def base_annotations(tmp_path_factory):
 @pytest.mark.parametrize("suffix", ["csv", "xlsx"])
 def test_climretrieve_base_grades_corpus_passages_from_expert_sources(make_cfg, tmp_path, base_annotations, suffix):
     root, corpus = base_annotations
-    common = ("experiment=climretrieve_retrieval", "dataset=climretrieve_base", f"dataset.path={root}/base.{suffix}",
-              f"dataset.corpus={corpus}")
+    common = (
+        "experiment=climretrieve_retrieval",
+        "dataset=climretrieve_base",
+        f"dataset.path={root}/base.{suffix}",
+        f"dataset.corpus={corpus}",
+    )
     oracle = run_job(make_cfg(*common, "retriever=oracle", f"paths.output_dir={tmp_path}/oracle"))
     bm25 = run_job(make_cfg(*common, "retriever=bm25", "retrieval.ks=[1]", f"paths.output_dir={tmp_path}/bm25"))
     # Three queries (the fourth names a report that is not in the corpus: skipped and listed).
@@ -133,9 +233,22 @@ def test_climretrieve_base_grades_corpus_passages_from_expert_sources(make_cfg, 
 def test_oracle_and_query_rules_for_esgbench_page_retrieval(make_cfg, tmp_path, esgbench_corpus):
     from esgexp.errors import UserError
 
-    oracle = run_job(make_cfg("experiment=esgbench_retrieval", "dataset=esgbench_sample", f"retrieval.corpus={esgbench_corpus}",
-                              "retriever=oracle"))
+    oracle = run_job(
+        make_cfg(
+            "experiment=esgbench_retrieval",
+            "dataset=esgbench_sample",
+            f"retrieval.corpus={esgbench_corpus}",
+            "retriever=oracle",
+        )
+    )
     assert oracle["recall@1"] == 1.0
     with pytest.raises(UserError, match="ESGBench retrieval searches with the question"):
-        run_job(make_cfg("experiment=esgbench_retrieval", "dataset=esgbench_sample", f"retrieval.corpus={esgbench_corpus}",
-                         "query=concepts", f"paths.output_dir={tmp_path}/q"))
+        run_job(
+            make_cfg(
+                "experiment=esgbench_retrieval",
+                "dataset=esgbench_sample",
+                f"retrieval.corpus={esgbench_corpus}",
+                "query=concepts",
+                f"paths.output_dir={tmp_path}/q",
+            )
+        )

@@ -175,7 +175,9 @@ def test_tokens_keep_percent_slash_degree_and_unicode_letters():
 
 def test_f1_hand_computed():
     # 5 of 6 tokens shared both ways: P = R = 5/6.
-    assert token_f1("21 parameters and 4 broader areas.", "21 parameters covering 4 broader areas") == pytest.approx(5 / 6)
+    assert token_f1("21 parameters and 4 broader areas.", "21 parameters covering 4 broader areas") == pytest.approx(
+        5 / 6
+    )
     # [38, %] vs [0, 05, %]: only % shared, P = 1/3, R = 1/2, F1 = 2/5.
     assert token_f1("0.05%", "38%") == pytest.approx(0.4)
     # [é, s, g] vs [e, s, g]: é and e differ, 2 shared of 3.
@@ -272,7 +274,10 @@ def test_real_sample_totals(real_scores):
     assert metrics["f1"] == pytest.approx(sum(r["f1"] for r in records) / 40)
     assert (metrics["n_unknown_unit"], metrics["n_unjoined_predictions"], metrics["n_missing_predictions"]) == (0, 0, 0)
     # Environmental: lines 2, 3, 5, 6, 14, 18, 30, 32, 33, 37, 39; right: 6, 30, 33, 37, 39.
-    assert (metrics["category/Environmental/accuracy"], metrics["category/Environmental/n"]) == (pytest.approx(5 / 11), 11)
+    assert (metrics["category/Environmental/accuracy"], metrics["category/Environmental/n"]) == (
+        pytest.approx(5 / 11),
+        11,
+    )
     # Governance: 4, 8, 10, 25, 29, 31, 34, 38, 40; right: 8 (numeric), 31 (EM).
     assert (metrics["category/Governance/accuracy"], metrics["category/Governance/n"]) == (pytest.approx(2 / 9), 9)
     assert metrics["category/Social - Diversity & Inclusion/accuracy"] == 0.5  # line 23 right, 27 not stated
@@ -414,7 +419,9 @@ def test_unjoined_and_missing_predictions_are_counted_and_named(tmp_path):
         f"{preds} line 5: field 'retrieved_pages': expected a list of 0-based page numbers, got list [1.5]",
     ]
     joined = join(items, predictions, str(gold))
-    assert joined.unjoined == [f"{preds} line 2: field 'question': no gold question with doc_name 'DOC_B' and question 'Q1?'"]
+    assert joined.unjoined == [
+        f"{preds} line 2: field 'question': no gold question with doc_name 'DOC_B' and question 'Q1?'"
+    ]
     assert joined.missing == [f"{gold} line 2: no prediction in {preds} for doc_name 'DOC_A' and question 'Q2?'"]
     records, metrics = score_esgbench(items, joined)
     assert [r["id"] for r in records] == [items[0].id]  # the item without a prediction is left out
@@ -432,7 +439,9 @@ def test_no_joined_prediction_is_a_user_error(tmp_path):
 
 def test_recall_needs_retrieved_pages(tmp_path):
     gold = write(tmp_path / "gold.jsonl", [gold_line()])
-    preds = write(tmp_path / "preds.jsonl", [json.dumps({"doc_name": "DOC_A", "question": "Q1?", "pred": "5.05 tCO2e"})])
+    preds = write(
+        tmp_path / "preds.jsonl", [json.dumps({"doc_name": "DOC_A", "question": "Q1?", "pred": "5.05 tCO2e"})]
+    )
     items = ESGBenchGold("g", str(gold)).load().items
     records, metrics = score_esgbench(items, join(items, load_predictions(preds)))
     assert "recall@5" not in metrics and "recall@5" not in records[0]
@@ -477,7 +486,9 @@ def test_predictions_may_carry_the_answer_under_answer(tmp_path):
     from esgexp.data.esgbench import load_predictions
 
     path = tmp_path / "p.jsonl"
-    path.write_text('{"doc_name": "D", "question": "Q?", "answer": "12%"}\n{"doc_name": "D", "question": "R?", "pred": 5}\n')
+    path.write_text(
+        '{"doc_name": "D", "question": "Q?", "answer": "12%"}\n{"doc_name": "D", "question": "R?", "pred": 5}\n'
+    )
     loaded = load_predictions(path)
     assert loaded.by_key[("D", "Q?")].text == "12%"
     assert len(loaded.skipped) == 1 and "field 'pred'" in loaded.skipped[0]

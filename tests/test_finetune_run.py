@@ -19,9 +19,19 @@ from esgexp.run import run_job
 
 # 32-true: precision auto depends on the CPU (test_precision_auto_on_the_cpu_follows_native_bf16).
 FT = (
-    "experiment=finetune_sustainableqa", "dataset=sustainableqa_sample", "model=local", "trainer.precision=32-true",
-    "train.max_seq_len=512", "train.val_every_n_steps=3", "train.val_generate_items=2", "train.val_max_new_tokens=4",
-    "train.lr=1e-2", "train.batch_size=4", "train.val_limit=8", "trainer.max_steps=6", "trainer.log_every_n_steps=1",
+    "experiment=finetune_sustainableqa",
+    "dataset=sustainableqa_sample",
+    "model=local",
+    "trainer.precision=32-true",
+    "train.max_seq_len=512",
+    "train.val_every_n_steps=3",
+    "train.val_generate_items=2",
+    "train.val_max_new_tokens=4",
+    "train.lr=1e-2",
+    "train.batch_size=4",
+    "train.val_limit=8",
+    "trainer.max_steps=6",
+    "trainer.log_every_n_steps=1",
 )
 
 
@@ -57,7 +67,9 @@ def test_finetune_saves_adapter_config_and_tracks_curves(trained):
     for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "esgexp_adapter.json"):
         assert (run_dir / "adapter" / name).is_file(), name
     assert {p.name for p in (run_dir / "checkpoints").iterdir()} >= {"last.ckpt"}
-    assert (run_dir / "config.yaml").is_file() and len((run_dir / "val_generations.jsonl").read_text().splitlines()) == 2
+    assert (run_dir / "config.yaml").is_file() and len(
+        (run_dir / "val_generations.jsonl").read_text().splitlines()
+    ) == 2
     card = json.loads((run_dir / "adapter" / "esgexp_adapter.json").read_text())
     assert card["base_model"] == "local" and card["mlflow_run_id"] == run_id and card["strategy"] == "zero_context"
 
@@ -86,18 +98,26 @@ def test_checkpoints_hold_the_trainable_weights_only(trained):
 def test_same_config_gives_the_same_losses(tmp_path, tiny_model_dir, trained):
     root, metrics, _, run_id = trained
     again = run_job(finetune_cfg(tmp_path, tiny_model_dir))
-    assert history(mlflow_client(tmp_path), mlflow_client(tmp_path).search_runs(["1"])[0].info.run_id, "train/loss") == history(
-        mlflow_client(root), run_id, "train/loss"
-    )
+    assert history(
+        mlflow_client(tmp_path), mlflow_client(tmp_path).search_runs(["1"])[0].info.run_id, "train/loss"
+    ) == history(mlflow_client(root), run_id, "train/loss")
     assert again["val/loss"] == metrics["val/loss"]
 
 
 def test_resume_from_a_checkpoint_continues_to_the_same_weights(tmp_path, tiny_model_dir):
     """4 steps, then resumed to 6, equals 6 steps straight: step count, optimiser and schedule restored."""
-    same = ("model.lora.dropout=0", "train.train_limit=8", "train.batch_size=2", "train.val_every_n_steps=2", "train.val_generate_items=0")
+    same = (
+        "model.lora.dropout=0",
+        "train.train_limit=8",
+        "train.batch_size=2",
+        "train.val_every_n_steps=2",
+        "train.val_generate_items=0",
+    )
     run_job(finetune_cfg(tmp_path / "straight", tiny_model_dir, *same))
     run_job(finetune_cfg(tmp_path / "first", tiny_model_dir, *same, "trainer.max_steps=4"))
-    metrics = run_job(finetune_cfg(tmp_path / "resumed", tiny_model_dir, *same, f"ckpt_path={tmp_path / 'first' / 'run'}"))
+    metrics = run_job(
+        finetune_cfg(tmp_path / "resumed", tiny_model_dir, *same, f"ckpt_path={tmp_path / 'first' / 'run'}")
+    )
     assert metrics["train/steps"] == 6
     straight = torch.load(tmp_path / "straight" / "run" / "checkpoints" / "last.ckpt", weights_only=False)
     resumed = torch.load(tmp_path / "resumed" / "run" / "checkpoints" / "last.ckpt", weights_only=False)
@@ -126,7 +146,11 @@ def test_ctrl_c_keeps_the_steps_done_and_the_run_resumes(tmp_path, tiny_model_di
     assert saved["global_step"] == 4  # the validation checkpoint was at step 3
     assert mlflow_client(tmp_path / "a").search_runs(["1"])[0].info.status == "KILLED"
     monkeypatch.setattr(LoraFineTuner, "training_step", step)
-    metrics = run_job(finetune_cfg(tmp_path / "b", tiny_model_dir, "train.val_generate_items=0", f"ckpt_path={tmp_path / 'a' / 'run'}"))
+    metrics = run_job(
+        finetune_cfg(
+            tmp_path / "b", tiny_model_dir, "train.val_generate_items=0", f"ckpt_path={tmp_path / 'a' / 'run'}"
+        )
+    )
     assert metrics["train/steps"] == 6
 
 
@@ -135,7 +159,9 @@ def test_ckpt_path_last_finds_the_newest_run_of_the_same_config(tmp_path, tiny_m
 
     runs = tmp_path / "runs" / "finetune_sustainableqa"
     run_job(finetune_cfg(tmp_path, tiny_model_dir, "trainer.max_steps=2", f"paths.output_dir={runs / 'a'}"))
-    run_job(finetune_cfg(tmp_path, tiny_model_dir, "trainer.max_steps=2", "train.lr=0.5", f"paths.output_dir={runs / 'b'}"))
+    run_job(
+        finetune_cfg(tmp_path, tiny_model_dir, "trainer.max_steps=2", "train.lr=0.5", f"paths.output_dir={runs / 'b'}")
+    )
     found = resolve_ckpt_path(finetune_cfg(tmp_path, tiny_model_dir, "ckpt_path=last"))
     assert found == str(runs / "a" / "checkpoints" / "last.ckpt")  # b is another config (lr)
     with pytest.raises(UserError, match="no earlier run of this config"):
@@ -144,14 +170,23 @@ def test_ckpt_path_last_finds_the_newest_run_of_the_same_config(tmp_path, tiny_m
 
 def test_adapter_evaluates_through_the_normal_pipeline(trained, tiny_model_dir):
     root, _, run_dir, run_id = trained
-    evaluate = ("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=3", "model=local",
-                f"model.path={tiny_model_dir}", "strategy=zero_context", "scoring.max_new_tokens=4")
+    evaluate = (
+        "experiment=sustainableqa_factoid",
+        "dataset=sustainableqa_sample",
+        "dataset.limit=3",
+        "model=local",
+        f"model.path={tiny_model_dir}",
+        "strategy=zero_context",
+        "scoring.max_new_tokens=4",
+    )
     base = run_job(compose_config(root, *evaluate, f"paths.output_dir={root}/eval-base"))
     by_id = run_job(compose_config(root, *evaluate, f"model.adapter={run_id}", f"paths.output_dir={root}/eval-id"))
     by_dir = run_job(compose_config(root, *evaluate, f"model.adapter={run_dir}", f"paths.output_dir={root}/eval-dir"))
     assert base["n_items"] == by_id["n_items"] == 3
-    outputs = {name: [json.loads(line)["output"] for line in (root / name / "predictions.jsonl").read_text().splitlines()]
-               for name in ("eval-base", "eval-id", "eval-dir")}
+    outputs = {
+        name: [json.loads(line)["output"] for line in (root / name / "predictions.jsonl").read_text().splitlines()]
+        for name in ("eval-base", "eval-id", "eval-dir")
+    }
     assert outputs["eval-id"] == outputs["eval-dir"] != outputs["eval-base"]
 
     from esgexp.leaderboard import collect_rows
@@ -174,16 +209,29 @@ def test_adapter_on_another_base_is_refused_before_loading(trained, tmp_path, mo
     config["hidden_size"] = 64
     (other / "config.json").write_text(json.dumps(config))
     monkeypatch.setattr(loading, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("weights loaded"))
-    cfg = compose_config(tmp_path, "experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=2",
-                         "model=local", f"model.path={other}", f"model.adapter={run_dir}")
+    cfg = compose_config(
+        tmp_path,
+        "experiment=sustainableqa_factoid",
+        "dataset=sustainableqa_sample",
+        "dataset.limit=2",
+        "model=local",
+        f"model.path={other}",
+        f"model.adapter={run_dir}",
+    )
     with pytest.raises(UserError, match="hidden_size 32 vs 64"):
         run_job(cfg)
 
 
 @pytest.mark.parametrize("spec, message", [("/no/such/adapter", "no such folder"), ("0" * 32, "no such MLflow run")])
 def test_unknown_adapter_is_a_clear_error(tmp_path, tiny_model_dir, spec, message):
-    cfg = compose_config(tmp_path, "experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "model=local",
-                         f"model.path={tiny_model_dir}", f"model.adapter={spec}")
+    cfg = compose_config(
+        tmp_path,
+        "experiment=sustainableqa_factoid",
+        "dataset=sustainableqa_sample",
+        "model=local",
+        f"model.path={tiny_model_dir}",
+        f"model.adapter={spec}",
+    )
     with pytest.raises(UserError, match=message):
         run_job(cfg)
 
@@ -204,7 +252,9 @@ def test_export_merges_the_adapter_into_a_standalone_model(trained, tiny_model_d
     out = export(cfg)
     tokens = torch.tensor([[1, 40, 41, 42, 43]])
     merged = AutoModelForCausalLM.from_pretrained(out).eval()
-    with_adapter = attach_adapter(AutoModelForCausalLM.from_pretrained(tiny_model_dir), run_dir / "adapter", merge=False).eval()
+    with_adapter = attach_adapter(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), run_dir / "adapter", merge=False
+    ).eval()
     plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with torch.no_grad():
         expected = with_adapter(tokens).logits
@@ -220,7 +270,10 @@ def test_export_merges_the_adapter_into_a_standalone_model(trained, tiny_model_d
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (("model.lora.target_modules=[q_proj,attn_out]",), "attn_out not in model 'local'; available: .*k_proj.*q_proj"),
+        (
+            ("model.lora.target_modules=[q_proj,attn_out]",),
+            "attn_out not in model 'local'; available: .*k_proj.*q_proj",
+        ),
         (("train.max_seq_len=5000",), "longer than model 'local' accepts \\(4096 positions\\)"),
         (("ckpt_path=/no/such.ckpt",), "ckpt_path=/no/such.ckpt: no such checkpoint"),
         (("ckpt_path=last",), "no earlier run of this config"),
@@ -258,7 +311,11 @@ def test_empty_train_split_is_a_clear_error(tmp_path, tiny_model_dir):
 
 
 def test_long_passages_are_cut_and_counted(tmp_path, tiny_model_dir):
-    metrics = run_job(finetune_cfg(tmp_path, tiny_model_dir, "train.max_seq_len=200", "trainer.max_steps=1", "train.val_generate_items=0"))
+    metrics = run_job(
+        finetune_cfg(
+            tmp_path, tiny_model_dir, "train.max_seq_len=200", "trainer.max_steps=1", "train.val_generate_items=0"
+        )
+    )
     report = json.loads((tmp_path / "run" / "train_report.json").read_text())
     assert metrics["train/n_truncated"] == len(report["train"]["truncated"]) > 0
     assert metrics["train/n_dropped"] == len(report["train"]["dropped"]) > 0
@@ -266,17 +323,37 @@ def test_long_passages_are_cut_and_counted(tmp_path, tiny_model_dir):
 
 
 def test_packing_trains_on_fewer_rows(tmp_path, tiny_model_dir):
-    metrics = run_job(finetune_cfg(tmp_path, tiny_model_dir, "train.packing=true", "trainer.max_steps=2", "train.val_generate_items=0"))
+    metrics = run_job(
+        finetune_cfg(
+            tmp_path, tiny_model_dir, "train.packing=true", "trainer.max_steps=2", "train.val_generate_items=0"
+        )
+    )
     assert metrics["train/steps"] == 2 and metrics["val/loss"] > 0
 
 
 def test_ddp_sweep_on_two_cpu_processes(tmp_path, clean_env, tiny_model_dir):
     """A sweep of two DDP jobs: each job's two ranks end with the same adapter, only rank 0 logs."""
-    args = [*FT, f"model.path={tiny_model_dir}", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-            "trainer.max_steps=2", "train.val_every_n_steps=2", "train.val_generate_items=1", "trainer.progress_bar=false",
-            "model.lora.r=2,4", f"paths.root_dir={tmp_path}"]
-    done = subprocess.run([sys.executable, "-m", "esgexp", "-m", *args], cwd=tmp_path, env=clean_env,
-                          capture_output=True, text=True, timeout=600)
+    args = [
+        *FT,
+        f"model.path={tiny_model_dir}",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "trainer.max_steps=2",
+        "train.val_every_n_steps=2",
+        "train.val_generate_items=1",
+        "trainer.progress_bar=false",
+        "model.lora.r=2,4",
+        f"paths.root_dir={tmp_path}",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "esgexp", "-m", *args],
+        cwd=tmp_path,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted(p.parent for p in (tmp_path / "runs" / "finetune_sustainableqa").glob("*/*/*/metrics.json"))
     assert len(jobs) == 2
@@ -296,7 +373,9 @@ def test_ddp_sweep_on_two_cpu_processes(tmp_path, clean_env, tiny_model_dir):
     ],
 )
 def test_training_knobs_run(tmp_path, tiny_model_dir, overrides):
-    metrics = run_job(finetune_cfg(tmp_path, tiny_model_dir, "trainer.max_steps=3", "train.val_every_n_steps=1", *overrides))
+    metrics = run_job(
+        finetune_cfg(tmp_path, tiny_model_dir, "trainer.max_steps=3", "train.val_every_n_steps=1", *overrides)
+    )
     assert 1 <= metrics["train/steps"] <= 3 and metrics["val/loss"] > 0
     saved = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
     assert saved["global_step"] == metrics["train/steps"]
@@ -315,7 +394,13 @@ def fake_cpu(monkeypatch, capability: str, features: tuple[str, ...] = (), onedn
         ("AVX2", (), True, False, "CPU capability AVX2 has no native bf16"),
         ("AVX512", (), True, False, "CPU capability AVX512 has no native bf16"),  # AVX512 without BF16: emulated
         ("AVX512", ("avx512_bf16",), True, True, "CPU capability AVX512 with native bf16 (avx512_bf16)"),
-        ("AVX512", ("amx_bf16", "avx512_bf16"), True, True, "CPU capability AVX512 with native bf16 (amx_bf16, avx512_bf16)"),
+        (
+            "AVX512",
+            ("amx_bf16", "avx512_bf16"),
+            True,
+            True,
+            "CPU capability AVX512 with native bf16 (amx_bf16, avx512_bf16)",
+        ),
         ("AVX2", ("avx512_bf16",), True, False, "CPU capability AVX2 has no native bf16"),  # ATEN_CPU_CAPABILITY=avx2
         ("AVX512", ("avx512_bf16",), False, False, "CPU capability AVX512 has no native bf16"),  # no oneDNN bf16
     ],
@@ -331,10 +416,17 @@ def test_cpu_has_fast_bf16(monkeypatch, capability, features, onednn_bf16, fast,
     "capability, features, expected, message",
     [
         ("AVX2", (), "32-true", "precision auto -> 32-true: CPU capability AVX2 has no native bf16"),
-        ("AVX512", ("amx_bf16",), "bf16-mixed", "precision auto -> bf16-mixed: CPU capability AVX512 with native bf16 (amx_bf16)"),
+        (
+            "AVX512",
+            ("amx_bf16",),
+            "bf16-mixed",
+            "precision auto -> bf16-mixed: CPU capability AVX512 with native bf16 (amx_bf16)",
+        ),
     ],
 )
-def test_precision_auto_on_the_cpu_follows_native_bf16(make_cfg, monkeypatch, caplog, capability, features, expected, message):
+def test_precision_auto_on_the_cpu_follows_native_bf16(
+    make_cfg, monkeypatch, caplog, capability, features, expected, message
+):
     """auto is bf16-mixed only on a CPU with native bf16, and says why; model.dtype=auto stays float32 for inference."""
     from esgexp.models.loading import torch_dtype
     from esgexp.models.training import training_precision
@@ -353,7 +445,10 @@ def test_explicit_bf16_on_a_cpu_without_native_bf16_warns(make_cfg, monkeypatch,
     fake_cpu(monkeypatch, "AVX2")
     with caplog.at_level("WARNING", logger="esgexp"):
         assert training_precision(make_cfg("trainer.precision=bf16-mixed").trainer, on_gpu=False) == "bf16-mixed"
-    assert "bf16 is emulated on this CPU and much slower than 32-true (CPU capability AVX2 has no native bf16)" in caplog.text
+    assert (
+        "bf16 is emulated on this CPU and much slower than 32-true (CPU capability AVX2 has no native bf16)"
+        in caplog.text
+    )
     caplog.clear()
     fake_cpu(monkeypatch, "AVX512", ("avx512_bf16",))
     with caplog.at_level("WARNING", logger="esgexp"):

@@ -17,7 +17,9 @@ PROMPTS = [
 
 
 def model_cfg(path, **extra):
-    return OmegaConf.create({"name": "tiny", "path": str(path), "gguf": None, "hub_id": None, "dtype": "float32", **extra})
+    return OmegaConf.create(
+        {"name": "tiny", "path": str(path), "gguf": None, "hub_id": None, "dtype": "float32", **extra}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +143,9 @@ def test_bad_local_path_is_named(tmp_path):
 
 
 def test_missing_weights_package_is_named(tmp_path):
-    cfg = OmegaConf.create({"name": "x", "path": None, "hub_id": None, "gguf": {"package": "no_such_pkg_xyz", "file": "m.gguf"}})
+    cfg = OmegaConf.create(
+        {"name": "x", "path": None, "hub_id": None, "gguf": {"package": "no_such_pkg_xyz", "file": "m.gguf"}}
+    )
     with pytest.raises(UserError, match="package 'no_such_pkg_xyz'.*not installed"):
         resolve_model_dir(cfg, tmp_path)
 

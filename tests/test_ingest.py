@@ -66,7 +66,11 @@ def test_ingest_writes_pages_passages_and_a_report_and_skips_unreadable_files(do
         assert f"skipped: {docs / item['file']}: {item['reason']}" in caplog.text
     pages = read_jsonl(out / "pages.jsonl")
     assert [(p["doc_id"], p["page"], p["page_index"]) for p in pages] == [
-        ("alpha", 1, 0), ("alpha", 2, 1), ("alpha", 3, 2), ("locked_empty", 1, 0), ("sub/notes", 1, 0),
+        ("alpha", 1, 0),
+        ("alpha", 2, 1),
+        ("alpha", 3, 2),
+        ("locked_empty", 1, 0),
+        ("sub/notes", 1, 0),
     ]
     assert pages[1]["text"] == "Page two talks about water."
     assert pages[4]["text"] == "# Notes\nFirst section.\n\n## More\nSecond section."
@@ -78,7 +82,12 @@ def test_ingest_writes_pages_passages_and_a_report_and_skips_unreadable_files(do
         ("alpha#1", "scope 1.\nPage two talks about water.", "1-2"),
         ("alpha#2", "water.\nPage three ends it.", "2-3"),
     ]
-    assert report["chunker"] == {"_target_": "esgexp.data.chunking.WindowChunker", "name": "window", "size": 40, "overlap": 10}
+    assert report["chunker"] == {
+        "_target_": "esgexp.data.chunking.WindowChunker",
+        "name": "window",
+        "size": 40,
+        "overlap": 10,
+    }
     assert report["corpus_hash"] == passages_hash(passages) and report["seconds"] > 0
     assert json.loads((out / "report.json").read_text()) == report
     manifest = json.loads((out / "manifest.json").read_text())
@@ -100,7 +109,9 @@ def test_corpus_load_reads_the_folder_back(docs, tmp_path):
 
 
 def test_a_missing_corpus_tells_how_to_build_it(tmp_path):
-    with pytest.raises(UserError, match=r"corpus not found: .*python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME"):
+    with pytest.raises(
+        UserError, match=r"corpus not found: .*python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME"
+    ):
         Corpus.load(tmp_path / "nothing")
 
 
@@ -187,19 +198,28 @@ def test_the_two_real_reports(shared_samples, tmp_path):
 
 
 def run_ingest(cwd, env, *args):
-    return subprocess.run([sys.executable, "-m", "esgexp.ingest", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "esgexp.ingest", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_prints_the_corpus_folder_last_and_warns_about_skipped_files(docs, tmp_path, clean_env):
     work = tmp_path / "work"
     work.mkdir()
-    result = run_ingest(work, clean_env, f"corpus.pdf_dir={docs}", "corpus.name=demo", "chunker=window", "progress=false")
+    result = run_ingest(
+        work, clean_env, f"corpus.pdf_dir={docs}", "corpus.name=demo", "chunker=window", "progress=false"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     folder = work / "data" / "corpora" / "demo" / "window"
     assert result.stdout.splitlines()[-1] == f"corpus: {folder}"
     assert f"skipped: {docs / 'corrupt.pdf'}: not a readable PDF" in result.stdout
     assert json.loads((folder / "report.json").read_text())["n_docs"] == 3
-    assert sorted(p.name for p in work.rglob("*") if p.is_file()) == ["manifest.json", "pages.jsonl", "passages.jsonl", "report.json"]
+    assert sorted(p.name for p in work.rglob("*") if p.is_file()) == [
+        "manifest.json",
+        "pages.jsonl",
+        "passages.jsonl",
+        "report.json",
+    ]
 
 
 def test_cli_mistakes_are_one_line_errors(tmp_path, clean_env):

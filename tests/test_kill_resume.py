@@ -44,8 +44,15 @@ def kill_when(command, env, ready, timeout=240):
 
 
 def cli(root, *overrides):
-    return [sys.executable, "-m", "esgexp", *overrides, f"paths.root_dir={root}", f"paths.request_cache={root}/requests.sqlite",
-            "trainer.progress_bar=false"]
+    return [
+        sys.executable,
+        "-m",
+        "esgexp",
+        *overrides,
+        f"paths.root_dir={root}",
+        f"paths.request_cache={root}/requests.sqlite",
+        "trainer.progress_bar=false",
+    ]
 
 
 def predictions_with(root, lines):
@@ -54,16 +61,28 @@ def predictions_with(root, lines):
             if len(path.read_bytes().split(b"\n")) > lines:
                 return path
         return None
+
     return ready
 
 
-@pytest.mark.parametrize("overrides, n_items", [
-    (("dataset.limit=9",), 9),
-    (("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=9"), 9),
-], ids=["mcq", "qa"])
+@pytest.mark.parametrize(
+    "overrides, n_items",
+    [
+        (("dataset.limit=9",), 9),
+        (("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=9"), 9),
+    ],
+    ids=["mcq", "qa"],
+)
 def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path, clean_env, tiny_model_dir, overrides, n_items):
-    job = ("model=local", f"model.path={tiny_model_dir}", "trainer.batch_size=1", "scoring.max_new_tokens=8", "cache=off", *OFFLINE,
-           *overrides)
+    job = (
+        "model=local",
+        f"model.path={tiny_model_dir}",
+        "trainer.batch_size=1",
+        "scoring.max_new_tokens=8",
+        "cache=off",
+        *OFFLINE,
+        *overrides,
+    )
     killed = kill_when(cli(tmp_path, *job), clean_env, predictions_with(tmp_path, 3))
     kept = read_jsonl_lenient(killed)
     assert 3 <= len(kept) < n_items
@@ -74,7 +93,9 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path, clean_env, tin
     assert resumed["n_resumed"] == len(kept)  # the finished answers were reused, not asked again
 
     straight = run_job(compose_config(tmp_path / "straight", *job))
-    assert {k: v for k, v in resumed.items() if k not in RUN_FACTS} == {k: v for k, v in straight.items() if k not in RUN_FACTS}
+    assert {k: v for k, v in resumed.items() if k not in RUN_FACTS} == {
+        k: v for k, v in straight.items() if k not in RUN_FACTS
+    }
     again = {r["id"]: r["output"] for r in read_jsonl(tmp_path / "straight" / "run" / "predictions.jsonl")}
     assert {r["id"]: r["output"] for r in records} == again
 
@@ -95,9 +116,22 @@ def test_kill_9_during_fine_tuning_then_ckpt_path_last_equals_an_uninterrupted_r
     where a resumed run continues exactly (esgexp/models/training.py)."""
     import torch
 
-    job = ("experiment=finetune_sustainableqa", "dataset=sustainableqa_sample", "model=local", f"model.path={tiny_model_dir}",
-           "trainer.max_steps=20", "train.train_limit=4", "train.batch_size=2", "train.val_limit=2", "train.val_every_n_steps=2",
-           "train.val_generate_items=0", "train.lr=0.01", "model.lora.dropout=0", "trainer.precision=32-true", *OFFLINE)
+    job = (
+        "experiment=finetune_sustainableqa",
+        "dataset=sustainableqa_sample",
+        "model=local",
+        f"model.path={tiny_model_dir}",
+        "trainer.max_steps=20",
+        "train.train_limit=4",
+        "train.batch_size=2",
+        "train.val_limit=2",
+        "train.val_every_n_steps=2",
+        "train.val_generate_items=0",
+        "train.lr=0.01",
+        "model.lora.dropout=0",
+        "trainer.precision=32-true",
+        *OFFLINE,
+    )
 
     def checkpoint_saved():
         for path in tmp_path.glob("runs/**/checkpoints/last.ckpt"):
@@ -118,7 +152,10 @@ def test_kill_9_during_fine_tuning_then_ckpt_path_last_equals_an_uninterrupted_r
 
     straight = run_job(compose_config(tmp_path / "straight", *job))
     assert {k: v for k, v in resumed.items() if k not in RUN_FACTS} == pytest.approx(
-        {k: v for k, v in straight.items() if k not in RUN_FACTS})
+        {k: v for k, v in straight.items() if k not in RUN_FACTS}
+    )
     weights = torch.load(resumed_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
-    reference = torch.load(tmp_path / "straight" / "run" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    reference = torch.load(tmp_path / "straight" / "run" / "checkpoints" / "last.ckpt", weights_only=False)[
+        "state_dict"
+    ]
     assert weights.keys() == reference.keys() and all(torch.equal(weights[k], reference[k]) for k in weights)

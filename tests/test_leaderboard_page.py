@@ -21,7 +21,9 @@ CHROMIUM = "/usr/bin/chromium"
 def browser():
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"no chromium at {CHROMIUM} (make installs Debian's package)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')"
+    )
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield launched
@@ -45,17 +47,23 @@ class LoadedPage:
         """The texts of column ``header`` of table ``table``, top to bottom."""
         headers = self.page.eval_on_selector_all(f"#{table} th", "ths => ths.map(th => th.textContent)")
         index = headers.index(header)
-        return self.page.eval_on_selector_all(f"#{table} tbody tr", f"rows => rows.map(r => r.cells[{index}].textContent.trim())")
+        return self.page.eval_on_selector_all(
+            f"#{table} tbody tr", f"rows => rows.map(r => r.cells[{index}].textContent.trim())"
+        )
 
     def table_after(self, title: str) -> str:
         """The id of the table under the heading ``title``."""
         return self.page.evaluate(
             "title => [...document.querySelectorAll('h3')].find(h => h.textContent === title)"
-            ".nextElementSibling.nextElementSibling.querySelector('table').id", title)
+            ".nextElementSibling.nextElementSibling.querySelector('table').id",
+            title,
+        )
 
     def plot(self, title: str):
         """The figure whose title is ``title``."""
-        found = [p for p in self.page.query_selector_all("div.plot") if p.query_selector(".gtitle").text_content() == title]
+        found = [
+            p for p in self.page.query_selector_all("div.plot") if p.query_selector(".gtitle").text_content() == title
+        ]
         assert len(found) == 1, f"no figure titled {title!r}"
         return found[0]
 
@@ -65,7 +73,9 @@ class LoadedPage:
         plot.wait_for_selector(".hoverlayer .hovertext", state="detached", timeout=5000)
         plot.evaluate("e => e.scrollIntoView({block: 'start'})")
         box = plot.query_selector(".nsewdrag").bounding_box()
-        self.page.mouse.move(box["x"] + (col + 0.5) * box["width"] / cols, box["y"] + (row + 0.5) * box["height"] / rows)
+        self.page.mouse.move(
+            box["x"] + (col + 0.5) * box["width"] / cols, box["y"] + (row + 0.5) * box["height"] / rows
+        )
         label = plot.wait_for_selector(".hoverlayer .hovertext", timeout=5000)
         return label.text_content()
 
@@ -81,7 +91,12 @@ def test_page_from_synthetic_runs_sorts_hovers_and_fetches_nothing(browser, tmp_
     table = loaded.table_after("esg_sample · mcq")
     headers = loaded.page.eval_on_selector_all(f"#{table} th", "ths => ths.map(th => th.textContent)")
     assert "fine-tuned from" not in headers and "retriever" not in headers  # no run of the group fills them
-    assert loaded.column(table, "model") == ["beta-1b", "alpha-7b", "beta-1b", "gamma-0.5b"]  # best first: 47/48, 46, 45, 12
+    assert loaded.column(table, "model") == [
+        "beta-1b",
+        "alpha-7b",
+        "beta-1b",
+        "gamma-0.5b",
+    ]  # best first: 47/48, 46, 45, 12
     size = headers.index("size (B)") + 1
     loaded.page.click(f"#{table} th:nth-child({size})")  # ascending
     assert loaded.column(table, "size (B)") == ["0.5", "1.0", "1.0", "7.0"]
@@ -90,9 +105,18 @@ def test_page_from_synthetic_runs_sorts_hovers_and_fetches_nothing(browser, tmp_
     assert loaded.column(table, "model") == ["alpha-7b", "beta-1b", "beta-1b", "gamma-0.5b"]
     loaded.page.fill(f"input[data-table={table}]", "zero_shot beta")
     assert loaded.page.eval_on_selector_all(f"#{table} tbody tr:not([hidden])", "rows => rows.length") == 1
-    marks = dict(zip(zip(loaded.column(table, "model"), loaded.column(table, "strategy")), loaded.column(table, "not worse than best")))
-    assert marks == {("beta-1b", "context"): "best", ("alpha-7b", "zero_shot"): "✓", ("beta-1b", "zero_shot"): "✓",
-                     ("gamma-0.5b", "zero_shot"): "✗"}
+    marks = dict(
+        zip(
+            zip(loaded.column(table, "model"), loaded.column(table, "strategy")),
+            loaded.column(table, "not worse than best"),
+        )
+    )
+    assert marks == {
+        ("beta-1b", "context"): "best",
+        ("alpha-7b", "zero_shot"): "✓",
+        ("beta-1b", "zero_shot"): "✓",
+        ("gamma-0.5b", "zero_shot"): "✗",
+    }
     assert loaded.column(table, "accuracy ± 95% CI")[0] == "0.958 ± 0.064 [0.860, 0.988]"  # alpha: Wilson on 46/48
 
     # The zero-shot heatmap: alpha (rank 1) on top, the question all three miss in the last column.
@@ -108,12 +132,26 @@ def test_page_from_synthetic_runs_sorts_hovers_and_fetches_nothing(browser, tmp_
     cards = loaded.page.query_selector_all("details.card")
     assert len(cards) == 7
     card = loaded.page.query_selector(f"#card-{runs['alpha']}").inner_text()
-    for expected in ("Question: {query}", "scoring.max_new_tokens = 16", "0123abc", "torch 2.13.0", "ab" * 32, "backend.name = hf"):
+    for expected in (
+        "Question: {query}",
+        "scoring.max_new_tokens = 16",
+        "0123abc",
+        "torch 2.13.0",
+        "ab" * 32,
+        "backend.name = hf",
+    ):
         assert expected in loaded.page.eval_on_selector(f"#card-{runs['alpha']}", "e => e.textContent"), expected
     assert card  # the summary line
     titles = loaded.page.eval_on_selector_all(".gtitle", "ts => ts.map(t => t.textContent)")
-    for wanted in ("accuracy per framework", "model size against accuracy", "calibration", "recall@K per retriever",
-                   "open QA per question type", "open QA by number of gold spans", "esgbench_sample: accuracy per category"):
+    for wanted in (
+        "accuracy per framework",
+        "model size against accuracy",
+        "calibration",
+        "recall@K per retriever",
+        "open QA per question type",
+        "open QA by number of gold spans",
+        "esgbench_sample: accuracy per category",
+    ):
         assert any(wanted in title for title in titles), wanted
     loaded.page.screenshot(path=str(tmp_path / "leaderboard.png"), full_page=False)
     assert (tmp_path / "leaderboard.png").stat().st_size > 10_000
@@ -129,8 +167,14 @@ def test_page_from_a_real_cli_run_on_the_bundled_sample(browser, tiny_cfg, tmp_p
     run_job(tiny_cfg("scoring=logprob", "dataset.limit=6", f"paths.output_dir={tmp_path}/runs/a"))
     shutil.rmtree(tmp_path / "runs")
     uri = compose_config(tmp_path, name="leaderboard").tracking.uri
-    out = subprocess.run([sys.executable, "-m", "esgexp.leaderboard", f"tracking.uri={uri}", "format=html"],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=clean_env)
+    out = subprocess.run(
+        [sys.executable, "-m", "esgexp.leaderboard", f"tracking.uri={uri}", "format=html"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=clean_env,
+    )
     assert out.returncode == 0, out.stderr
     page_file = tmp_path / "leaderboard" / "index.html"
     assert out.stdout.strip() == f"written: {page_file}" and not (tmp_path / "leaderboard" / "leaderboard.csv").exists()

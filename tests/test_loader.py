@@ -48,7 +48,9 @@ def test_full_esgenius_file_loads_with_cycling_answers(shared_samples):
 
 def test_w_ref_columns_become_context_and_meta(tmp_path):
     header = HEADER + ["ref_page", "ref_doc", "source_text"]
-    path = write_csv(tmp_path / "w_ref.csv", [row("7") + ["12", "GRI 305: Emissions 2016", "line one\nline two"]], header)
+    path = write_csv(
+        tmp_path / "w_ref.csv", [row("7") + ["12", "GRI 305: Emissions 2016", "line one\nline two"]], header
+    )
     item = ESGeniusCSV(name="x", path=str(path)).load().items[0]
     assert item.context == ("line one\nline two",)
     assert item.meta == {"new_id": "7", "ref_doc": "GRI 305: Emissions 2016", "ref_page": "12"}
@@ -69,8 +71,11 @@ def test_missing_file_names_the_path(tmp_path):
 
 
 def test_missing_column_names_file_and_column(tmp_path):
-    path = write_csv(tmp_path / "q.csv", [["1", "1", "q", "A", "a", "b", "c", "Not sure"]],
-                     header=["query_id", "new_id", "query", "answer", "A", "B", "C", "Z"])
+    path = write_csv(
+        tmp_path / "q.csv",
+        [["1", "1", "q", "A", "a", "b", "c", "Not sure"]],
+        header=["query_id", "new_id", "query", "answer", "A", "B", "C", "Z"],
+    )
     with pytest.raises(UserError, match=r"q\.csv: missing column\(s\) D"):
         ESGeniusCSV(name="x", path=str(path)).load()
 

@@ -25,14 +25,28 @@ from esgexp.models.sft_data import ExampleBuilder, GenerationSet, collate, pack
 from esgexp.records import QAItem
 from esgexp.strategies.qa import QAPrompter
 
-LORA = OmegaConf.create({"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear", "bias": "none", "modules_to_save": None})
+LORA = OmegaConf.create(
+    {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear", "bias": "none", "modules_to_save": None}
+)
 TEMPLATE = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "template" / "qa.yaml"))
 ITEMS = [
-    QAItem(id="a", question="Which year is the net zero target?", answers=("2040",), qtype="factoid",
-           context=("The board approved a net zero target for 2040 covering all scopes.",)),
-    QAItem(id="b", question="How much did Scope 1 emissions fall?", answers=("12 percent",), qtype="factoid",
-           context=("Scope 1 emissions fell by 12 percent against the 2019 baseline.",)),
-    QAItem(id="c", question="What share of sites used renewable electricity?", answers=("64 percent",), qtype="factoid"),
+    QAItem(
+        id="a",
+        question="Which year is the net zero target?",
+        answers=("2040",),
+        qtype="factoid",
+        context=("The board approved a net zero target for 2040 covering all scopes.",),
+    ),
+    QAItem(
+        id="b",
+        question="How much did Scope 1 emissions fall?",
+        answers=("12 percent",),
+        qtype="factoid",
+        context=("Scope 1 emissions fell by 12 percent against the 2019 baseline.",),
+    ),
+    QAItem(
+        id="c", question="What share of sites used renewable electricity?", answers=("64 percent",), qtype="factoid"
+    ),
 ]
 STEPS = 15
 LR = 1e-2
@@ -95,16 +109,31 @@ def trained(tiny_model_dir, batch):
     module = LoraFineTuner(model, OptimSettings(lr=LR, weight_decay=0.0, warmup_steps=2, schedule="cosine"))
     probe, agreement = ModeProbe(), RankAgreement()
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, max_steps=STEPS, logger=False, enable_checkpointing=False,
-        limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False, callbacks=[probe, agreement],
+        accelerator="cpu",
+        devices=1,
+        max_steps=STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        limit_val_batches=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[probe, agreement],
     )
     loader = torch.utils.data.DataLoader([batch] * STEPS, batch_size=None)
     trainer.fit(module, train_dataloaders=loader)
     model.eval()
     with torch.no_grad():
         loss_after = model(**model_inputs(batch)).loss.item()
-    return SimpleNamespace(model=model, module=module, trainer=trainer, probe=probe, agreement=agreement,
-                           params_before=params_before, loss_before=loss_before, loss_after=loss_after)
+    return SimpleNamespace(
+        model=model,
+        module=module,
+        trainer=trainer,
+        probe=probe,
+        agreement=agreement,
+        params_before=params_before,
+        loss_before=loss_before,
+        loss_after=loss_after,
+    )
 
 
 def test_lr_factor_warmup_then_schedules():
@@ -157,7 +186,9 @@ def test_module_trains_in_train_mode(tiny_model_dir, trained):
     """transformers loads in eval mode; the module switches the model (LoRA dropout too) to training."""
     base = load_base(tiny_model_dir)
     assert not base.training
-    model = wrap_for_training(base, OmegaConf.merge(LORA, {"dropout": 0.1}), gradient_checkpointing=False, quantised=False)
+    model = wrap_for_training(
+        base, OmegaConf.merge(LORA, {"dropout": 0.1}), gradient_checkpointing=False, quantised=False
+    )
     LoraFineTuner(model, OptimSettings(LR, 0.0, 0, "constant"))
     dropouts = [m for n, m in model.named_modules() if n.endswith("lora_dropout.default")]
     assert len(dropouts) == 14 and all(isinstance(d, torch.nn.Dropout) and d.training for d in dropouts)
@@ -209,8 +240,16 @@ def test_attach_adapter_refuses_another_base(trained, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     trained.model.save_pretrained(tmp_path / "adapter")
-    other = LlamaForCausalLM(LlamaConfig(vocab_size=600, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2))
+    other = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=600,
+            hidden_size=48,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
     with pytest.raises(UserError, match="does not fit this base model"):
         attach_adapter(other, tmp_path / "adapter", merge=False)
 
@@ -237,7 +276,9 @@ def test_check_target_modules(tiny_model_dir):
     config = AutoConfig.from_pretrained(tiny_model_dir)
 
     def check(target_modules, modules_to_save=None):
-        check_target_modules(config, OmegaConf.create({"target_modules": target_modules, "modules_to_save": modules_to_save}), "tiny")
+        check_target_modules(
+            config, OmegaConf.create({"target_modules": target_modules, "modules_to_save": modules_to_save}), "tiny"
+        )
 
     with pytest.raises(UserError) as error:
         check(["q_proj", "qkv_proj"])

@@ -6,7 +6,9 @@ from esgexp.records import MCQItem
 
 def item(qid, answer, question="Plain question?", ref_doc="", options=None):
     options = options or {"A": "aa", "B": "b", "C": "cccc", "D": "dd"}
-    return MCQItem(id=qid, question=question, options=options, answer=answer, meta={"ref_doc": ref_doc} if ref_doc else {})
+    return MCQItem(
+        id=qid, question=question, options=options, answer=answer, meta={"ref_doc": ref_doc} if ref_doc else {}
+    )
 
 
 @pytest.mark.parametrize(

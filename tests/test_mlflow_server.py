@@ -36,10 +36,23 @@ class MlflowServer:
     def start(self, timeout: float = 120) -> None:
         mlflow_cli = Path(sys.executable).with_name("mlflow")
         self.process = subprocess.Popen(
-            [str(mlflow_cli), "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.root}/server.db",
-             "--artifacts-destination", self.artifacts.as_uri(), "--workers", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                str(mlflow_cli),
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--backend-store-uri",
+                f"sqlite:///{self.root}/server.db",
+                "--artifacts-destination",
+                self.artifacts.as_uri(),
+                "--workers",
+                "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
             # No background job runner (its consumers are four more Python processes): tracking needs none.
             env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
         )
@@ -83,7 +96,11 @@ def test_job_logs_to_an_mlflow_server_over_http(tiny_cfg, mlflow_server):
     assert run.info.status == "FINISHED"
     assert run.data.metrics["accuracy"] == pytest.approx(metrics["accuracy"])
     assert run.data.tags["scoring"] == "logprob" and run.data.params["dataset.limit"] == "4"
-    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"metrics.json", "predictions.jsonl", "config.yaml"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {
+        "metrics.json",
+        "predictions.jsonl",
+        "config.yaml",
+    }
     assert list(mlflow_server.artifacts.rglob("predictions.jsonl")), "artifacts were uploaded to the server's store"
 
 
@@ -114,13 +131,20 @@ def test_server_stopped_mid_run_then_started_again_and_synced_gives_one_complete
 
     monkeypatch.setattr(esgexp.run, "predict", predict_then_stop_server)
     url, run_dir = mlflow_server.url, tmp_path / "run"
-    metrics = run_job(tiny_cfg(f"tracking.uri={url}", "tracking.http_max_retries=0", "experiment_name=midrun", "dataset.limit=3"))
+    metrics = run_job(
+        tiny_cfg(f"tracking.uri={url}", "tracking.http_max_retries=0", "experiment_name=midrun", "dataset.limit=3")
+    )
     out = capsys.readouterr().out
     assert f"not yet tracked (the tracking server {url} stopped answering while logging metrics" in out
     assert f"python -m esgexp.sync {run_dir}" in out
-    assert json.loads((run_dir / "metrics.json").read_text()) == metrics and len((run_dir / "predictions.jsonl").read_text().splitlines()) == 3
+    assert (
+        json.loads((run_dir / "metrics.json").read_text()) == metrics
+        and len((run_dir / "predictions.jsonl").read_text().splitlines()) == 3
+    )
     pending = json.loads((run_dir / tracking.PENDING_FILE).read_text())
-    assert pending["status"] == "FINISHED" and pending["params"] == {}  # the params reached the server before it stopped
+    assert (
+        pending["status"] == "FINISHED" and pending["params"] == {}
+    )  # the params reached the server before it stopped
     assert [a["path"] for a in pending["artifacts"]] == ["config.yaml", "metrics.json", "predictions.jsonl"]
 
     mlflow_server.start()
@@ -134,11 +158,17 @@ def test_server_stopped_mid_run_then_started_again_and_synced_gives_one_complete
     [run] = client.search_runs([experiment])
     assert run.info.run_id == pending["run_id"] and run.info.status == "FINISHED"
     logged = tracking.numeric_metrics(metrics)
-    assert run.data.metrics == pytest.approx(logged) and run.data.metrics["accuracy"] == pytest.approx(metrics["accuracy"])
+    assert run.data.metrics == pytest.approx(logged) and run.data.metrics["accuracy"] == pytest.approx(
+        metrics["accuracy"]
+    )
     assert all(len(client.get_metric_history(run.info.run_id, key)) == 1 for key in logged)
     assert run.data.params["dataset.limit"] == "3" and run.data.tags["task"] == "mcq"
     assert pending["tags"].items() <= run.data.tags.items()
-    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config.yaml", "metrics.json", "predictions.jsonl"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
+        "config.yaml",
+        "metrics.json",
+        "predictions.jsonl",
+    }
 
     assert sync.main([str(run_dir)]) == 0
     assert "already synced" in capsys.readouterr().out

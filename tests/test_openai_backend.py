@@ -46,7 +46,11 @@ def test_generate_mode_agrees_with_hf_and_a_rerun_makes_no_request(make_cfg, fau
     # The server runs the Q4_1 weights as they are, HF the dequantised ones: greedy letters agree on most
     # items (on all 48: see benchmarks/RESULTS.md).
     assert metrics["n_items"] == 24 and metrics["invalid_rate"] < 0.5 and agree >= 0.9, agree
-    assert metrics["n_requests"] == 24 and metrics["usage/prompt_tokens"] > 24 * 50 and metrics["usage/completion_tokens"] > 0
+    assert (
+        metrics["n_requests"] == 24
+        and metrics["usage/prompt_tokens"] > 24 * 50
+        and metrics["usage/completion_tokens"] > 0
+    )
     sent = fault_proxy.count_path("/v1/chat/completions")
     assert sent == 24 + 1  # the items and the one start-up probe
 
@@ -54,7 +58,9 @@ def test_generate_mode_agrees_with_hf_and_a_rerun_makes_no_request(make_cfg, fau
     assert fault_proxy.count_path("/v1/chat/completions") == sent  # nothing reached the server
     assert (again["n_cached"], again["n_requests"]) == (24, 0)
     rerun = read_jsonl(tmp_path / "again" / "predictions.jsonl")
-    assert [(r["id"], r["output"], r["parsed"]) for r in rerun] == [(r["id"], r["output"], r["parsed"]) for r in records]
+    assert [(r["id"], r["output"], r["parsed"]) for r in rerun] == [
+        (r["id"], r["output"], r["parsed"]) for r in records
+    ]
 
 
 def test_logprob_mode_scores_every_letter(make_cfg, llama_server, tmp_path):
@@ -70,7 +76,9 @@ def test_logprob_mode_scores_every_letter(make_cfg, llama_server, tmp_path):
 
 
 def test_completions_scores_the_letters_from_the_top_list(llama_server, tmp_path):
-    backend = OpenAIBackend(model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, api="completions", progress_bar=False)
+    backend = OpenAIBackend(
+        model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, api="completions", progress_bar=False
+    )
     prompt = "<|im_start|>user\nWhich letter comes first in the alphabet? Answer with one letter: A, B, C or D.<|im_end|>\n<|im_start|>assistant\n"
     answer = backend.answer_letters(LetterRequest("q", prompt))
     assert answer.output == "A" and set(answer.scores) == set("ABCD") and -5.0 < answer.scores["A"] < 0
@@ -78,7 +86,9 @@ def test_completions_scores_the_letters_from_the_top_list(llama_server, tmp_path
 
 def test_a_model_that_ends_its_answer_at_once_has_every_letter_missing(llama_server, tmp_path):
     """SmolLM2 given a raw (not chat) prompt emits end-of-turn first: no letter, counted, parsed as the empty text."""
-    backend = OpenAIBackend(model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, api="completions", progress_bar=False)
+    backend = OpenAIBackend(
+        model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, api="completions", progress_bar=False
+    )
     answers: list = []
     backend.run([LetterRequest("q", "Question: Which?\nA. x\nB. y\nAnswer:")], answers.extend)
     assert answers[0].scores == {letter: float("-inf") for letter in "ABCD"} and answers[0].output == ""
@@ -91,7 +101,9 @@ def test_faults_are_retried_and_counted(make_cfg, fault_proxy, tmp_path):
     fault_proxy.fail_when("Scope", "drop", times=1)
     fault_proxy.fail_when("GRI", "delay", times=1, delay=7)
     start = time.monotonic()
-    metrics = run_job(make_cfg(*api(fault_proxy.base_url, "backend.timeout_s=6", "backend.max_concurrency=2"), "dataset.limit=12"))
+    metrics = run_job(
+        make_cfg(*api(fault_proxy.base_url, "backend.timeout_s=6", "backend.max_concurrency=2"), "dataset.limit=12")
+    )
     records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     assert len(records) == 12 and not any(r.get("failed") for r in records)
     applied = fault_proxy.faults
@@ -127,10 +139,14 @@ def first_question(cfg) -> str:
 
 
 def test_a_client_error_fails_the_item_at_once_with_the_servers_message(llama_server, tmp_path):
-    backend = OpenAIBackend(model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, backoff_s=0.01, progress_bar=False)
+    backend = OpenAIBackend(
+        model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, backoff_s=0.01, progress_bar=False
+    )
     answers: list = []
     long = "word " * 5000  # past the server's 2,048-token context: a 400, not worth a retry
-    backend.run([GenerationRequest("long", long), GenerationRequest("short", "Say hi.", max_new_tokens=3)], answers.extend)
+    backend.run(
+        [GenerationRequest("long", long), GenerationRequest("short", "Say hi.", max_new_tokens=3)], answers.extend
+    )
     by_id = {a.id: a for a in answers}
     assert by_id["long"].failed and "HTTP 400" in by_id["long"].error and "context" in by_id["long"].error.lower()
     assert not by_id["short"].failed and backend.stats()["n_retries"] == 0
@@ -140,20 +156,26 @@ def test_an_unreachable_server_is_one_clear_message_before_any_item(make_cfg):
     import time
 
     started = time.monotonic()  # with the default 5 retries: no server there is said at once, not after them
-    with pytest.raises(UserError, match=r"the server at http://127.0.0.1:9/v1 does not answer \(connection failed: \[Errno 111\] Connection refused\)"):
+    with pytest.raises(
+        UserError,
+        match=r"the server at http://127.0.0.1:9/v1 does not answer \(connection failed: \[Errno 111\] Connection refused\)",
+    ):
         run_job(make_cfg(*api("http://127.0.0.1:9/v1")))
     assert time.monotonic() - started < 20
 
 
-@pytest.mark.parametrize("override, message", [
-    ("backend.max_concurrency=abc", "backend.max_concurrency must be an integer >= 1, got 'abc'"),
-    ("backend.max_concurrency=0", "backend.max_concurrency must be an integer >= 1, got 0"),
-    ("backend.timeout_s=-1", "backend.timeout_s must be a number > 0, got -1"),
-    ("backend.max_retries=-2", "backend.max_retries must be an integer >= 0"),
-    ("backend.api=rest", "backend.api must be one of chat, completions, got 'rest'"),
-    ("backend.base_url=localhost", "backend.base_url must be a server URL"),
-    ("cache=sometimes", "cache must be one of read_write, read_only, refresh, off"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("backend.max_concurrency=abc", "backend.max_concurrency must be an integer >= 1, got 'abc'"),
+        ("backend.max_concurrency=0", "backend.max_concurrency must be an integer >= 1, got 0"),
+        ("backend.timeout_s=-1", "backend.timeout_s must be a number > 0, got -1"),
+        ("backend.max_retries=-2", "backend.max_retries must be an integer >= 0"),
+        ("backend.api=rest", "backend.api must be one of chat, completions, got 'rest'"),
+        ("backend.base_url=localhost", "backend.base_url must be a server URL"),
+        ("cache=sometimes", "cache must be one of read_write, read_only, refresh, off"),
+    ],
+)
 def test_bad_backend_settings_are_named_before_any_work(make_cfg, override, message):
     with pytest.raises(UserError, match=re.escape(message)):
         run_job(make_cfg("backend=openai", override, "dataset.limit=2"))
@@ -176,8 +198,16 @@ def test_the_key_reaches_the_server_and_nothing_else(make_cfg, fault_proxy, tmp_
 def test_kill_9_mid_run_then_resume_loses_and_repeats_nothing(fault_proxy, tmp_path, clean_env):
     """A CLI run is killed while it answers; resume=true finishes it without resending a finished request."""
     fault_proxy.fail_when(lambda request: True, "delay", delay=0.3)  # every answer slowed: the kill lands mid-run
-    command = [sys.executable, "-m", "esgexp", *api(fault_proxy.base_url, "backend.max_concurrency=1"), "dataset.limit=8",
-               f"paths.root_dir={tmp_path}", f"paths.request_cache={tmp_path}/requests.sqlite", "trainer.progress_bar=false"]
+    command = [
+        sys.executable,
+        "-m",
+        "esgexp",
+        *api(fault_proxy.base_url, "backend.max_concurrency=1"),
+        "dataset.limit=8",
+        f"paths.root_dir={tmp_path}",
+        f"paths.request_cache={tmp_path}/requests.sqlite",
+        "trainer.progress_bar=false",
+    ]
     process = subprocess.Popen(command, cwd=REPO, env=clean_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 90
     predictions = None
@@ -194,7 +224,9 @@ def test_kill_9_mid_run_then_resume_loses_and_repeats_nothing(fault_proxy, tmp_p
     first_bodies = fault_proxy.bodies("/v1/chat/completions")
     fault_proxy.reset()
 
-    done = subprocess.run([*command, "resume=true"], cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*command, "resume=true"], cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     (latest,) = [p for p in tmp_path.glob("runs/**/predictions.jsonl") if p != predictions]
     records = read_jsonl(latest)

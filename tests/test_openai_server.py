@@ -21,8 +21,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France? Answer w
 
 
 def post(base_url: str, path: str, payload: dict, timeout: float = 60):
-    request = urllib.request.Request(f"{base_url}{path}", data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{base_url}{path}", data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
 
@@ -43,7 +44,9 @@ def complete(base_url: str, prompt: str, **fields):
 def stream_chat(base_url: str, **fields) -> tuple[str, list[dict]]:
     request = urllib.request.Request(
         f"{base_url}/chat/completions",
-        data=json.dumps({"model": MODEL_ALIAS, "messages": QUESTION, "temperature": 0, "stream": True, **fields}).encode(),
+        data=json.dumps(
+            {"model": MODEL_ALIAS, "messages": QUESTION, "temperature": 0, "stream": True, **fields}
+        ).encode(),
         headers={"Content-Type": "application/json"},
     )
     events, done = [], False
@@ -54,7 +57,7 @@ def stream_chat(base_url: str, **fields) -> tuple[str, list[dict]]:
             if line == "data: [DONE]":
                 done = True
             elif line.startswith("data: "):
-                events.append(json.loads(line[len("data: "):]))
+                events.append(json.loads(line[len("data: ") :]))
     assert done, "the stream ends with data: [DONE]"
     return "".join(e["choices"][0]["delta"].get("content", "") for e in events), events
 
@@ -142,8 +145,10 @@ def test_greedy_output_is_deterministic(llama_server):
     first = chat(llama_server, max_tokens=12)["choices"][0]["message"]["content"]
     second = chat(llama_server, max_tokens=12)["choices"][0]["message"]["content"]
     assert first and first == second
-    assert complete(llama_server, "The capital of France is", max_tokens=4)["choices"][0]["text"] == \
+    assert (
         complete(llama_server, "The capital of France is", max_tokens=4)["choices"][0]["text"]
+        == complete(llama_server, "The capital of France is", max_tokens=4)["choices"][0]["text"]
+    )
 
 
 def test_errors_are_openai_shaped(llama_server):
@@ -179,8 +184,10 @@ def test_proxy_relays_a_stream(fault_proxy):
 def test_concurrent_streams_are_not_cut_short(fault_proxy):
     """The server runs with --interrupt_requests false: by default a waiting request ends a stream early."""
     results = []
-    threads = [threading.Thread(target=lambda: results.append(stream_chat(fault_proxy.base_url, max_tokens=8)[0]))
-               for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(stream_chat(fault_proxy.base_url, max_tokens=8)[0]))
+        for _ in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -232,14 +239,26 @@ def test_faults_chosen_by_body(fault_proxy):
     fault_proxy.fail_when("Question 2", "500", times=1)
     fault_proxy.fail_when(lambda request: request.json().get("max_tokens") == 2, "429")
     statuses = []
-    for prompt, max_tokens in [("Question 1", 1), ("Question 2", 1), ("Question 2", 1), ("Question 3", 2), ("Question 4", 2)]:
+    for prompt, max_tokens in [
+        ("Question 1", 1),
+        ("Question 2", 1),
+        ("Question 2", 1),
+        ("Question 3", 2),
+        ("Question 4", 2),
+    ]:
         try:
             complete(fault_proxy.base_url, prompt, max_tokens=max_tokens)
             statuses.append(200)
         except urllib.error.HTTPError as exc:
             statuses.append(exc.code)
     assert statuses == [200, 500, 200, 429, 429]
-    assert [body["prompt"] for body in fault_proxy.bodies()] == ["Question 1", "Question 2", "Question 2", "Question 3", "Question 4"]
+    assert [body["prompt"] for body in fault_proxy.bodies()] == [
+        "Question 1",
+        "Question 2",
+        "Question 2",
+        "Question 3",
+        "Question 4",
+    ]
     assert [r.fault for r in fault_proxy.requests] == [None, "500", None, "429", "429"]
 
 

@@ -3,6 +3,8 @@
 import os, stat
 from pathlib import Path
 from esgexp.outputs import write_atomic
+
+
 def test_written_files_follow_the_umask(tmp_path):
     old = os.umask(0o022)
     try:

@@ -49,11 +49,17 @@ def test_clean_text(raw, expected):
 
 def test_a_hyphenated_word_seen_elsewhere_in_the_document_keeps_its_hyphen():
     raw = "state-of-the-art here and a state-of-the-\nart there; decarbon-\nisation"
-    assert clean_text(raw, compounds=hyphenated_words(raw)) == "state-of-the-art here and a state-of-the-art there; decarbonisation"
+    assert (
+        clean_text(raw, compounds=hyphenated_words(raw))
+        == "state-of-the-art here and a state-of-the-art there; decarbonisation"
+    )
 
 
 def test_keep_lines_keeps_line_structure_for_markdown():
-    assert clean_text("# Title  \nfirst\nsecond\n\n\n\n## Next\x00\ntext", keep_lines=True) == "# Title\nfirst\nsecond\n\n## Next\ntext"
+    assert (
+        clean_text("# Title  \nfirst\nsecond\n\n\n\n## Next\x00\ntext", keep_lines=True)
+        == "# Title\nfirst\nsecond\n\n## Next\ntext"
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["RC4-128", "AES-128", "AES-256"])

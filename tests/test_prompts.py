@@ -14,7 +14,9 @@ ITEM = MCQItem(
     question="Which GRI disclosure covers energy indirect (Scope 2) GHG emissions?",
     options={"A": "305-1", "B": "305-2", "C": "305-3", "D": "302-1"},
     answer="B",
-    context=("GRI 305 has seven disclosures.\n\nDisclosure 305-2 covers energy indirect (Scope 2) GHG emissions.\nIt asks for location-based figures.",),
+    context=(
+        "GRI 305 has seven disclosures.\n\nDisclosure 305-2 covers energy indirect (Scope 2) GHG emissions.\nIt asks for location-based figures.",
+    ),
 )
 
 
@@ -53,8 +55,9 @@ def test_best_line_overlap_is_on_lowercased_word_sets():
 
 
 def test_no_overlap_gives_no_context_marker():
-    item = MCQItem(id="2", question="q?", options={"A": "a", "B": "b", "C": "c", "D": "d"}, answer="A",
-                   context=("zzz qqq",))
+    item = MCQItem(
+        id="2", question="q?", options={"A": "a", "B": "b", "C": "c", "D": "d"}, answer="A", context=("zzz qqq",)
+    )
     prompter = MCQPrompter(template="{query}", context="best_line")
     assert prompter.build(item) == NO_CONTEXT + "q?"
 
@@ -62,4 +65,7 @@ def test_no_overlap_gives_no_context_marker():
 def test_user_template_from_config_without_code(tmp_path):
     cfg = compose_config(tmp_path, "template.text='Q: {query} | {A} / {B} / {C} / {D}'")
     prompter = MCQPrompter(template=cfg.template.text)
-    assert prompter.build(ITEM) == "Q: Which GRI disclosure covers energy indirect (Scope 2) GHG emissions? | 305-1 / 305-2 / 305-3 / 302-1"
+    assert (
+        prompter.build(ITEM)
+        == "Q: Which GRI disclosure covers energy indirect (Scope 2) GHG emissions? | 305-1 / 305-2 / 305-3 / 302-1"
+    )

@@ -26,8 +26,9 @@ ODD = st.sampled_from(["", " ", "\n", '"', "\x00", "\u200b", "\u202e", "\ufeff",
 CELL = st.one_of(st.text(max_size=12), ODD, st.integers(-5, 5).map(str), st.just("x" * 200_000))
 # Values a JSON field may hold instead of its type, including a lone surrogate (valid JSON, not valid Unicode).
 JSON_VALUE = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8), ODD,
-              st.just("\ud800")),
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8), ODD, st.just("\ud800")
+    ),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=6,
 )
@@ -58,6 +59,7 @@ def assert_loads_or_reports(load, where: str) -> None:
 
 # --- the MCQ answer parser ---
 
+
 @FEW
 @given(st.one_of(st.none(), st.text(), st.text(alphabet="ABCDZabcdz ,.;:()/\n-", max_size=40)))
 def test_the_parser_returns_invalid_z_or_sorted_unique_letters(raw):
@@ -85,40 +87,88 @@ def test_esgenius_csv_rows(rows):
 
 
 ESGBENCH_FIELDS = ["doc_name", "question", "answer", "category", "company", "kpi_name", "evidence"]
-GOOD_GOLD = {"doc_name": "D", "question": "Q?", "answer": "A", "category": "C",
-             "evidence": [{"evidence_page_num": 0, "evidence_text": "t"}]}
+GOOD_GOLD = {
+    "doc_name": "D",
+    "question": "Q?",
+    "answer": "A",
+    "category": "C",
+    "evidence": [{"evidence_page_num": 0, "evidence_text": "t"}],
+}
 
 
 @FEW
-@given(st.lists(st.one_of(
-    st.fixed_dictionaries({}, optional={name: JSON_VALUE for name in ESGBENCH_FIELDS}),
-    st.builds(lambda field, value: {**GOOD_GOLD, field: value}, st.sampled_from(ESGBENCH_FIELDS), JSON_VALUE),
-    st.builds(lambda value: {**GOOD_GOLD, "evidence": [{"evidence_page_num": value, "evidence_text": value}]}, JSON_VALUE),
-    JSON_VALUE,
-), min_size=1, max_size=5))
+@given(
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries({}, optional={name: JSON_VALUE for name in ESGBENCH_FIELDS}),
+            st.builds(lambda field, value: {**GOOD_GOLD, field: value}, st.sampled_from(ESGBENCH_FIELDS), JSON_VALUE),
+            st.builds(
+                lambda value: {**GOOD_GOLD, "evidence": [{"evidence_page_num": value, "evidence_text": value}]},
+                JSON_VALUE,
+            ),
+            JSON_VALUE,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 @example([{**GOOD_GOLD, "doc_name": "\ud800"}, {**GOOD_GOLD, "question": "x" * 200_000}])
 def test_esgbench_gold_lines(rows):
     path = written("gold.jsonl", "\n".join(json.dumps(row) for row in rows).encode())
     assert_loads_or_reports(lambda: ESGBenchGold("g", str(path)).load(), "line")
 
 
-CHUNK = st.fixed_dictionaries({}, optional={
-    "metadata": st.one_of(JSON_VALUE, st.fixed_dictionaries({}, optional={
-        "paragraph": JSON_VALUE, "classification": JSON_VALUE, "report_name": JSON_VALUE, "page_number": JSON_VALUE})),
-    "qa_pairs_factoid": st.one_of(JSON_VALUE, st.fixed_dictionaries({"qa_pairs": st.lists(
-        st.one_of(JSON_VALUE, st.fixed_dictionaries({}, optional={"question": JSON_VALUE, "answer": JSON_VALUE})),
-        max_size=3)})),
-})
-TABLE = st.fixed_dictionaries({}, optional={
-    "meta_data": st.one_of(JSON_VALUE, st.fixed_dictionaries({}, optional={"paragraph": JSON_VALUE, "table_caption": JSON_VALUE})),
-    "qa_pairs": st.one_of(JSON_VALUE, st.lists(st.fixed_dictionaries({}, optional={"question": JSON_VALUE, "answer": JSON_VALUE}), max_size=3)),
-})
+CHUNK = st.fixed_dictionaries(
+    {},
+    optional={
+        "metadata": st.one_of(
+            JSON_VALUE,
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "paragraph": JSON_VALUE,
+                    "classification": JSON_VALUE,
+                    "report_name": JSON_VALUE,
+                    "page_number": JSON_VALUE,
+                },
+            ),
+        ),
+        "qa_pairs_factoid": st.one_of(
+            JSON_VALUE,
+            st.fixed_dictionaries(
+                {
+                    "qa_pairs": st.lists(
+                        st.one_of(
+                            JSON_VALUE,
+                            st.fixed_dictionaries({}, optional={"question": JSON_VALUE, "answer": JSON_VALUE}),
+                        ),
+                        max_size=3,
+                    )
+                }
+            ),
+        ),
+    },
+)
+TABLE = st.fixed_dictionaries(
+    {},
+    optional={
+        "meta_data": st.one_of(
+            JSON_VALUE, st.fixed_dictionaries({}, optional={"paragraph": JSON_VALUE, "table_caption": JSON_VALUE})
+        ),
+        "qa_pairs": st.one_of(
+            JSON_VALUE,
+            st.lists(st.fixed_dictionaries({}, optional={"question": JSON_VALUE, "answer": JSON_VALUE}), max_size=3),
+        ),
+    },
+)
 
 
 @FEW
 @given(st.lists(st.one_of(CHUNK, JSON_VALUE), max_size=4), st.lists(st.one_of(TABLE, JSON_VALUE), max_size=3))
-@example([{"metadata": {"paragraph": "\ud800"}, "qa_pairs_factoid": {"qa_pairs": [{"question": "Q", "answer": "\udfff"}]}}],
-         [{"metadata": {"paragraph": "p", "classification": ["a"]}, "qa_pairs": [{"question": "Q", "answer": "A"}]}])
+@example(
+    [{"metadata": {"paragraph": "\ud800"}, "qa_pairs_factoid": {"qa_pairs": [{"question": "Q", "answer": "\udfff"}]}}],
+    [{"metadata": {"paragraph": "p", "classification": ["a"]}, "qa_pairs": [{"question": "Q", "answer": "A"}]}],
+)
 def test_sustainableqa_records(chunks, tables):
     folder = written("test.json", json.dumps({"all_chunks_qas": chunks, "all_table_qas": tables}).encode()).parent
     assert_loads_or_reports(lambda: SustainableQA("s", str(folder)).load(), r"(all_chunks_qas|all_table_qas)")
@@ -128,8 +178,17 @@ CLIMRETRIEVE_HEADER = ["", "paragraph", "report", "question", "relevant_text", "
 
 
 @FEW
-@given(st.lists(st.lists(st.one_of(CELL, st.sampled_from(["0", "3", "2.0", "4", "-1", "nan", "1e400", "high"])),
-                         min_size=0, max_size=7), min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(CELL, st.sampled_from(["0", "3", "2.0", "4", "-1", "nan", "1e400", "high"])),
+            min_size=0,
+            max_size=7,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_climretrieve_report_level_rows(rows):
     path = csv_file(CLIMRETRIEVE_HEADER, rows)
     assert_loads_or_reports(lambda: ClimRetrieveReportLevel("c", str(path)).load(), "line")

@@ -39,7 +39,13 @@ def test_split_spans(text, expected):
 
 
 def test_single_span_exact_match_after_normalisation():
-    assert one("The EU Taxonomy.", "EU taxonomy") == {"em": 1.0, "precision": 1.0, "recall": 1.0, "f1": 1.0, "spans": 1.0}
+    assert one("The EU Taxonomy.", "EU taxonomy") == {
+        "em": 1.0,
+        "precision": 1.0,
+        "recall": 1.0,
+        "f1": 1.0,
+        "spans": 1.0,
+    }
 
 
 def test_single_span_partial_overlap():

@@ -13,7 +13,12 @@ from esgexp.strategies.qa import QAPrompter, draw_examples
 from esgexp.records import QAItem
 from tests.conftest import compose_config
 
-FACTOID = ("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=6", "scoring.max_new_tokens=4")
+FACTOID = (
+    "experiment=sustainableqa_factoid",
+    "dataset=sustainableqa_sample",
+    "dataset.limit=6",
+    "scoring.max_new_tokens=4",
+)
 
 
 def read_jsonl(path):
@@ -67,7 +72,9 @@ def test_rag_records_what_was_retrieved_and_attributes_errors(tiny_cfg, tmp_path
     hit = sum(r["retrieval"]["gold_retrieved"] for r in records) / len(records)
     assert metrics["rag/gold_retrieved_rate"] == pytest.approx(hit)
     wrong = [r for r in records if not r["correct"]]
-    assert metrics["rag/retrieval_miss_rate"] + metrics["rag/generation_miss_rate"] == pytest.approx(len(wrong) / len(records))
+    assert metrics["rag/retrieval_miss_rate"] + metrics["rag/generation_miss_rate"] == pytest.approx(
+        len(wrong) / len(records)
+    )
 
 
 def test_oracle_rag_always_retrieves_the_gold_passage(tiny_cfg, tmp_path):
@@ -103,7 +110,9 @@ def test_mcq_dataset_under_the_qa_task_is_refused(tiny_cfg):
 
 
 def test_esgbench_job_scores_numbers_per_category(tiny_cfg, tmp_path):
-    metrics = run_job(tiny_cfg("experiment=esgbench", "dataset=esgbench_sample", "strategy=zero_context", "scoring.max_new_tokens=3"))
+    metrics = run_job(
+        tiny_cfg("experiment=esgbench", "dataset=esgbench_sample", "strategy=zero_context", "scoring.max_new_tokens=3")
+    )
     assert metrics["esgbench/n"] == 13
     assert {"esgbench/em", "esgbench/f1", "esgbench/numeric_accuracy", "esgbench/accuracy"} <= set(metrics)
     categories = [k for k in metrics if k.startswith("esgbench/category/") and k.endswith("/accuracy")]
@@ -113,8 +122,15 @@ def test_esgbench_job_scores_numbers_per_category(tiny_cfg, tmp_path):
 
 
 def test_nonfactoid_job_reports_text_metrics_and_the_bertscore_model(tiny_cfg, tmp_path):
-    metrics = run_job(tiny_cfg("experiment=sustainableqa_nonfactoid", "dataset=sustainableqa_sample", "dataset.limit=4",
-                               "scoring.max_new_tokens=6", "metrics.scorers.bertscore.batch_size=4"))
+    metrics = run_job(
+        tiny_cfg(
+            "experiment=sustainableqa_nonfactoid",
+            "dataset=sustainableqa_sample",
+            "dataset.limit=4",
+            "scoring.max_new_tokens=6",
+            "metrics.scorers.bertscore.batch_size=4",
+        )
+    )
     assert {"non_factoid/rougeL", "non_factoid/bleu", "non_factoid/bertscore_f1"} <= set(metrics)
     assert "non_factoid/meteor" in metrics or "non_factoid/meteor_exact" in metrics
     records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
@@ -130,24 +146,33 @@ def test_leaderboard_shows_open_qa_and_retrieval_runs_beside_mcq(tiny_cfg, make_
     from esgexp.leaderboard import export
 
     qa = run_job(tiny_cfg(*FACTOID, f"paths.output_dir={tmp_path}/qa"))
-    retrieval = run_job(make_cfg("experiment=climretrieve_retrieval", "dataset=climretrieve_sample", f"paths.output_dir={tmp_path}/ret"))
+    retrieval = run_job(
+        make_cfg("experiment=climretrieve_retrieval", "dataset=climretrieve_sample", f"paths.output_dir={tmp_path}/ret")
+    )
     mcq = run_job(tiny_cfg("dataset.limit=3", "scoring=logprob", f"paths.output_dir={tmp_path}/mcq"))
     export(f"sqlite:///{tmp_path}/mlruns/mlflow.db", tmp_path / "board")
     lines = (tmp_path / "board" / "leaderboard.csv").read_text().splitlines()
     rows = {row["task"]: row for row in (dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:])}
     assert rows["qa"]["factoid_f1"] == f"{qa['factoid/f1']:.4f}" and rows["qa"]["accuracy"] == ""
-    assert rows["retrieval"]["recall@10"] == f"{retrieval['recall@10']:.4f}" and rows["retrieval"]["retriever"] == "bm25"
+    assert (
+        rows["retrieval"]["recall@10"] == f"{retrieval['recall@10']:.4f}" and rows["retrieval"]["retriever"] == "bm25"
+    )
     assert rows["retrieval"]["n"] == "6" and rows["retrieval"]["query"] == "question"
-    assert rows["retrieval"]["family"] == "" and rows["qa"]["family"] == "unknown"  # model=local: family unknown; a retrieval run has no model
+    assert (
+        rows["retrieval"]["family"] == "" and rows["qa"]["family"] == "unknown"
+    )  # model=local: family unknown; a retrieval run has no model
     assert rows["mcq"]["accuracy"] == f"{mcq['accuracy']:.4f}"
 
 
-@pytest.mark.parametrize("output, reasoning, expected", [
-    ("\n2,480 employees\nQuestion: next", False, "2,480 employees"),  # a leading newline is not the stop
-    ("Answer: 64 hectares\n", False, "64 hectares"),
-    ("<think>\nThe passage says 2,480.\n</think>\n\n2,480", True, "2,480"),  # stop applies after the thinking
-    ("Okay, the passage...\n</think>2,480\nmore", True, "2,480"),
-])
+@pytest.mark.parametrize(
+    "output, reasoning, expected",
+    [
+        ("\n2,480 employees\nQuestion: next", False, "2,480 employees"),  # a leading newline is not the stop
+        ("Answer: 64 hectares\n", False, "64 hectares"),
+        ("<think>\nThe passage says 2,480.\n</think>\n\n2,480", True, "2,480"),  # stop applies after the thinking
+        ("Okay, the passage...\n</think>2,480\nmore", True, "2,480"),
+    ],
+)
 def test_answers_are_cut_at_the_stop_string_after_reasoning(output, reasoning, expected):
     from esgexp.tasks.qa import clean_answer
 

@@ -48,7 +48,9 @@ def test_pooled_and_macro_at_3(metrics):
     # R = 2/6, P = 2/8, F1 = 2 * (1/3)(1/4) / (7/12) = 2/7
     assert (metrics["recall@3"], metrics["precision@3"], metrics["f1@3"]) == pytest.approx((1 / 3, 1 / 4, 2 / 7))
     # per query: q1 P 1/3, R 1/2, F1 0.4; q2 P 1/3, R 1/4, F1 2/7
-    assert (metrics["macro/recall@3"], metrics["macro/precision@3"], metrics["macro/f1@3"]) == pytest.approx((0.375, 1 / 3, (0.4 + 2 / 7) / 2))
+    assert (metrics["macro/recall@3"], metrics["macro/precision@3"], metrics["macro/f1@3"]) == pytest.approx(
+        (0.375, 1 / 3, (0.4 + 2 / 7) / 2)
+    )
 
 
 def test_graded_ndcg(metrics):
@@ -65,9 +67,13 @@ def test_graded_ndcg(metrics):
 def test_random_baseline_closed_form(metrics):
     # expected hits R * min(K, N) / N; @2: q1 2 * 2/10 = 0.4, q2 4 * 2/8 = 1.0, q3 0 -> 1.4
     # recall 1.4 / 6, precision 1.4 / (2 + 2 + 2)
-    assert (metrics["random/recall@2"], metrics["random/precision@2"], metrics["random/f1@2"]) == pytest.approx((1.4 / 6, 1.4 / 6, 1.4 / 6))
+    assert (metrics["random/recall@2"], metrics["random/precision@2"], metrics["random/f1@2"]) == pytest.approx(
+        (1.4 / 6, 1.4 / 6, 1.4 / 6)
+    )
     # @3: 2 * 3/10 + 4 * 3/8 = 0.6 + 1.5 = 2.1 -> recall 0.35, precision 2.1 / min(3, N) summed (3 + 3 + 3), F1 = 2 * 0.35 * (7/30) / (0.35 + 7/30) = 0.28
-    assert (metrics["random/recall@3"], metrics["random/precision@3"], metrics["random/f1@3"]) == pytest.approx((0.35, 2.1 / 9, 0.28))
+    assert (metrics["random/recall@3"], metrics["random/precision@3"], metrics["random/f1@3"]) == pytest.approx(
+        (0.35, 2.1 / 9, 0.28)
+    )
 
 
 def test_random_baseline_with_k_above_the_candidates():
@@ -95,7 +101,16 @@ def test_thresholds(threshold, recall, ndcg, mrr):
 
 def test_per_query_values():
     per_query = per_query_metrics(RANKINGS, QRELS, ks=(2,))
-    assert per_query["q1"] == {"n_relevant": 2, "rr": 0.5, "retrieved@2": 2, "tp@2": 1, "recall@2": 0.5, "precision@2": 0.5, "f1@2": 0.5, "ndcg@2": pytest.approx(0.444123, abs=1e-6)}
+    assert per_query["q1"] == {
+        "n_relevant": 2,
+        "rr": 0.5,
+        "retrieved@2": 2,
+        "tp@2": 1,
+        "recall@2": 0.5,
+        "precision@2": 0.5,
+        "f1@2": 0.5,
+        "ndcg@2": pytest.approx(0.444123, abs=1e-6),
+    }
     q3 = per_query["q3"]
     assert (q3["n_relevant"], q3["tp@2"], q3["precision@2"]) == (0, 0, 0.0)
     assert all(math.isnan(q3[key]) for key in ("rr", "recall@2", "f1@2", "ndcg@2"))

@@ -22,12 +22,30 @@ from esgexp.retrieval.oracle import OracleRetriever
 from conftest import REPO, compose_config
 
 TEXTS = {
-    "water": ("acme", "Water withdrawal in water-stressed regions fell by 12 percent after recycling cooling water at our plants."),
-    "scope3": ("acme", "Scope 3 emissions from purchased goods and services make up most of our carbon footprint across the value chain."),
-    "board": ("acme", "Women hold four of the eleven board seats, and the nomination committee reviews board diversity every year."),
-    "waste": ("globex", "Hazardous waste sent to landfill was halved; the remaining waste is incinerated with energy recovery."),
-    "safety": ("globex", "The lost-time injury frequency rate for employees and contractors rose after two serious accidents."),
-    "bribery": ("globex", "All managers completed anti-bribery and corruption training under the code of business conduct."),
+    "water": (
+        "acme",
+        "Water withdrawal in water-stressed regions fell by 12 percent after recycling cooling water at our plants.",
+    ),
+    "scope3": (
+        "acme",
+        "Scope 3 emissions from purchased goods and services make up most of our carbon footprint across the value chain.",
+    ),
+    "board": (
+        "acme",
+        "Women hold four of the eleven board seats, and the nomination committee reviews board diversity every year.",
+    ),
+    "waste": (
+        "globex",
+        "Hazardous waste sent to landfill was halved; the remaining waste is incinerated with energy recovery.",
+    ),
+    "safety": (
+        "globex",
+        "The lost-time injury frequency rate for employees and contractors rose after two serious accidents.",
+    ),
+    "bribery": (
+        "globex",
+        "All managers completed anti-bribery and corruption training under the code of business conduct.",
+    ),
 }
 PASSAGES = [Passage(pid, doc, text, n, n) for n, (pid, (doc, text)) in enumerate(TEXTS.items(), start=1)]
 BM25_CFG = {"_target_": "esgexp.retrieval.bm25.BM25Retriever", "name": "bm25", "k1": 1.5, "b": 0.75}
@@ -60,19 +78,30 @@ def test_top_k_is_best_first_and_breaks_ties_by_position():
 
 
 def test_bm25_finds_the_topical_passage(bm25):
-    queries = ["How much water do the plants withdraw?", "scope 3 purchased goods", "board diversity of women", "injury rate of contractors"]
+    queries = [
+        "How much water do the plants withdraw?",
+        "scope 3 purchased goods",
+        "board diversity of women",
+        "injury rate of contractors",
+    ]
     assert [ids(hits)[0] for hits in bm25.search(queries, k=3)] == ["water", "scope3", "board", "safety"]
     assert all(len(hits) == 3 and hits[0].score > hits[1].score >= hits[2].score for hits in bm25.search(queries, k=3))
 
 
 def test_bm25_lucene_score_by_hand():
-    corpus = [Passage("a", "d", "water water energy", 1, 1), Passage("b", "d", "energy waste", 1, 1), Passage("c", "d", "board seats", 1, 1)]
+    corpus = [
+        Passage("a", "d", "water water energy", 1, 1),
+        Passage("b", "d", "energy waste", 1, 1),
+        Passage("c", "d", "board seats", 1, 1),
+    ]
     retriever = BM25Retriever(k1=1.5, b=0.75)
     retriever.index(corpus)
-    (top, *rest), = retriever.search(["water"], k=3)
+    ((top, *rest),) = retriever.search(["water"], k=3)
     # N=3, df=1: idf = ln(1 + (3 - 1 + 0.5) / (1 + 0.5)) = ln(8/3) = 0.980829
     # passage a: tf=2, dl=3, avgdl=7/3: 2 / (2 + 1.5 * (0.25 + 0.75 * 3 / (7/3))) = 2 / 3.821429 = 0.523364
-    assert top.passage_id == "a" and top.score == pytest.approx(math.log(8 / 3) * 2 / (2 + 1.5 * (0.25 + 0.75 * 9 / 7)), rel=1e-6)
+    assert top.passage_id == "a" and top.score == pytest.approx(
+        math.log(8 / 3) * 2 / (2 + 1.5 * (0.25 + 0.75 * 9 / 7)), rel=1e-6
+    )
     assert top.score == pytest.approx(0.513329, rel=1e-5)
     assert [(h.passage_id, h.score) for h in rest] == [("b", 0.0), ("c", 0.0)]  # zeros keep index order
 
@@ -105,8 +134,22 @@ def test_bm25_doc_scope_restricts_and_keeps_corpus_statistics(bm25):
 
 
 def test_dense_matches_meaning_without_shared_words(dense):
-    queries = ["How much freshwater do the factories consume?", "greenhouse gases in the supply chain", "female representation among directors", "workplace accidents", "garbage disposal", "ethics and integrity compliance courses"]
-    assert [ids(hits)[0] for hits in dense.search(queries, 2)] == ["water", "scope3", "board", "safety", "waste", "bribery"]
+    queries = [
+        "How much freshwater do the factories consume?",
+        "greenhouse gases in the supply chain",
+        "female representation among directors",
+        "workplace accidents",
+        "garbage disposal",
+        "ethics and integrity compliance courses",
+    ]
+    assert [ids(hits)[0] for hits in dense.search(queries, 2)] == [
+        "water",
+        "scope3",
+        "board",
+        "safety",
+        "waste",
+        "bribery",
+    ]
 
 
 def test_dense_scores_are_cosine_similarities(dense):
@@ -126,7 +169,9 @@ def test_dense_scope_and_faiss_backend_agree(dense):
     faiss.index(PASSAGES, cache=None)
     faiss_hits = faiss.search(queries, 2, scope)
     assert [ids(h) for h in faiss_hits] == [ids(h) for h in numpy_hits]
-    assert [h.score for hits in faiss_hits for h in hits] == pytest.approx([h.score for hits in numpy_hits for h in hits], abs=1e-5)
+    assert [h.score for hits in faiss_hits for h in hits] == pytest.approx(
+        [h.score for hits in numpy_hits for h in hits], abs=1e-5
+    )
 
 
 def test_rrf_by_hand():
@@ -150,7 +195,9 @@ def test_hybrid_fuses_the_two_rankings(bm25, dense):
     queries = ["How much water do the plants withdraw?", "workplace accidents"]
     expected = [rrf([ids(b), ids(d)], 60)[:3] for b, d in zip(bm25.search(queries, 4), dense.search(queries, 4))]
     got = hybrid.search(queries, 3)
-    assert [[(h.passage_id, h.score) for h in hits] for hits in got] == [[(p, pytest.approx(s)) for p, s in e] for e in expected]
+    assert [[(h.passage_id, h.score) for h in hits] for hits in got] == [
+        [(p, pytest.approx(s)) for p, s in e] for e in expected
+    ]
     assert got[0][0].passage_id == "water" and got[0][0].score == pytest.approx(2 / 61)  # first on both sides
 
 
@@ -226,7 +273,9 @@ def test_an_unreadable_cache_entry_is_rebuilt(tmp_path, monkeypatch):
     (entry / "ids.json").unlink()  # cut short, or written by an older layout
     rebuilt = build_retriever(BM25_CFG, PASSAGES, cache_dir=tmp_path)
     assert len(builds) == 2 and (entry / "ids.json").is_file()
-    assert ids(rebuilt.search(["scope 3 purchased goods"], 1)[0]) == ids(build_retriever(BM25_CFG, PASSAGES).search(["scope 3 purchased goods"], 1)[0])
+    assert ids(rebuilt.search(["scope 3 purchased goods"], 1)[0]) == ids(
+        build_retriever(BM25_CFG, PASSAGES).search(["scope 3 purchased goods"], 1)[0]
+    )
 
 
 def test_dense_cache_hit_skips_encoding_and_backend_shares_the_entry(tmp_path, monkeypatch):
@@ -245,8 +294,14 @@ def test_hybrid_reuses_the_parts_cached_on_their_own(tmp_path, monkeypatch):
     build_retriever(BM25_CFG, PASSAGES, cache_dir=tmp_path)
     build_retriever(DENSE_CFG, PASSAGES, cache_dir=tmp_path)
     encodes = count_calls(monkeypatch, DenseRetriever, "encode")
-    hybrid = build_retriever({"_target_": "esgexp.retrieval.hybrid.HybridRetriever", "name": "hybrid", "bm25": BM25_CFG, "dense": DENSE_CFG}, PASSAGES, cache_dir=tmp_path)
-    assert encodes == [] and sorted(p.name for p in (tmp_path / "retrieval").iterdir()) == sorted([cache.directory(hybrid.bm25).name, cache.directory(hybrid.dense).name])
+    hybrid = build_retriever(
+        {"_target_": "esgexp.retrieval.hybrid.HybridRetriever", "name": "hybrid", "bm25": BM25_CFG, "dense": DENSE_CFG},
+        PASSAGES,
+        cache_dir=tmp_path,
+    )
+    assert encodes == [] and sorted(p.name for p in (tmp_path / "retrieval").iterdir()) == sorted(
+        [cache.directory(hybrid.bm25).name, cache.directory(hybrid.dense).name]
+    )
 
 
 def test_every_retriever_config_composes_without_heavy_imports(tmp_path):
@@ -278,12 +333,16 @@ def test_queries_are_cleaned_like_passages():
 
 
 def test_bm25_keeps_one_character_tokens_by_default():
-    passages = [Passage("s1", "d", "Scope 1 emissions from our own boilers", 1, 1),
-                Passage("s3", "d", "Scope 3 emissions from purchased goods", 1, 1)]
+    passages = [
+        Passage("s1", "d", "Scope 1 emissions from our own boilers", 1, 1),
+        Passage("s3", "d", "Scope 3 emissions from purchased goods", 1, 1),
+    ]
     kept = build_retriever(BM25_CFG, passages)
     assert ids(kept.search(["scope 3 emissions"], 1)[0]) == ["s3"]
     dropped = build_retriever({**BM25_CFG, "token_pattern": r"(?u)\b\w\w+\b"}, passages)
-    assert [h.score for h in dropped.search(["scope 3 emissions"], 2)[0]] == [h.score for h in dropped.search(["scope 1 emissions"], 2)[0]]
+    assert [h.score for h in dropped.search(["scope 3 emissions"], 2)[0]] == [
+        h.score for h in dropped.search(["scope 1 emissions"], 2)[0]
+    ]
 
 
 def test_dense_cache_misses_when_the_model_files_change(tmp_path, monkeypatch):

@@ -81,7 +81,11 @@ def test_resume_reuses_finished_predictions(tiny_cfg, tmp_path, monkeypatch):
 
     asked = []
     real_predict = esgexp.run.predict
-    monkeypatch.setattr(esgexp.run, "predict", lambda cfg, task, src, items, *a: (asked.extend(items), real_predict(cfg, task, src, items, *a))[1])
+    monkeypatch.setattr(
+        esgexp.run,
+        "predict",
+        lambda cfg, task, src, items, *a: (asked.extend(items), real_predict(cfg, task, src, items, *a))[1],
+    )
     metrics = run_job(tiny_cfg("scoring=logprob", "resume=true", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t3"))
     assert metrics["n_resumed"] == 10
     assert len(asked) == len(done) - 10  # the failed and the cut item are redone
@@ -92,8 +96,14 @@ def test_resume_reuses_finished_predictions(tiny_cfg, tmp_path, monkeypatch):
 
 def test_resume_ignores_runs_of_another_config(tiny_cfg, tmp_path):
     run_job(tiny_cfg("dataset.limit=5", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t1", "scoring=logprob"))
-    metrics = run_job(tiny_cfg("dataset.limit=5", "resume=true", f"paths.output_dir={tmp_path}/runs/esg_sample/d/t2",
-                               "scoring.max_new_tokens=2"))
+    metrics = run_job(
+        tiny_cfg(
+            "dataset.limit=5",
+            "resume=true",
+            f"paths.output_dir={tmp_path}/runs/esg_sample/d/t2",
+            "scoring.max_new_tokens=2",
+        )
+    )
     assert metrics["n_resumed"] == 0
 
 
@@ -124,7 +134,9 @@ def test_interrupted_job_keeps_finished_batches(tiny_cfg, tmp_path, monkeypatch)
 
 def test_leaderboard_lists_every_finished_run(tiny_cfg, tmp_path):
     run_job(tiny_cfg("scoring=logprob", "dataset.limit=4", f"paths.output_dir={tmp_path}/r1"))
-    run_job(tiny_cfg("strategy=context", "dataset.limit=4", "scoring.max_new_tokens=2", f"paths.output_dir={tmp_path}/r2"))
+    run_job(
+        tiny_cfg("strategy=context", "dataset.limit=4", "scoring.max_new_tokens=2", f"paths.output_dir={tmp_path}/r2")
+    )
     cfg = compose_config(tmp_path, name="leaderboard")
     markdown = export(cfg.tracking.uri, tmp_path / "board")
     csv_lines = (tmp_path / "board" / "leaderboard.csv").read_text().splitlines()
@@ -155,7 +167,9 @@ def test_leaderboard_shows_the_newest_run_of_a_repeated_config(tiny_cfg, tmp_pat
         run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", f"paths.output_dir={tmp_path}/{name}"))
     uri = compose_config(tmp_path, name="leaderboard").tracking.uri
     mlflow.set_tracking_uri(uri)
-    newest = mlflow.search_runs(search_all_experiments=True, order_by=["attributes.start_time DESC"], output_format="list")[0]
+    newest = mlflow.search_runs(
+        search_all_experiments=True, order_by=["attributes.start_time DESC"], output_format="list"
+    )[0]
     latest = export(uri, tmp_path / "latest")
     everything = export(uri, tmp_path / "all", latest_only=False)
     assert latest.count("\n") == 3 and newest.info.run_id in latest
@@ -172,7 +186,11 @@ def test_rag_for_multiple_choice_retrieves_among_all_source_passages(tiny_cfg, t
     assert found == 48
     wrong_missed = sum(not r["correct"] and not r["retrieval"]["gold_retrieved"] for r in records)
     assert metrics["rag/retrieval_miss_rate"] == wrong_missed / 48
-    oracle = run_job(tiny_cfg("strategy=rag", "retriever=oracle", "scoring=logprob", "strategy.top_k=1", f"paths.output_dir={tmp_path}/o"))
+    oracle = run_job(
+        tiny_cfg(
+            "strategy=rag", "retriever=oracle", "scoring=logprob", "strategy.top_k=1", f"paths.output_dir={tmp_path}/o"
+        )
+    )
     assert oracle["rag/gold_retrieved_rate"] == 1.0 and oracle["rag/retrieval_miss_rate"] == 0.0
 
 

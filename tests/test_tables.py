@@ -23,8 +23,11 @@ FRAMED_BOX = [["Framed note one"], ["line two"], ["line three"]]
 @pytest.fixture
 def report(tmp_path):
     """Page 1 text only; page 2 the emissions table; page 3 the water table, a two-row table and a framed box."""
-    return write_pdf(tmp_path / "docs" / "report.pdf", [["Intro text."], ["Emissions table below."], ["Two tables."]],
-                     [[], [EMISSIONS], [WATER, TWO_ROWS, FRAMED_BOX]])
+    return write_pdf(
+        tmp_path / "docs" / "report.pdf",
+        [["Intro text."], ["Emissions table below."], ["Two tables."]],
+        [[], [EMISSIONS], [WATER, TWO_ROWS, FRAMED_BOX]],
+    )
 
 
 def test_ruled_tables_come_back_with_their_page_box_header_and_cells(report):
@@ -73,15 +76,23 @@ def test_markdown_escapes_pipes_and_keeps_blank_cells():
 def test_ingest_stores_table_passages_beside_the_text_and_reuses_them(report, tmp_path, monkeypatch):
     calls = {"pages": 0, "tables": 0}
     read_pages, extract = pdf.read_pages, tables_module.TableExtractor.extract
-    monkeypatch.setattr(pdf, "read_pages", lambda path: calls.__setitem__("pages", calls["pages"] + 1) or read_pages(path))
-    monkeypatch.setattr(tables_module.TableExtractor, "extract",
-                        lambda self, *a: calls.__setitem__("tables", calls["tables"] + 1) or extract(self, *a))
+    monkeypatch.setattr(
+        pdf, "read_pages", lambda path: calls.__setitem__("pages", calls["pages"] + 1) or read_pages(path)
+    )
+    monkeypatch.setattr(
+        tables_module.TableExtractor,
+        "extract",
+        lambda self, *a: calls.__setitem__("tables", calls["tables"] + 1) or extract(self, *a),
+    )
     out = tmp_path / "corpus"
     first = ingest(report.parent, out, CharChunker(), progress=False, tables=TableExtractor())
     assert (first["n_tables"], first["n_chunks"], first["tables"]["strategy"]) == (2, 3, "rules")
     corpus = Corpus.load(out)
     assert [(p.id, p.kind, p.page_span) for p in corpus.passages] == [
-        ("report#0", "text", "1-3"), ("report#t0", "table", "2"), ("report#t1", "table", "3")]
+        ("report#0", "text", "1-3"),
+        ("report#t0", "table", "2"),
+        ("report#t1", "table", "3"),
+    ]
     # the page text keeps the table's words: evidence checks read the page as printed
     assert "Scope 2 (market) 800 650" in corpus.passages[0].text
     assert corpus.tables["report#t1"].rows[-1] == ("Total", "8,200")
@@ -98,14 +109,28 @@ def test_ingest_stores_table_passages_beside_the_text_and_reuses_them(report, tm
 
 
 def test_cli_tables_true_reports_the_tables(report, tmp_path, clean_env):
-    command = [sys.executable, "-m", "esgexp.ingest", f"corpus.pdf_dir={report.parent}", "corpus.name=demo", "progress=false"]
-    result = subprocess.run([*command, "tables=true"], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120)
+    command = [
+        sys.executable,
+        "-m",
+        "esgexp.ingest",
+        f"corpus.pdf_dir={report.parent}",
+        "corpus.name=demo",
+        "progress=false",
+    ]
+    result = subprocess.run(
+        [*command, "tables=true"], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     folder = tmp_path / "data" / "corpora" / "demo" / "paragraphs"
     assert "1 documents, 3 pages, 3 passages (2 tables)" in result.stdout
     assert result.stdout.splitlines()[-1] == f"corpus: {folder}"
-    assert [json.loads(line)["id"] for line in (folder / "tables.jsonl").read_text().splitlines()] == ["report#t0", "report#t1"]
-    wrong = subprocess.run([*command, "tables=maybe"], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120)
+    assert [json.loads(line)["id"] for line in (folder / "tables.jsonl").read_text().splitlines()] == [
+        "report#t0",
+        "report#t1",
+    ]
+    wrong = subprocess.run(
+        [*command, "tables=maybe"], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120
+    )
     assert wrong.returncode == 2 and "error: tables must be true or false, got 'maybe'" in wrong.stderr
 
 

@@ -114,7 +114,9 @@ def test_meteor_without_wordnet_uses_exact_and_stems(wordnet_absent, caplog):
     assert result.summary == {"meteor_exact": pytest.approx(0.625)}
     assert result.info["meteor_wordnet"].startswith("absent")
     # stems still match: emissions -> emiss, reduced -> reduc; 2 matches in 1 chunk, penalty 0.5 / 8
-    assert metric.score(["emissions reduced"], [("emission reduce",)]).per_item[0]["meteor_exact"] == pytest.approx(1 - 0.0625)
+    assert metric.score(["emissions reduced"], [("emission reduce",)]).per_item[0]["meteor_exact"] == pytest.approx(
+        1 - 0.0625
+    )
     Meteor().score([HYP], [(HYP,)])
     warnings = [r for r in caplog.records if "WordNet not found" in r.getMessage()]
     assert len(warnings) == 1

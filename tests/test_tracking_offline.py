@@ -23,15 +23,29 @@ from esgexp.errors import UserError
 from esgexp.run import run_job
 
 # The job kinds, each on a bundled sample, the cheapest way (the tiny model where one is needed).
-FT = ("experiment=finetune_sustainableqa", "dataset=sustainableqa_sample", "model=local", "trainer.precision=32-true",
-      "train.max_seq_len=256", "train.val_every_n_steps=2", "train.val_generate_items=1", "train.val_max_new_tokens=2",
-      "train.batch_size=4", "train.train_limit=8", "train.val_limit=4", "trainer.max_steps=2", "trainer.log_every_n_steps=1")
+FT = (
+    "experiment=finetune_sustainableqa",
+    "dataset=sustainableqa_sample",
+    "model=local",
+    "trainer.precision=32-true",
+    "train.max_seq_len=256",
+    "train.val_every_n_steps=2",
+    "train.val_generate_items=1",
+    "train.val_max_new_tokens=2",
+    "train.batch_size=4",
+    "train.train_limit=8",
+    "train.val_limit=4",
+    "trainer.max_steps=2",
+    "trainer.log_every_n_steps=1",
+)
 # qa shares mcq's run_generation and its tracking; esgbench_score is also the CLI test's job.
 KINDS = {
     "mcq": (("model=local", "scoring=logprob", "dataset.limit=3"), {"predictions.jsonl"}),
     "retrieval": (("experiment=climretrieve_retrieval", "dataset=climretrieve_sample"), {"rankings.jsonl"}),
-    "esgbench_score": (("experiment=esgbench_score", "dataset=esgbench_sample", "predictions=${bundled:esgbench/preds_sample.jsonl}"),
-                       {"predictions.jsonl"}),
+    "esgbench_score": (
+        ("experiment=esgbench_score", "dataset=esgbench_sample", "predictions=${bundled:esgbench/preds_sample.jsonl}"),
+        {"predictions.jsonl"},
+    ),
     "finetune": (FT, {"train_report.json", "val_generations.jsonl", "adapter"}),
 }
 
@@ -63,7 +77,11 @@ def test_an_unreachable_tracking_server_is_one_clear_error_before_any_work(tmp_p
     assert result.returncode == 2
     output = result.stdout + result.stderr
     assert output.count(f"tracking.uri={uri}") == 1 and "Traceback" not in output and "urllib3" not in output
-    assert "Connection refused" in result.stderr and "tracking.offline=true" in result.stderr and "python -m esgexp.sync" in result.stderr
+    assert (
+        "Connection refused" in result.stderr
+        and "tracking.offline=true" in result.stderr
+        and "python -m esgexp.sync" in result.stderr
+    )
     assert seconds < 20, f"took {seconds:.1f} s"
     [log] = tmp_path.rglob("esgexp.log")  # the run folder has the error and nothing of the job's work
     assert f"tracking.uri={uri}" in log.read_text()
@@ -96,7 +114,11 @@ def test_a_server_that_accepts_but_never_answers_times_out_and_an_error_status_i
 
 @pytest.fixture
 def mlflow_http_env(monkeypatch):
-    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"):
+    for name in (
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+    ):
         monkeypatch.setenv(name, "unset by the test")  # restored to its value before the test at teardown
 
 
@@ -119,8 +141,16 @@ def test_mlflows_own_retries_to_a_lost_server_take_seconds_not_minutes(tmp_path,
 def test_offline_cli_run_then_sync_then_a_second_sync_does_nothing(tmp_path, clean_env):
     """On ESGBench scoring (no model: the cheapest job); the other kinds are synced below."""
     run_dir = tmp_path / "run"
-    job = python(tmp_path, clean_env, "-m", "esgexp", "tracking.offline=true", *KINDS["esgbench_score"][0], "dataset.limit=3",
-                 f"hydra.run.dir={run_dir}")
+    job = python(
+        tmp_path,
+        clean_env,
+        "-m",
+        "esgexp",
+        "tracking.offline=true",
+        *KINDS["esgbench_score"][0],
+        "dataset.limit=3",
+        f"hydra.run.dir={run_dir}",
+    )
     assert job.returncode == 0, job.stderr[-3000:]
     assert "mlflow run: not yet tracked (tracking.offline=true)" in job.stdout
     assert f"python -m esgexp.sync {run_dir}" in job.stdout
@@ -130,7 +160,11 @@ def test_offline_cli_run_then_sync_then_a_second_sync_does_nothing(tmp_path, cle
 
     down = f"http://127.0.0.1:{closed_port()}"
     refused = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir), f"tracking.uri={down}", timeout=60)
-    assert refused.returncode == 2 and refused.stderr.count(f"tracking.uri={down}") == 1 and "Traceback" not in refused.stderr
+    assert (
+        refused.returncode == 2
+        and refused.stderr.count(f"tracking.uri={down}") == 1
+        and "Traceback" not in refused.stderr
+    )
     assert not (run_dir / tracking.SYNCED_FILE).exists()
 
     first = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir))
@@ -142,15 +176,27 @@ def test_offline_cli_run_then_sync_then_a_second_sync_does_nothing(tmp_path, cle
     assert run.info.status == "FINISHED" and run.info.run_name == "score/preds_sample.jsonl"
     assert run.data.metrics == pytest.approx(tracking.numeric_metrics(metrics))
     assert run.data.params["dataset.limit"] == "3" and run.data.params["tracking.offline"] == "True"
-    assert run.data.tags["task"] == "esgbench_score" and run.data.tags["run_dir"] == str(run_dir) and "mlflow.user" in run.data.tags
+    assert (
+        run.data.tags["task"] == "esgbench_score"
+        and run.data.tags["run_dir"] == str(run_dir)
+        and "mlflow.user" in run.data.tags
+    )
     from mlflow import MlflowClient
 
     listed = {a["path"] for a in json.loads((run_dir / tracking.PENDING_FILE).read_text())["artifacts"]}
-    assert {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)} == listed >= {"config.yaml", "metrics.json", "predictions.jsonl"}
+    assert (
+        {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)}
+        == listed
+        >= {"config.yaml", "metrics.json", "predictions.jsonl"}
+    )
     assert json.loads((run_dir / tracking.SYNCED_FILE).read_text())["run_id"] == run.info.run_id
 
     second = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir))
-    assert second.returncode == 0 and f"already synced to run {run.info.run_id}" in second.stdout and "nothing to do" in second.stdout
+    assert (
+        second.returncode == 0
+        and f"already synced to run {run.info.run_id}" in second.stdout
+        and "nothing to do" in second.stdout
+    )
     assert [r.info.run_id for r in store_runs(uri, experiment)] == [run.info.run_id]
 
 
@@ -164,7 +210,8 @@ def synced_runs(uri: str, run_dir: Path) -> list:
     from mlflow import MlflowClient
 
     return MlflowClient(uri).search_runs(
-        [e.experiment_id for e in MlflowClient(uri).search_experiments()], f"tags.run_dir = '{run_dir}'")
+        [e.experiment_id for e in MlflowClient(uri).search_experiments()], f"tags.run_dir = '{run_dir}'"
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -190,7 +237,10 @@ def test_every_job_kind_runs_offline_and_syncs_to_the_uri_given(kind, tmp_path, 
     if kind == "finetune":
         # Lightning's points at steps 0 and 1, then the run's final value at its last step, 2.
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss")) == [0, 1, 2]
-        assert {a.path for a in client.list_artifacts(run.info.run_id, "adapter")} >= {"adapter/adapter_config.json", "adapter/esgexp_adapter.json"}
+        assert {a.path for a in client.list_artifacts(run.info.run_id, "adapter")} >= {
+            "adapter/adapter_config.json",
+            "adapter/esgexp_adapter.json",
+        }
 
 
 def spoiled(template: Path, folder: Path, how: str) -> Path:
@@ -225,7 +275,9 @@ def offline_run(tmp_path_factory) -> Path:
     return root / "run"
 
 
-def test_sync_refuses_each_folder_that_is_not_a_finished_run_and_syncs_the_others(offline_run, tmp_path, synced_store, capsys):
+def test_sync_refuses_each_folder_that_is_not_a_finished_run_and_syncs_the_others(
+    offline_run, tmp_path, synced_store, capsys
+):
     good = shutil.copytree(offline_run, tmp_path / "good")
     bad = {how: spoiled(offline_run, tmp_path / how.replace(" ", "_"), how) for how in REFUSALS}
     assert sync.main([*map(str, bad.values()), str(good), f"tracking.uri={synced_store}"]) == 2

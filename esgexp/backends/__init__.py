@@ -9,7 +9,9 @@ from esgexp.backends.base import Backend, RunContext
 from esgexp.backends.cache import CachedBackend, RequestCache
 
 
-def make_backend(backend_cfg: DictConfig, model_cfg: DictConfig, context: RunContext, cache_path: str, cache_mode: str) -> Backend:
+def make_backend(
+    backend_cfg: DictConfig, model_cfg: DictConfig, context: RunContext, cache_path: str, cache_mode: str
+) -> Backend:
     """The backend ``backend_cfg`` names (its ``_target_``, imported only now: optional dependencies
     stay optional), for ``model_cfg``, answering from the request cache at ``cache_path`` first."""
     from hydra.utils import get_class

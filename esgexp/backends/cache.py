@@ -50,7 +50,9 @@ class RequestCache:
             return self._connect()
         except sqlite3.DatabaseError as error:
             aside = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
-            log.warning("request cache %s is unreadable (%s): moved aside to %s and started anew", self.path, error, aside)
+            log.warning(
+                "request cache %s is unreadable (%s): moved aside to %s and started anew", self.path, error, aside
+            )
             self.path.rename(aside)
             for suffix in ("-wal", "-shm"):
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)

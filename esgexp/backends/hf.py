@@ -27,8 +27,15 @@ class HFBackend(LocalModelBackend):
 
     name = "hf"
 
-    def __init__(self, model_cfg: DictConfig, context: RunContext, accelerator: str = "auto", batch_size: int = 8,
-                 progress_bar: bool = True, prefix_cache: bool = True):
+    def __init__(
+        self,
+        model_cfg: DictConfig,
+        context: RunContext,
+        accelerator: str = "auto",
+        batch_size: int = 8,
+        progress_bar: bool = True,
+        prefix_cache: bool = True,
+    ):
         super().__init__(model_cfg, context)
         self.accelerator = accelerator
         self.batch_size = batch_size
@@ -54,7 +61,9 @@ class HFBackend(LocalModelBackend):
         if self._model is None:
             from esgexp.models.generation import load_for_inference
 
-            self._model = load_for_inference(self.model_cfg, self.source, self.tokenizer, self.on_gpu, self.context.seed, self.adapter)
+            self._model = load_for_inference(
+                self.model_cfg, self.source, self.tokenizer, self.on_gpu, self.context.seed, self.adapter
+            )
         return self._model
 
     def run(self, requests: Sequence[Request], on_results: OnResults) -> None:

@@ -18,7 +18,9 @@ def files_stamp(folder: Path) -> str:
     """A hash of the names, sizes and modification times (nanoseconds: a file saved over within the same
     second is new) of the weight files in ``folder``."""
     entries = sorted(
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.iterdir()
+        if p.is_file() and p.suffix in WEIGHT_SUFFIXES
     )
     return hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
 
@@ -45,11 +47,19 @@ class LocalModelBackend(Backend):
         self.context = context
         # Finding the weights (and checking the adapter) comes first: a wrong model config fails here.
         self.source = resolve_model_dir(model_cfg, context.cache_dir)
-        self.adapter = prepare_adapter(model_cfg, self.source, context.tracking_uri, context.cache_dir) if model_cfg.adapter else None
+        self.adapter = (
+            prepare_adapter(model_cfg, self.source, context.tracking_uri, context.cache_dir)
+            if model_cfg.adapter
+            else None
+        )
         self._tokenizer = None
 
     def identity(self) -> dict:
-        identity = {"backend": self.name, "model": self.model_cfg.get("hub_id") or self.model_cfg.name, "weights": weights_stamp(self.source)}
+        identity = {
+            "backend": self.name,
+            "model": self.model_cfg.get("hub_id") or self.model_cfg.name,
+            "weights": weights_stamp(self.source),
+        }
         if self.adapter:
             identity["adapter"] = {"path": str(self.adapter[0]), "weights": files_stamp(self.adapter[0])}
         return identity
@@ -71,6 +81,8 @@ class LocalModelBackend(Backend):
 
         if request.messages is not None:
             return self.tokenizer.apply_chat_template(
-                [{"role": role, "content": content} for role, content in request.messages], tokenize=False, add_generation_prompt=True
+                [{"role": role, "content": content} for role, content in request.messages],
+                tokenize=False,
+                add_generation_prompt=True,
             )
         return model_input(request.prompt, self.tokenizer, self.model_cfg.chat_template)

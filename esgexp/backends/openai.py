@@ -66,10 +66,23 @@ class OpenAIBackend(Backend):
 
     name = "openai"
 
-    def __init__(self, model_cfg: DictConfig, context, base_url: str, api: str = "chat", model: str | None = None,
-                 api_key_env: str | None = None, max_concurrency: int = 8, timeout_s: float = 60.0, max_retries: int = 5,
-                 backoff_s: float = 1.0, top_logprobs: int = 20, progress_bar: bool = True, connect_timeout_s: float = 5.0,
-                 response_format: str = "json_schema"):
+    def __init__(
+        self,
+        model_cfg: DictConfig,
+        context,
+        base_url: str,
+        api: str = "chat",
+        model: str | None = None,
+        api_key_env: str | None = None,
+        max_concurrency: int = 8,
+        timeout_s: float = 60.0,
+        max_retries: int = 5,
+        backoff_s: float = 1.0,
+        top_logprobs: int = 20,
+        progress_bar: bool = True,
+        connect_timeout_s: float = 5.0,
+        response_format: str = "json_schema",
+    ):
         self.response_format = response_format
         if model_cfg.get("adapter"):
             raise UserError("model.adapter needs backend=hf or backend=vllm: an API server serves its own weights")
@@ -137,9 +150,10 @@ class OpenAIBackend(Backend):
         from tqdm.auto import tqdm
 
         answer = self.answer_letters if requests[0].kind == "logprob" else self.answer_generation
-        with ThreadPoolExecutor(self.max_concurrency) as pool, tqdm(
-            total=len(requests), desc=f"{self.served} ({self.api})", disable=not self.progress_bar
-        ) as bar:
+        with (
+            ThreadPoolExecutor(self.max_concurrency) as pool,
+            tqdm(total=len(requests), desc=f"{self.served} ({self.api})", disable=not self.progress_bar) as bar,
+        ):
             futures = [pool.submit(self.answer_safely, answer, r) for r in requests]
             try:
                 for future in as_completed(futures):
@@ -169,9 +183,13 @@ class OpenAIBackend(Backend):
             else:
                 self.post(*self.generation_body(GenerationRequest("probe", "Hello", max_new_tokens=1)))
         except RetryableError as error:
-            raise UserError(f"the server at {self.base_url} does not answer ({error}); is it running, and is this machine online?") from None
+            raise UserError(
+                f"the server at {self.base_url} does not answer ({error}); is it running, and is this machine online?"
+            ) from None
         except RequestFailed as error:
-            raise UserError(f"the server at {self.base_url} refused a {kind} request for model {self.served!r}: {error}") from None
+            raise UserError(
+                f"the server at {self.base_url} refused a {kind} request for model {self.served!r}: {error}"
+            ) from None
         self._checked.add(kind)
 
     # --- one request ------------------------------------------------------------------------------
@@ -199,19 +217,26 @@ class OpenAIBackend(Backend):
         data, retries = self.post(*self.generation_body(request))
         choice = first_choice(data)
         text = choice["message"].get("content") if self.api == "chat" else choice.get("text")
-        return Response(id=request.id, output=text or "", usage=usage_of(data), info={"retries": retries} if retries else {})
+        return Response(
+            id=request.id, output=text or "", usage=usage_of(data), info={"retries": retries} if retries else {}
+        )
 
     def answer_letters(self, request: LetterRequest, probe_only: bool = False) -> Response:
         """The letters' log-probabilities among the top tokens of the answer's first token."""
         body: dict = {"model": self.served, "max_tokens": 1, "temperature": 0}
         if self.api == "chat":
-            body.update(logprobs=True, top_logprobs=self.top_logprobs,
-                        messages=[{"role": role, "content": content} for role, content in self.messages(request)])
+            body.update(
+                logprobs=True,
+                top_logprobs=self.top_logprobs,
+                messages=[{"role": role, "content": content} for role, content in self.messages(request)],
+            )
             data, retries = self.post("/chat/completions", body)
             choice = first_choice(data)
             logprobs = choice.get("logprobs")
             content = (logprobs or {}).get("content") or []
-            top = {entry["token"]: entry["logprob"] for entry in content[0].get("top_logprobs") or []} if content else {}
+            top = (
+                {entry["token"]: entry["logprob"] for entry in content[0].get("top_logprobs") or []} if content else {}
+            )
             text = choice["message"].get("content") or ""
         else:
             body.update(prompt=request.prompt, logprobs=self.top_logprobs)
@@ -221,8 +246,10 @@ class OpenAIBackend(Backend):
             top = ((logprobs or {}).get("top_logprobs") or [{}])[0] or {}
             text = choice.get("text") or ""
         if not isinstance(logprobs, dict):
-            raise RequestFailed(f"the answer has no log-probabilities: the server does not return them for api={self.api} "
-                                "(try the other backend.api, or scoring=generate)")
+            raise RequestFailed(
+                f"the answer has no log-probabilities: the server does not return them for api={self.api} "
+                "(try the other backend.api, or scoring=generate)"
+            )
         # An empty top list is a model that ended its answer at once: every letter is missing.
         scores = {letter: -math.inf for letter in request.letters}
         for token, value in top.items():
@@ -270,15 +297,21 @@ class OpenAIBackend(Backend):
         import requests
 
         try:
-            reply = self.session().post(self.base_url + path, json=body, timeout=(self.connect_timeout_s, self.timeout_s))
+            reply = self.session().post(
+                self.base_url + path, json=body, timeout=(self.connect_timeout_s, self.timeout_s)
+            )
         except requests.ConnectTimeout:
-            raise RetryableError(f"no connection within connect_timeout_s={self.connect_timeout_s:g}", unreachable=True) from None
+            raise RetryableError(
+                f"no connection within connect_timeout_s={self.connect_timeout_s:g}", unreachable=True
+            ) from None
         except requests.Timeout:
             raise RetryableError(f"no answer within timeout_s={self.timeout_s:g}") from None
         except requests.ConnectionError as error:
             raise RetryableError(f"connection failed: {connection_cause(error)}", unreachable=True) from None
         if reply.status_code == 429 or reply.status_code >= 500:
-            raise RetryableError(f"HTTP {reply.status_code}: {reply.text[:200]}", retry_after(reply.headers.get("Retry-After")))
+            raise RetryableError(
+                f"HTTP {reply.status_code}: {reply.text[:200]}", retry_after(reply.headers.get("Retry-After"))
+            )
         if reply.status_code >= 400:
             raise RequestFailed(f"HTTP {reply.status_code}: {server_message(reply)}")
         try:
@@ -316,4 +349,6 @@ def usage_of(data: dict) -> dict[str, int]:
 
 def letter_response(request: LetterRequest, scores: dict[str, float], usage: dict, retries: int) -> Response:
     best = max(request.letters, key=lambda letter: scores.get(letter, -math.inf))
-    return Response(id=request.id, output=best, scores=scores, usage=usage, info={"retries": retries} if retries else {})
+    return Response(
+        id=request.id, output=best, scores=scores, usage=usage, info={"retries": retries} if retries else {}
+    )

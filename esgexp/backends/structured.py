@@ -25,8 +25,12 @@ def json_constraint(tokenizer, vocab_size: int, schemas: Mapping[str, str]):
     (item id -> JSON Schema text), each distinct schema compiled once for ``tokenizer``; row i of a
     batch follows the schema of ``ids[i]``. A fresh processor per batch (xgrammar's matchers are stateful)."""
     compiler = _compiler(tokenizer, vocab_size)
-    compiled = {text: compiler.compile_json_schema(json.dumps(without_lengths_beside_patterns(json.loads(text))), any_whitespace=False)
-                for text in set(schemas.values())}
+    compiled = {
+        text: compiler.compile_json_schema(
+            json.dumps(without_lengths_beside_patterns(json.loads(text))), any_whitespace=False
+        )
+        for text in set(schemas.values())
+    }
 
     def constraint(ids: Sequence[str]) -> list:
         from xgrammar.contrib.hf import LogitsProcessor

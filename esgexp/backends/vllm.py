@@ -24,15 +24,29 @@ class VLLMBackend(LocalModelBackend):
 
     name = "vllm"
 
-    def __init__(self, model_cfg: DictConfig, context: RunContext, dtype: str = "auto", tensor_parallel_size: int = 1,
-                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, max_logprobs: int = 20,
-                 batch_size: int = 256):
+    def __init__(
+        self,
+        model_cfg: DictConfig,
+        context: RunContext,
+        dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        max_logprobs: int = 20,
+        batch_size: int = 256,
+    ):
         if importlib.util.find_spec("vllm") is None:
-            raise UserError('backend=vllm needs the vllm package: pip install -e ".[vllm]" (on a machine with a CUDA GPU)')
+            raise UserError(
+                'backend=vllm needs the vllm package: pip install -e ".[vllm]" (on a machine with a CUDA GPU)'
+            )
         super().__init__(model_cfg, context)
-        self.settings = {"dtype": dtype, "tensor_parallel_size": int(tensor_parallel_size),
-                         "gpu_memory_utilization": float(gpu_memory_utilization), "max_model_len": max_model_len,
-                         "max_logprobs": int(max_logprobs)}
+        self.settings = {
+            "dtype": dtype,
+            "tensor_parallel_size": int(tensor_parallel_size),
+            "gpu_memory_utilization": float(gpu_memory_utilization),
+            "max_model_len": max_model_len,
+            "max_logprobs": int(max_logprobs),
+        }
         self.batch_size = int(batch_size)
         self.seed = context.seed
         self._llm = None
@@ -45,8 +59,13 @@ class VLLMBackend(LocalModelBackend):
         if self._llm is None:
             from vllm import LLM
 
-            self._llm = LLM(model=self.source, enable_prefix_caching=True, enable_lora=bool(self.adapter), seed=self.seed,
-                            **{k: v for k, v in self.settings.items() if v is not None})
+            self._llm = LLM(
+                model=self.source,
+                enable_prefix_caching=True,
+                enable_lora=bool(self.adapter),
+                seed=self.seed,
+                **{k: v for k, v in self.settings.items() if v is not None},
+            )
         return self._llm
 
     def lora_request(self):
@@ -68,11 +87,20 @@ class VLLMBackend(LocalModelBackend):
             texts = [self.rendered(r) for r in chunk]
             if chunk[0].kind == "logprob":
                 letter_ids = letter_ids or letter_token_ids(self.tokenizer, texts[0], list(chunk[0].letters))
-                params = [SamplingParams(max_tokens=1, temperature=0, logprobs=self.settings["max_logprobs"]) for _ in chunk]
+                params = [
+                    SamplingParams(max_tokens=1, temperature=0, logprobs=self.settings["max_logprobs"]) for _ in chunk
+                ]
             else:
-                params = [SamplingParams(max_tokens=r.max_new_tokens, temperature=r.temperature, seed=r.seed, stop=list(r.stop) or None,
-                                         **structured_outputs(r.json_schema))
-                          for r in chunk]
+                params = [
+                    SamplingParams(
+                        max_tokens=r.max_new_tokens,
+                        temperature=r.temperature,
+                        seed=r.seed,
+                        stop=list(r.stop) or None,
+                        **structured_outputs(r.json_schema),
+                    )
+                    for r in chunk
+                ]
             outputs = self.llm.generate(texts, params, lora_request=self.lora_request(), use_tqdm=False)
             on_results([self.response(r, out, letter_ids) for r, out in zip(chunk, outputs)])
 
@@ -82,7 +110,9 @@ class VLLMBackend(LocalModelBackend):
         if request.kind != "logprob":
             return Response(request.id, output=completion.text, usage=usage)
         top = completion.logprobs[0]
-        scores = {letter: float(top[token].logprob) if token in top else -math.inf for letter, token in letter_ids.items()}
+        scores = {
+            letter: float(top[token].logprob) if token in top else -math.inf for letter, token in letter_ids.items()
+        }
         return Response(request.id, output=max(scores, key=scores.get), scores=scores, usage=usage)
 
     def close(self) -> None:

@@ -12,7 +12,9 @@ from esgexp.records import Passage
 
 YEAR = re.compile(r"(?:19|20)\d\d")
 # Alpha AG, Scope 1: capitalised words (a lower-case word or a full stop ends a name), not from an article or preposition.
-NAME = re.compile(r"\b(?!(?:The|A|An|In|On|At|Of|For|By|To|As|Our|This|These|Its|We)\b)[A-Z][\w&-]*(?:\.[\w&-]+)*(?:[ ][A-Z0-9][\w&-]*(?:\.[\w&-]+)*)+")
+NAME = re.compile(
+    r"\b(?!(?:The|A|An|In|On|At|Of|For|By|To|As|Our|This|These|Its|We)\b)[A-Z][\w&-]*(?:\.[\w&-]+)*(?:[ ][A-Z0-9][\w&-]*(?:\.[\w&-]+)*)+"
+)
 
 
 def term_pattern(terms: Sequence[str]) -> re.Pattern:

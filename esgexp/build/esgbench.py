@@ -60,7 +60,9 @@ class ESGBenchBuilder:
         context.report.n_items = len(rows)
         return path
 
-    def candidates(self, passages: list[Passage], pages: PageTexts, report: BuildReport) -> list[tuple[Passage, list, list[dict]]]:
+    def candidates(
+        self, passages: list[Passage], pages: PageTexts, report: BuildReport
+    ) -> list[tuple[Passage, list, list[dict]]]:
         """(passage, its KPIs, its facts) for passages with a KPI term and a measured number (with
         ``evidence_from_sentences``: a sentence on one page holding a figure), most KPIs first within each
         document, documents interleaved."""
@@ -97,31 +99,57 @@ class ESGBenchBuilder:
         and holds a figure with a unit (evidence: that sentence; page: where it is; answer: one of its figures)."""
         alternatives = []
         for sentence in sentences(passage.text[: self.max_passage_chars], self.max_evidence_chars):
-            figures = [q.raw for q in find_quantities(sentence) if q.unit is not None and len(q.raw) <= self.max_answer_chars]
+            figures = [
+                q.raw for q in find_quantities(sentence) if q.unit is not None and len(q.raw) <= self.max_answer_chars
+            ]
             on = pages.pages_with(passage.doc_id, sentence, among=passage.page_indexes)
             if figures and on:
-                alternatives.append(fact_schema({"type": "string", "enum": [sentence]}, on, {"type": "string", "enum": list(dict.fromkeys(figures))}))
+                alternatives.append(
+                    fact_schema(
+                        {"type": "string", "enum": [sentence]},
+                        on,
+                        {"type": "string", "enum": list(dict.fromkeys(figures))},
+                    )
+                )
         return alternatives[:MAX_FACTS]
 
     def ask(self, passage: Passage, kpis: list[tuple[str, str]], facts: list[dict]) -> Ask:
         text = passage.text[: self.max_passage_chars]
         indexes = list(passage.page_indexes)
-        prompt = self.prompt.format(doc=passage.doc_id, passage=text, first_page=indexes[0], last_page=indexes[-1],
-                                    kpis=", ".join(kpi for _, kpi in kpis))
+        prompt = self.prompt.format(
+            doc=passage.doc_id,
+            passage=text,
+            first_page=indexes[0],
+            last_page=indexes[-1],
+            kpis=", ".join(kpi for _, kpi in kpis),
+        )
         if facts:
             fact = {"anyOf": facts}
         else:
-            fact = fact_schema({"type": "string", "minLength": 1, "maxLength": self.max_evidence_chars}, indexes,
-                               {"type": "string", "minLength": 1, "maxLength": self.max_answer_chars})
-        return Ask(passage.id, prompt, object_schema(
-            category={"type": "string", "enum": sorted({cat for cat, _ in kpis})},
-            kpi_name={"type": "string", "enum": sorted({kpi for _, kpi in kpis})},
-            fact=fact,
-            question=question_schema(self.max_question_chars),
-        ))
+            fact = fact_schema(
+                {"type": "string", "minLength": 1, "maxLength": self.max_evidence_chars},
+                indexes,
+                {"type": "string", "minLength": 1, "maxLength": self.max_answer_chars},
+            )
+        return Ask(
+            passage.id,
+            prompt,
+            object_schema(
+                category={"type": "string", "enum": sorted({cat for cat, _ in kpis})},
+                kpi_name={"type": "string", "enum": sorted({kpi for _, kpi in kpis})},
+                fact=fact,
+                question=question_schema(self.max_question_chars),
+            ),
+        )
 
-    def verified(self, answers: dict[str, dict], by_id: dict[str, Passage], pages: PageTexts,
-                 generator: StructuredGenerator, report: BuildReport) -> list[dict]:
+    def verified(
+        self,
+        answers: dict[str, dict],
+        by_id: dict[str, Passage],
+        pages: PageTexts,
+        generator: StructuredGenerator,
+        report: BuildReport,
+    ) -> list[dict]:
         """ESGBench rows of the answers that pass the verifier, one per (report, question)."""
         verify, dedupe = report.stage("verify"), report.stage("dedupe")
         rows, seen = [], set()
@@ -133,15 +161,26 @@ class ESGBenchBuilder:
             verdict = verify_pair(pages, doc, fact["answer"], [(fact["evidence_page"], fact["evidence"])])
             if not verdict.kept:
                 verify.discarded[verdict.reason] += 1
-                generator.reject(Rejection(passage_id, "verify", verdict.reason, verdict.detail, json.dumps(answer, ensure_ascii=False)))
+                generator.reject(
+                    Rejection(
+                        passage_id, "verify", verdict.reason, verdict.detail, json.dumps(answer, ensure_ascii=False)
+                    )
+                )
                 continue
             verify.n_out += 1
             dedupe.n_in += 1
             key = (doc, answer["question"].strip())
             if key in seen:
                 dedupe.discarded["repeated_question"] += 1
-                generator.reject(Rejection(passage_id, "dedupe", "repeated_question", f"same question as an earlier pair of {doc!r}",
-                                           json.dumps(answer, ensure_ascii=False)))
+                generator.reject(
+                    Rejection(
+                        passage_id,
+                        "dedupe",
+                        "repeated_question",
+                        f"same question as an earlier pair of {doc!r}",
+                        json.dumps(answer, ensure_ascii=False),
+                    )
+                )
                 continue
             seen.add(key)
             dedupe.n_out += 1
@@ -165,8 +204,15 @@ def row_of(doc: str, passage_id: str, answer: dict) -> dict:
     """One ``esgbench_open_source.jsonl`` line, with the passage it came from."""
     fact = answer["fact"]
     return {
-        "esgbench_id": None, "company": doc, "doc_name": doc, "category": answer["category"], "kpi_name": answer["kpi_name"],
-        "question": answer["question"].strip(), "answer": fact["answer"].strip(),
-        "evidence": [{"evidence_text": fact["evidence"], "evidence_page_num": fact["evidence_page"], "evidence_doc_name": doc}],
+        "esgbench_id": None,
+        "company": doc,
+        "doc_name": doc,
+        "category": answer["category"],
+        "kpi_name": answer["kpi_name"],
+        "question": answer["question"].strip(),
+        "answer": fact["answer"].strip(),
+        "evidence": [
+            {"evidence_text": fact["evidence"], "evidence_page_num": fact["evidence_page"], "evidence_doc_name": doc}
+        ],
         "source_passage": passage_id,
     }

@@ -44,9 +44,35 @@ log = logging.getLogger(__name__)
 OUTPUT_FILE = "ESGenius_w_ref.csv"
 REVIEW_FILE = "review.csv"
 LETTERS = "ABCD"
-COLUMNS = ("query_id", "new_id", "query", "answer", "A", "B", "C", "D", "Z", "ref_doc", "ref_page", "source_text", "flag")
-REVIEW_COLUMNS = ("query_id", "decision", "query", "correct", "distractor_1", "distractor_2", "distractor_3",
-                  "solver_answers", "flag", "ref_doc", "ref_page", "source_text")
+COLUMNS = (
+    "query_id",
+    "new_id",
+    "query",
+    "answer",
+    "A",
+    "B",
+    "C",
+    "D",
+    "Z",
+    "ref_doc",
+    "ref_page",
+    "source_text",
+    "flag",
+)
+REVIEW_COLUMNS = (
+    "query_id",
+    "decision",
+    "query",
+    "correct",
+    "distractor_1",
+    "distractor_2",
+    "distractor_3",
+    "solver_answers",
+    "flag",
+    "ref_doc",
+    "ref_page",
+    "source_text",
+)
 DECISIONS = ("keep", "edit", "drop")
 # Three named properties rather than an array: each distractor is written after its own key, which keeps
 # a small model from repeating the one before.
@@ -97,7 +123,11 @@ class ESGeniusBuilder:
         for name in self.solvers:  # an unknown solver model fails here, before any generation
             context.solver(name)
         reviewed = read_review(Path(self.review)) if self.review else None
-        pool = SpanPool(corpus.passages, self.max_option_chars, self.max_answer_share) if self.options_from_passage else None
+        pool = (
+            SpanPool(corpus.passages, self.max_option_chars, self.max_answer_share)
+            if self.options_from_passage
+            else None
+        )
         chosen = self.candidates(corpus.passages, pool, context)
         prompts = {p.id: self.prompt.format(passage=self.text(p), fields=self.fields_text()) for p in chosen}
         questions = self.write("generate", [(p.id, p, prompts[p.id]) for p in chosen], pool, context, required=True)
@@ -139,36 +169,61 @@ class ESGeniusBuilder:
         counts.n_out = len(chosen)
         return chosen
 
-    def write(self, stage: str, items: list[tuple[str, Passage, str]], pool: SpanPool | None, context: BuildContext,
-              required: bool) -> list[Question]:
+    def write(
+        self,
+        stage: str,
+        items: list[tuple[str, Passage, str]],
+        pool: SpanPool | None,
+        context: BuildContext,
+        required: bool,
+    ) -> list[Question]:
         """Questions for (id, passage, prompt) items, in their order: written whole, or (``pool``) the correct
         option and question first, then one distractor per round. A ``required`` stage with nothing valid stops the build."""
         generator = context.generator
         if pool is None:
             asks = [Ask(item_id, prompt, self.free_schema()) for item_id, _, prompt in items]
-            answers = generator.ask(stage, asks, context.report.stage(stage), required=required, check=free_option_problem)
-            return [question_of(item_id, passage, answers[item_id]) for item_id, passage, _ in items if item_id in answers]
-        asks = [Ask(item_id, prompt, self.answer_schema(pool.answers(passage, self.text(passage)))) for item_id, passage, prompt in items]
+            answers = generator.ask(
+                stage, asks, context.report.stage(stage), required=required, check=free_option_problem
+            )
+            return [
+                question_of(item_id, passage, answers[item_id]) for item_id, passage, _ in items if item_id in answers
+            ]
+        asks = [
+            Ask(item_id, prompt, self.answer_schema(pool.answers(passage, self.text(passage))))
+            for item_id, passage, prompt in items
+        ]
         answers = generator.ask(stage, asks, context.report.stage(stage), required=required, check=answer_in_question)
-        questions = [Question(item_id, passage, answers[item_id]["question"].strip(), answers[item_id]["correct"], [])
-                     for item_id, passage, _ in items if item_id in answers]
+        questions = [
+            Question(item_id, passage, answers[item_id]["question"].strip(), answers[item_id]["correct"], [])
+            for item_id, passage, _ in items
+            if item_id in answers
+        ]
         for number in range(1, len(DISTRACTORS) + 1):
             questions = self.add_distractor(f"{stage}_distractor_{number}", questions, pool, context, required)
         return questions
 
-    def add_distractor(self, stage: str, questions: list[Question], pool: SpanPool, context: BuildContext, required: bool) -> list[Question]:
+    def add_distractor(
+        self, stage: str, questions: list[Question], pool: SpanPool, context: BuildContext, required: bool
+    ) -> list[Question]:
         """Each question with one more distractor, chosen by the model among spans like its correct option not used yet."""
         counts = context.report.stage(stage)
         asks, kept = [], []
         for question in questions:
-            choices = pool.distractors(question.correct, [question.correct, *question.distractors], question.passage.doc_id,
-                                       self.max_distractor_choices)
+            choices = pool.distractors(
+                question.correct,
+                [question.correct, *question.distractors],
+                question.passage.doc_id,
+                self.max_distractor_choices,
+            )
             if not choices:
                 counts.n_in += 1
                 counts.discarded["too_few_distractors"] += 1
                 continue
-            prompt = self.distractor_prompt.format(question=question.query, correct=question.correct,
-                                                   options="; ".join([question.correct, *question.distractors]))
+            prompt = self.distractor_prompt.format(
+                question=question.query,
+                correct=question.correct,
+                options="; ".join([question.correct, *question.distractors]),
+            )
             asks.append(Ask(question.id, prompt, object_schema(distractor={"type": "string", "enum": choices})))
             kept.append(question)
         answers = context.generator.ask(stage, asks, counts, required=required)
@@ -179,10 +234,15 @@ class ESGeniusBuilder:
 
     def free_schema(self) -> dict:
         option = {"type": "string", "minLength": 1, "maxLength": self.max_option_chars}
-        return object_schema(question=question_schema(self.max_question_chars), correct=option, **{key: option for key in DISTRACTORS})
+        return object_schema(
+            question=question_schema(self.max_question_chars), correct=option, **{key: option for key in DISTRACTORS}
+        )
 
     def answer_schema(self, answers: list[str]) -> dict:
-        return object_schema(correct={"type": "string", "enum": answers[:MAX_ANSWER_CHOICES]}, question=question_schema(self.max_question_chars))
+        return object_schema(
+            correct={"type": "string", "enum": answers[:MAX_ANSWER_CHOICES]},
+            question=question_schema(self.max_question_chars),
+        )
 
     def refine(self, questions: list[Question], pool: SpanPool | None, context: BuildContext) -> list[Question]:
         """Rewrite questions every solver gets right, up to ``rounds`` times; those still solved are flagged."""
@@ -193,9 +253,20 @@ class ESGeniusBuilder:
         for round_number in range(1, self.rounds + 1):
             if not easy:
                 break
-            items = [(q.id, q.passage, self.harder_prompt.format(passage=self.text(q.passage), question=q.query, correct=q.correct,
-                                                                 distractors="; ".join(q.distractors), fields=self.fields_text()))
-                     for q in easy]
+            items = [
+                (
+                    q.id,
+                    q.passage,
+                    self.harder_prompt.format(
+                        passage=self.text(q.passage),
+                        question=q.query,
+                        correct=q.correct,
+                        distractors="; ".join(q.distractors),
+                        fields=self.fields_text(),
+                    ),
+                )
+                for q in easy
+            ]
             harder = self.write(f"rewrite_{round_number}", items, pool, context, required=False)
             current.update({q.id: q for q in harder})
             replaced = {q.id for q in harder}
@@ -267,13 +338,20 @@ class SpanPool:
     def answers(self, passage: Passage, text: str) -> list[str]:
         """The spans of ``text`` (from ``passage``) that are not common in its report and whose kind has at
         least three other spans in the corpus to serve as distractors."""
-        return [span for span in span_candidates(text, self.max_chars)
-                if (passage.doc_id, key_of(span)) not in self.common and len(self.by_kind.get(span_kind(span), ())) >= 4]
+        return [
+            span
+            for span in span_candidates(text, self.max_chars)
+            if (passage.doc_id, key_of(span)) not in self.common and len(self.by_kind.get(span_kind(span), ())) >= 4
+        ]
 
     def distractors(self, correct: str, used: list[str], doc: str, limit: int) -> list[str]:
         """Up to ``limit`` spans of ``correct``'s kind not in ``used`` (any case), those of document ``doc`` first."""
         taken = {key_of(span) for span in used}
-        found = [(span, source) for key, (span, source) in self.by_kind.get(span_kind(correct), {}).items() if key not in taken]
+        found = [
+            (span, source)
+            for key, (span, source) in self.by_kind.get(span_kind(correct), {}).items()
+            if key not in taken
+        ]
         return [span for span, source in sorted(found, key=lambda entry: entry[1] != doc)][:limit]
 
 
@@ -282,7 +360,13 @@ def key_of(span: str) -> str:
 
 
 def question_of(item_id: str, passage: Passage, answer: dict) -> Question:
-    return Question(item_id, passage, answer["question"].strip(), answer["correct"].strip(), [answer[key].strip() for key in DISTRACTORS])
+    return Question(
+        item_id,
+        passage,
+        answer["question"].strip(),
+        answer["correct"].strip(),
+        [answer[key].strip() for key in DISTRACTORS],
+    )
 
 
 def shuffled(question: Question, key: str) -> tuple[dict[str, str], str]:
@@ -306,18 +390,38 @@ def letter_rows(questions: list[Question], seed: int) -> list[dict]:
     for number, (question, gold) in enumerate(zip(questions, gold_letters(len(questions), seed)), start=1):
         distractors = iter(question.distractors)
         options = {letter: question.correct if letter == gold else next(distractors) for letter in LETTERS}
-        rows.append({"query_id": question.id, "new_id": str(number), "query": question.query, "answer": gold, **options, "Z": "Not sure",
-                     "ref_doc": question.passage.doc_id, "ref_page": question.passage.page_span, "source_text": question.passage.text,
-                     "flag": question.flag})
+        rows.append(
+            {
+                "query_id": question.id,
+                "new_id": str(number),
+                "query": question.query,
+                "answer": gold,
+                **options,
+                "Z": "Not sure",
+                "ref_doc": question.passage.doc_id,
+                "ref_page": question.passage.page_span,
+                "source_text": question.passage.text,
+                "flag": question.flag,
+            }
+        )
     return rows
 
 
 def review_row(question: Question) -> dict:
-    return {"query_id": question.id, "decision": "keep", "query": question.query, "correct": question.correct,
-            **{f"distractor_{i}": d for i, d in enumerate(question.distractors, start=1)},
-            "solver_answers": "; ".join(f"{name}: {'right' if ok else 'wrong'}" for name, ok in sorted(question.solved_by.items())),
-            "flag": question.flag, "ref_doc": question.passage.doc_id, "ref_page": question.passage.page_span,
-            "source_text": question.passage.text}
+    return {
+        "query_id": question.id,
+        "decision": "keep",
+        "query": question.query,
+        "correct": question.correct,
+        **{f"distractor_{i}": d for i, d in enumerate(question.distractors, start=1)},
+        "solver_answers": "; ".join(
+            f"{name}: {'right' if ok else 'wrong'}" for name, ok in sorted(question.solved_by.items())
+        ),
+        "flag": question.flag,
+        "ref_doc": question.passage.doc_id,
+        "ref_page": question.passage.page_span,
+        "source_text": question.passage.text,
+    }
 
 
 def csv_text(columns: tuple[str, ...], rows: list[dict]) -> str:
@@ -334,24 +438,35 @@ def read_review(path: Path) -> dict[str, dict]:
         raise UserError(f"builder.review: file not found: {path}")
     with path.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in ("query_id", "decision", "query", "correct", "distractor_1", "distractor_2", "distractor_3")
-                   if c not in (reader.fieldnames or [])]
+        missing = [
+            c
+            for c in ("query_id", "decision", "query", "correct", "distractor_1", "distractor_2", "distractor_3")
+            if c not in (reader.fieldnames or [])
+        ]
         if missing:
             raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
         rows = {}
         for number, row in enumerate(reader, start=2):
             decision = (row["decision"] or "").strip().lower()
             if decision not in DECISIONS:
-                raise UserError(f"{path} line {number}: field 'decision': {row['decision']!r} is not one of {', '.join(DECISIONS)}")
+                raise UserError(
+                    f"{path} line {number}: field 'decision': {row['decision']!r} is not one of {', '.join(DECISIONS)}"
+                )
             if decision == "edit":
-                empty = [c for c in ("query", "correct", "distractor_1", "distractor_2", "distractor_3") if not (row[c] or "").strip()]
+                empty = [
+                    c
+                    for c in ("query", "correct", "distractor_1", "distractor_2", "distractor_3")
+                    if not (row[c] or "").strip()
+                ]
                 if empty:
                     raise UserError(f"{path} line {number}: field '{empty[0]}': empty in an edited row")
             rows[row["query_id"]] = {**row, "decision": decision}
     return rows
 
 
-def apply_review(questions: list[Question], reviewed: dict[str, dict], path: Path, context: BuildContext) -> list[Question]:
+def apply_review(
+    questions: list[Question], reviewed: dict[str, dict], path: Path, context: BuildContext
+) -> list[Question]:
     """Keep, edit or drop each question as the review says; a question the review does not list is kept and counted."""
     counts = context.report.stage("review")
     out, decisions = [], Counter()

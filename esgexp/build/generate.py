@@ -21,7 +21,9 @@ from esgexp.errors import UserError
 
 # A builder's own test of a schema-valid object: None, or (reason, what is wrong) to retry and then discard it.
 Check = Callable[[dict], "tuple[str, str] | None"]
-RETRY_NOTE = "\n\nYour previous answer was rejected ({problem}). Answer again with one JSON object that matches the schema."
+RETRY_NOTE = (
+    "\n\nYour previous answer was rejected ({problem}). Answer again with one JSON object that matches the schema."
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,9 @@ class StructuredGenerator:
         self.rejected_file = Path(rejected_file)
         self.progress = progress
 
-    def ask(self, stage: str, asks: Sequence[Ask], counts: StageCounts, required: bool = True, check: Check | None = None) -> dict[str, dict]:
+    def ask(
+        self, stage: str, asks: Sequence[Ask], counts: StageCounts, required: bool = True, check: Check | None = None
+    ) -> dict[str, dict]:
         """The valid objects by ask id (valid: JSON, fits the schema, passes ``check``); each retry counts as
         repaired, each final failure as discarded. A ``required`` stage with every output rejected raises a UserError."""
         by_id = {a.id: a for a in asks}
@@ -61,8 +65,15 @@ class StructuredGenerator:
         answers, problems = self._run(stage, [self._request(a, a.prompt) for a in asks], by_id, check)
         retried = {i: p for i, p in problems.items() if p[0] != "backend_failed"}
         if retried:
-            more, problems2 = self._run(f"{stage} (retry)", [self._request(by_id[i], by_id[i].prompt + RETRY_NOTE.format(problem=p[1]))
-                                                              for i, p in retried.items()], by_id, check)
+            more, problems2 = self._run(
+                f"{stage} (retry)",
+                [
+                    self._request(by_id[i], by_id[i].prompt + RETRY_NOTE.format(problem=p[1]))
+                    for i, p in retried.items()
+                ],
+                by_id,
+                check,
+            )
             counts.n_repaired += len(more)
             answers.update(more)
             problems = {**{i: p for i, p in problems.items() if i not in retried}, **problems2}
@@ -73,8 +84,10 @@ class StructuredGenerator:
         counts.n_out += len(answers)
         if required and asks and not answers:
             reasons = ", ".join(f"{reason} {n}" for reason, n in counts.discarded.most_common())
-            raise UserError(f"stage {stage}: every one of {len(asks)} outputs was rejected ({reasons}): the model cannot "
-                            f"produce the schema (raise builder.max_new_tokens, or choose another model); raw outputs in {self.rejected_file}")
+            raise UserError(
+                f"stage {stage}: every one of {len(asks)} outputs was rejected ({reasons}): the model cannot "
+                f"produce the schema (raise builder.max_new_tokens, or choose another model); raw outputs in {self.rejected_file}"
+            )
         return answers
 
     def reject(self, rejection: Rejection) -> None:
@@ -84,7 +97,9 @@ class StructuredGenerator:
             out.write(json.dumps(rejection.__dict__, ensure_ascii=False) + "\n")
 
     def _request(self, ask: Ask, prompt: str) -> GenerationRequest:
-        return GenerationRequest(id=ask.id, prompt=prompt, max_new_tokens=self.max_new_tokens, json_schema=schema_text(ask.schema))
+        return GenerationRequest(
+            id=ask.id, prompt=prompt, max_new_tokens=self.max_new_tokens, json_schema=schema_text(ask.schema)
+        )
 
     def _run(self, desc: str, requests: list[GenerationRequest], by_id: dict[str, Ask], check: Check | None):
         from tqdm.auto import tqdm

@@ -18,8 +18,13 @@ class StageCounts:
     discarded: Counter = field(default_factory=Counter)
 
     def to_dict(self) -> dict:
-        return {"n_in": self.n_in, "n_out": self.n_out, "n_repaired": self.n_repaired,
-                "n_discarded": sum(self.discarded.values()), "discarded": {reason: n for reason, n in sorted(self.discarded.items()) if n}}
+        return {
+            "n_in": self.n_in,
+            "n_out": self.n_out,
+            "n_repaired": self.n_repaired,
+            "n_discarded": sum(self.discarded.values()),
+            "discarded": {reason: n for reason, n in sorted(self.discarded.items()) if n},
+        }
 
 
 @dataclass

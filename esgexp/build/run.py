@@ -44,9 +44,17 @@ def run_build(cfg: DictConfig) -> Path:
     write_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     (out_dir / REJECTED_FILE).unlink(missing_ok=True)  # a resumed build writes its rejections anew
     report = BuildReport()
-    tags = {"task": "build", "builder": cfg.builder.name, "corpus_hash": corpus.hash[:16],
-            "git_commit": tracking.git_commit(cfg.paths.root_dir), "run_dir": str(out_dir)}
-    with tracked_run(cfg, f"build-{cfg.builder.name}-{cfg.model.name}", tags) as run, job_backend(cfg, "generate") as backend:
+    tags = {
+        "task": "build",
+        "builder": cfg.builder.name,
+        "corpus_hash": corpus.hash[:16],
+        "git_commit": tracking.git_commit(cfg.paths.root_dir),
+        "run_dir": str(out_dir),
+    }
+    with (
+        tracked_run(cfg, f"build-{cfg.builder.name}-{cfg.model.name}", tags) as run,
+        job_backend(cfg, "generate") as backend,
+    ):
         generator = StructuredGenerator(backend, builder.max_new_tokens, out_dir / REJECTED_FILE, cfg.progress)
         solvers = Solvers(cfg)
         try:
@@ -56,8 +64,10 @@ def run_build(cfg: DictConfig) -> Path:
             solvers.close()
         n_items = report.n_items
         if not n_items:
-            raise UserError(f"no item survived the build (counts per stage in {out_dir / REPORT_FILE}, "
-                            f"every discarded item with its reason in {out_dir / REJECTED_FILE})")
+            raise UserError(
+                f"no item survived the build (counts per stage in {out_dir / REPORT_FILE}, "
+                f"every discarded item with its reason in {out_dir / REJECTED_FILE})"
+            )
         write_json(out_dir / PROVENANCE_FILE, provenance(cfg, corpus, backend, dataset, n_items))
         metrics = {**report.metrics(), "n_items": n_items, **{f"requests/{k}": v for k, v in backend.stats().items()}}
         files = [REPORT_FILE, PROVENANCE_FILE, REJECTED_FILE, *dataset_files(out_dir, dataset)]
@@ -84,12 +94,20 @@ class Solvers:
                 raise UserError(f"builder.solvers: no model config {name!r} (conf/model/{name}.yaml); known: {known}")
             model = OmegaConf.merge({"adapter": None, "load_in_4bit": False}, OmegaConf.load(path))
             model.pop("defaults", None)
-            context = RunContext(cache_dir=self.cfg.paths.cache_dir, tracking_uri=self.cfg.tracking.uri, seed=self.cfg.seed)
-            self.backends[name] = make_backend(self.cfg.backend, model, context, self.cfg.paths.request_cache, self.cfg.cache)
+            context = RunContext(
+                cache_dir=self.cfg.paths.cache_dir, tracking_uri=self.cfg.tracking.uri, seed=self.cfg.seed
+            )
+            self.backends[name] = make_backend(
+                self.cfg.backend, model, context, self.cfg.paths.request_cache, self.cfg.cache
+            )
         return self.backends[name]
 
     def stats(self) -> dict:
-        return {"solver_requests": {name: backend.stats() for name, backend in self.backends.items()}} if self.backends else {}
+        return (
+            {"solver_requests": {name: backend.stats() for name, backend in self.backends.items()}}
+            if self.backends
+            else {}
+        )
 
     def close(self) -> None:
         for backend in self.backends.values():
@@ -102,7 +120,9 @@ def check_out_dir(out_dir: Path, resume: bool) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         return
     if not resume:
-        raise UserError(f"output folder {out_dir} is not empty: set out=NEW_DIR, or resume=true to continue the build there")
+        raise UserError(
+            f"output folder {out_dir} is not empty: set out=NEW_DIR, or resume=true to continue the build there"
+        )
     if not (out_dir / "config.yaml").is_file():
         raise UserError(f"resume=true but {out_dir} holds no earlier build (no config.yaml): choose an empty out=DIR")
 
@@ -111,7 +131,9 @@ def load_corpus(path: str) -> Corpus:
     """The ingested corpus folder, which must exist and hold passages."""
     folder = Path(path)
     if not folder.is_dir():
-        raise UserError(f"corpus folder not found: {folder} (corpus=PATH, the folder `python -m esgexp.ingest` printed); {INGEST_HINT}")
+        raise UserError(
+            f"corpus folder not found: {folder} (corpus=PATH, the folder `python -m esgexp.ingest` printed); {INGEST_HINT}"
+        )
     corpus = Corpus.load(folder)
     if not corpus.passages:
         raise UserError(f"corpus {folder} has no passages: its documents gave no text; {INGEST_HINT}")
@@ -121,12 +143,22 @@ def load_corpus(path: str) -> Corpus:
 def provenance(cfg: DictConfig, corpus: Corpus, backend, dataset: Path, n_items: int) -> dict:
     """The dataset's card: where it came from and what made it."""
     return {
-        "dataset": str(dataset), "n_items": n_items, "builder": OmegaConf.to_container(cfg.builder, resolve=True),
-        "corpus": {"path": str(Path(cfg.corpus).resolve()), "corpus_hash": corpus.hash, "n_documents": len(corpus.doc_ids),
-                   "n_passages": len(corpus.passages)},
-        "model": cfg.model.name, "backend": cfg.backend.name, "backend_identity": backend.identity(), "seed": cfg.seed,
+        "dataset": str(dataset),
+        "n_items": n_items,
+        "builder": OmegaConf.to_container(cfg.builder, resolve=True),
+        "corpus": {
+            "path": str(Path(cfg.corpus).resolve()),
+            "corpus_hash": corpus.hash,
+            "n_documents": len(corpus.doc_ids),
+            "n_passages": len(corpus.passages),
+        },
+        "model": cfg.model.name,
+        "backend": cfg.backend.name,
+        "backend_identity": backend.identity(),
+        "seed": cfg.seed,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": tracking.git_commit(cfg.paths.root_dir), "versions": package_versions(),
+        "git_commit": tracking.git_commit(cfg.paths.root_dir),
+        "versions": package_versions(),
     }
 
 

@@ -29,7 +29,12 @@ def question_schema(max_chars: int) -> dict:
     if max_chars < 10:
         raise UserError(f"builder.max_question_chars: at least 10, got {max_chars}")
     repeat = f"{{8,{max_chars - 2}}}" if max_chars - 2 <= FAST_REPEAT else "{8,}"
-    return {"type": "string", "minLength": 10, "maxLength": max_chars, "pattern": rf'^[A-Z][^?"\\\x00-\x1f]{repeat}[?]$'}
+    return {
+        "type": "string",
+        "minLength": 10,
+        "maxLength": max_chars,
+        "pattern": rf'^[A-Z][^?"\\\x00-\x1f]{repeat}[?]$',
+    }
 
 
 def schema_problems(value, schema: dict, where: str = "$") -> list[str]:

@@ -88,13 +88,20 @@ class SustainableQABuilder:
 
     def __post_init__(self):
         """Bad settings are named when the builder is made, before any model loads or run opens."""
-        if set(self.splits) != set(SPLITS) or any(not isinstance(v, (int, float)) or v < 0 for v in self.splits.values()) \
-                or not sum(self.splits.values()):
-            raise UserError(f"builder.splits: give a share of 0 or more for each of {', '.join(SPLITS)} "
-                            f"(not all 0), got {dict(self.splits)}")
+        if (
+            set(self.splits) != set(SPLITS)
+            or any(not isinstance(v, (int, float)) or v < 0 for v in self.splits.values())
+            or not sum(self.splits.values())
+        ):
+            raise UserError(
+                f"builder.splits: give a share of 0 or more for each of {', '.join(SPLITS)} "
+                f"(not all 0), got {dict(self.splits)}"
+            )
         if self.judge is not None and not (CONF_DIR / "model" / f"{self.judge}.yaml").is_file():
             known = ", ".join(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
-            raise UserError(f"builder.judge: no model config {self.judge!r} (conf/model/{self.judge}.yaml); known: {known}")
+            raise UserError(
+                f"builder.judge: no model config {self.judge!r} (conf/model/{self.judge}.yaml); known: {known}"
+            )
 
     def build(self, corpus: Corpus, context: BuildContext) -> Path:
         """Write ``train.json``, ``validation.json``, ``test.json`` and ``splits.json`` (report -> split) in
@@ -160,10 +167,13 @@ class SustainableQABuilder:
         """Factoid pairs whose spans are all verbatim in their passage (stage ``verbatim`` counts the rest)."""
         if not self.factoid_per_passage:
             return []
+
         def schema(passage: Passage) -> dict:
             label = {"label": {"type": "string", "minLength": 1, "maxLength": 40}} if self.max_spans > 1 else {}
             pair = object_schema(question=self._question(), **label, spans=self._spans(passage.text))
-            return object_schema(qa_pairs={"type": "array", "minItems": 1, "maxItems": self.factoid_per_passage, "items": pair})
+            return object_schema(
+                qa_pairs={"type": "array", "minItems": 1, "maxItems": self.factoid_per_passage, "items": pair}
+            )
 
         asks = [Ask(p.id, self._prompt("factoid", p, n=self.factoid_per_passage), schema(p)) for p in passages]
         answers = _tolerant(generator, "factoid", asks, report.stage("factoid"))
@@ -172,8 +182,16 @@ class SustainableQABuilder:
             for number, raw in enumerate(answer["qa_pairs"]):
                 spans = tuple(dict.fromkeys(s.strip() for s in raw["spans"]))
                 label = raw["label"].strip() if len(spans) > 1 else "Individual"  # a group of one is not labelled
-                candidate = Pair(f"{passage_id}/f{number}", passage_id, "factoid", raw["question"].strip(),
-                                 SPAN_JOIN.join(spans), by_id[passage_id].text, spans, label)
+                candidate = Pair(
+                    f"{passage_id}/f{number}",
+                    passage_id,
+                    "factoid",
+                    raw["question"].strip(),
+                    SPAN_JOIN.join(spans),
+                    by_id[passage_id].text,
+                    spans,
+                    label,
+                )
                 counts.n_in += 1
                 problem = span_problem(spans, candidate.context)
                 if problem:
@@ -187,31 +205,59 @@ class SustainableQABuilder:
     def nonfactoids(self, passages: list[Passage], generator: StructuredGenerator, counts: StageCounts) -> list[Pair]:
         if not self.nonfactoid_per_passage:
             return []
-        asks = [Ask(p.id, self._prompt("nonfactoid", p, n=self.nonfactoid_per_passage), self._free_pairs(self.nonfactoid_per_passage))
-                for p in passages]
+        asks = [
+            Ask(
+                p.id,
+                self._prompt("nonfactoid", p, n=self.nonfactoid_per_passage),
+                self._free_pairs(self.nonfactoid_per_passage),
+            )
+            for p in passages
+        ]
         answers = _tolerant(generator, "nonfactoid", asks, counts)
         by_id = {p.id: p for p in passages}
-        return [Pair(f"{pid}/n{k}", pid, "non_factoid", raw["question"].strip(), raw["answer"].strip(), by_id[pid].text)
-                for pid, answer in answers.items() for k, raw in enumerate(answer["qa_pairs"])]
+        return [
+            Pair(f"{pid}/n{k}", pid, "non_factoid", raw["question"].strip(), raw["answer"].strip(), by_id[pid].text)
+            for pid, answer in answers.items()
+            for k, raw in enumerate(answer["qa_pairs"])
+        ]
 
-    def table_passages(self, tables: list[Passage], generator: StructuredGenerator, counts: StageCounts) -> dict[str, dict]:
+    def table_passages(
+        self, tables: list[Passage], generator: StructuredGenerator, counts: StageCounts
+    ) -> dict[str, dict]:
         """Each table's caption and plain-text passage, by table passage id (none when no table QA is asked for)."""
         if not self.table_per_passage:
             return {}
-        schema = object_schema(caption={"type": "string", "minLength": 1, "maxLength": 150},
-                               passage={"type": "string", "minLength": 20, "maxLength": self.max_passage_chars})
-        answers = _tolerant(generator, "table_passage", [Ask(t.id, self._prompt("table_passage", t), schema) for t in tables], counts)
+        schema = object_schema(
+            caption={"type": "string", "minLength": 1, "maxLength": 150},
+            passage={"type": "string", "minLength": 20, "maxLength": self.max_passage_chars},
+        )
+        answers = _tolerant(
+            generator, "table_passage", [Ask(t.id, self._prompt("table_passage", t), schema) for t in tables], counts
+        )
         return {i: {"caption": a["caption"].strip(), "passage": a["passage"].strip()} for i, a in answers.items()}
 
-    def table_pairs(self, tables: list[Passage], texts: dict[str, dict], generator: StructuredGenerator, counts: StageCounts) -> list[Pair]:
-        asks = [Ask(t.id, self._prompt("table_qa", replace(t, text=texts[t.id]["passage"]), n=self.table_per_passage),
-                    self._free_pairs(self.table_per_passage)) for t in tables if t.id in texts]
+    def table_pairs(
+        self, tables: list[Passage], texts: dict[str, dict], generator: StructuredGenerator, counts: StageCounts
+    ) -> list[Pair]:
+        asks = [
+            Ask(
+                t.id,
+                self._prompt("table_qa", replace(t, text=texts[t.id]["passage"]), n=self.table_per_passage),
+                self._free_pairs(self.table_per_passage),
+            )
+            for t in tables
+            if t.id in texts
+        ]
         answers = _tolerant(generator, "table_qa", asks, counts)
-        return [Pair(f"{tid}/t{k}", tid, "table", raw["question"].strip(), raw["answer"].strip(), table_context(texts[tid]))
-                for tid, answer in answers.items() for k, raw in enumerate(answer["qa_pairs"])]
+        return [
+            Pair(f"{tid}/t{k}", tid, "table", raw["question"].strip(), raw["answer"].strip(), table_context(texts[tid]))
+            for tid, answer in answers.items()
+            for k, raw in enumerate(answer["qa_pairs"])
+        ]
 
-    def judged(self, pairs: list[Pair], by_id: dict[str, Passage], judge: StructuredGenerator,
-               counts: StageCounts) -> tuple[list[Pair], list[tuple[Pair, str]]]:
+    def judged(
+        self, pairs: list[Pair], by_id: dict[str, Passage], judge: StructuredGenerator, counts: StageCounts
+    ) -> tuple[list[Pair], list[tuple[Pair, str]]]:
         """The pairs the judge passes, and those it fails with its problem (``unfaithful``/``irrelevant`` counted)."""
         verdicts = judge.ask("judge", [self._judge_ask(p, by_id[p.passage_id]) for p in pairs], counts)
         kept, failed = [], []
@@ -225,11 +271,22 @@ class SustainableQABuilder:
             else:
                 counts.n_out -= 1
                 counts.discarded[reason] += 1
-                failed.append((pair, f"{reason} (faithfulness {verdict['faithfulness']}, relevance {verdict['relevance']}): {verdict['problem']}"))
+                failed.append(
+                    (
+                        pair,
+                        f"{reason} (faithfulness {verdict['faithfulness']}, relevance {verdict['relevance']}): {verdict['problem']}",
+                    )
+                )
         return kept, failed
 
-    def repaired(self, failed: list[tuple[Pair, str]], by_id: dict[str, Passage], generator: StructuredGenerator,
-                 judge: StructuredGenerator, counts: StageCounts) -> list[Pair]:
+    def repaired(
+        self,
+        failed: list[tuple[Pair, str]],
+        by_id: dict[str, Passage],
+        generator: StructuredGenerator,
+        judge: StructuredGenerator,
+        counts: StageCounts,
+    ) -> list[Pair]:
         """Each failed pair rewritten once, span-checked (factoid) and judged again; the ones that pass."""
         asks = [self._repair_ask(pair, by_id[pair.passage_id], problem) for pair, problem in failed]
         answers = _tolerant(generator, "repair", asks, counts)
@@ -246,13 +303,21 @@ class SustainableQABuilder:
                     counts.discarded[problem[0]] += 1
                     generator.reject(Rejection(pair.id, "repair", *problem, json.dumps(answer, ensure_ascii=False)))
                     continue
-                new = replace(pair, question=answer["question"].strip(), answer=SPAN_JOIN.join(spans), spans=spans,
-                              label=pair.label if len(spans) > 1 else "Individual", repaired=True)
+                new = replace(
+                    pair,
+                    question=answer["question"].strip(),
+                    answer=SPAN_JOIN.join(spans),
+                    spans=spans,
+                    label=pair.label if len(spans) > 1 else "Individual",
+                    repaired=True,
+                )
             else:
                 new = replace(pair, question=answer["question"].strip(), answer=answer["answer"].strip(), repaired=True)
             rewritten.append(new)
         scratch = StageCounts()
-        verdicts = _tolerant(judge, "repair (judge)", [self._judge_ask(p, by_id[p.passage_id]) for p in rewritten], scratch)
+        verdicts = _tolerant(
+            judge, "repair (judge)", [self._judge_ask(p, by_id[p.passage_id]) for p in rewritten], scratch
+        )
         for reason, n in scratch.discarded.items():
             counts.discarded[f"judge_{reason}"] += n
         kept = []
@@ -265,8 +330,15 @@ class SustainableQABuilder:
             counts.n_out -= 1
             if verdict is not None:
                 counts.discarded[f"still_{reason}"] += 1
-                generator.reject(Rejection(pair.id, "repair", f"still_{reason}", verdict["problem"],
-                                           json.dumps({"question": pair.question, "answer": pair.answer}, ensure_ascii=False)))
+                generator.reject(
+                    Rejection(
+                        pair.id,
+                        "repair",
+                        f"still_{reason}",
+                        verdict["problem"],
+                        json.dumps({"question": pair.question, "answer": pair.answer}, ensure_ascii=False),
+                    )
+                )
         counts.n_repaired += len(kept)
         return kept
 
@@ -282,12 +354,16 @@ class SustainableQABuilder:
 
     def _prompt(self, stage: str, passage: Passage, **fields) -> str:
         pages = passage.page_span
-        return self.prompts[stage].format(doc=passage.doc_id, passage=passage.text[: self.max_passage_chars], pages=pages, **fields)
+        return self.prompts[stage].format(
+            doc=passage.doc_id, passage=passage.text[: self.max_passage_chars], pages=pages, **fields
+        )
 
     def _judge_ask(self, pair: Pair, passage: Passage) -> Ask:
         scores = {"type": "integer", "enum": [1, 2, 3, 4, 5]}
         # the reason first, then the scores it leads to (a judge that scores first explains a number it already gave)
-        schema = object_schema(problem={"type": "string", "minLength": 1, "maxLength": 120}, faithfulness=scores, relevance=scores)
+        schema = object_schema(
+            problem={"type": "string", "minLength": 1, "maxLength": 120}, faithfulness=scores, relevance=scores
+        )
         shown = replace(passage, text=pair.context)
         return Ask(pair.id, self._prompt("judge", shown, question=pair.question, answer=pair.answer), schema)
 
@@ -299,8 +375,13 @@ class SustainableQABuilder:
             schema = object_schema(question=self._question(), answer=self._answer())
             rule = self.prompts["free_rule"]
         shown = replace(passage, text=pair.context)
-        return Ask(pair.id, self._prompt("repair", shown, question=pair.question, answer=pair.answer, problem=problem,
-                                         answer_rule=rule), schema)
+        return Ask(
+            pair.id,
+            self._prompt(
+                "repair", shown, question=pair.question, answer=pair.answer, problem=problem, answer_rule=rule
+            ),
+            schema,
+        )
 
     def _free_pairs(self, n: int) -> dict:
         pair = object_schema(question=self._question(), answer=self._answer())
@@ -393,8 +474,13 @@ def split_sizes(n: int, shares: dict[str, float]) -> dict[str, int]:
     return sizes
 
 
-def dataset_records(pairs: list[Pair], by_id: dict[str, Passage], classes: dict[str, str], table_texts: dict[str, dict],
-                    reports: set[str]) -> dict:
+def dataset_records(
+    pairs: list[Pair],
+    by_id: dict[str, Passage],
+    classes: dict[str, str],
+    table_texts: dict[str, dict],
+    reports: set[str],
+) -> dict:
     """One split file's content: a chunk record per text passage with pairs, a table record per table with pairs."""
     grouped: dict[str, list[Pair]] = {}
     for pair in pairs:
@@ -416,9 +502,17 @@ def chunk_record(passage: Passage, category: str, pairs: list[Pair], number: int
     groups = [{"label": p.label, "spans": list(p.spans)} for p in factoids if len(p.spans) > 1]
     single = [p.spans[0] for p in factoids if len(p.spans) == 1]
     return {
-        "metadata": {"chunk_number": number, "page_number": passage.page_start, "titles": [], "subtitles": [],
-                     "paragraph": passage.text, "classification": category, "report_name": passage.doc_id,
-                     "passage_id": passage.id, "page_end": passage.page_end},
+        "metadata": {
+            "chunk_number": number,
+            "page_number": passage.page_start,
+            "titles": [],
+            "subtitles": [],
+            "paragraph": passage.text,
+            "classification": category,
+            "report_name": passage.doc_id,
+            "passage_id": passage.id,
+            "page_end": passage.page_end,
+        },
         "spans": {"groups": groups + ([{"label": "Individual", "spans": single}] if single else [])},
         "qa_pairs_factoid": {"qa_pairs": [_qa(p, category) for p in factoids]},
         "qa_pairs_non_factoid": {"qa_pairs": [_qa(p, category) for p in pairs if p.qtype == "non_factoid"]},
@@ -428,12 +522,24 @@ def chunk_record(passage: Passage, category: str, pairs: list[Pair], number: int
 def table_record(passage: Passage, category: str, text: dict, pairs: list[Pair]) -> dict:
     """A table with its caption, generated passage, Markdown and QA pairs."""
     return {
-        "metadata": {"page_number": passage.page_start, "table_caption": text["caption"], "paragraph": text["passage"],
-                     "classification": category, "report_name": passage.doc_id, "passage_id": passage.id,
-                     "table_markdown": passage.text},
+        "metadata": {
+            "page_number": passage.page_start,
+            "table_caption": text["caption"],
+            "paragraph": text["passage"],
+            "classification": category,
+            "report_name": passage.doc_id,
+            "passage_id": passage.id,
+            "table_markdown": passage.text,
+        },
         "qa_pairs": [{"question": p.question, "answer": p.answer, "repaired": p.repaired} for p in pairs],
     }
 
 
 def _qa(pair: Pair, category: str) -> dict:
-    return {"question": pair.question, "answer": pair.answer, "type": TYPES[pair.qtype], "tag": category, "repaired": pair.repaired}
+    return {
+        "question": pair.question,
+        "answer": pair.answer,
+        "type": TYPES[pair.qtype],
+        "tag": category,
+        "repaired": pair.repaired,
+    }

@@ -26,7 +26,13 @@ from esgexp.eval.numbers import Quantity, find_quantities, parse_quantity
 
 log = logging.getLogger(__name__)
 
-REASONS = ("unknown_document", "page_out_of_range", "evidence_not_found", "evidence_on_other_page", "number_not_in_evidence")
+REASONS = (
+    "unknown_document",
+    "page_out_of_range",
+    "evidence_not_found",
+    "evidence_on_other_page",
+    "number_not_in_evidence",
+)
 _TONNES = frozenset({"t", "tCO2e"})  # one family, as the ESGBench metric judges them
 _LEADING_NUMBER = re.compile(r"^[\s\d,.+\-\u2212]+")
 
@@ -49,7 +55,9 @@ class PageTexts:
     """Each document's normalised page texts by 0-based page index, from a corpus's page map."""
 
     def __init__(self, corpus: Corpus):
-        self.pages = {doc: {page.page_index: normal(page.text) for page in pages} for doc, pages in corpus.pages.items()}
+        self.pages = {
+            doc: {page.page_index: normal(page.text) for page in pages} for doc, pages in corpus.pages.items()
+        }
 
     def pages_with(self, doc: str, text: str, among: Iterable[int] | None = None) -> list[int]:
         """The 0-based indexes of the pages of ``doc`` (or of those ``among`` them) whose text holds ``text`` (normalised)."""
@@ -64,7 +72,9 @@ def verify_pair(pages: PageTexts, doc: str, answer: str, evidence: list[tuple[in
         return Verdict(False, "unknown_document", f"document {doc!r} is not in the corpus")
     for page, text in evidence:
         if page not in pages.pages[doc]:
-            return Verdict(False, "page_out_of_range", f"page {page} (0-based) is not in {doc!r} ({len(pages.pages[doc])} pages)")
+            return Verdict(
+                False, "page_out_of_range", f"page {page} (0-based) is not in {doc!r} ({len(pages.pages[doc])} pages)"
+            )
         found = pages.pages_with(doc, text)
         if page not in found:
             if found:
@@ -94,11 +104,23 @@ def audit(rows: list[tuple[int, dict]], corpus: Corpus) -> tuple[list[dict], Cou
     pages = PageTexts(corpus)
     verdicts, counts = [], Counter()
     for line, row in rows:
-        evidence = [(e.get("evidence_page_num"), e.get("evidence_text") or "") for e in row.get("evidence") or [] if isinstance(e, dict)]
+        evidence = [
+            (e.get("evidence_page_num"), e.get("evidence_text") or "")
+            for e in row.get("evidence") or []
+            if isinstance(e, dict)
+        ]
         verdict = verify_pair(pages, str(row.get("doc_name", "")).strip(), str(row.get("answer", "")), evidence)
         counts["kept" if verdict.kept else verdict.reason] += 1
-        verdicts.append({"line": line, "doc_name": row.get("doc_name"), "question": row.get("question"),
-                         "kept": verdict.kept, "reason": verdict.reason, "detail": verdict.detail})
+        verdicts.append(
+            {
+                "line": line,
+                "doc_name": row.get("doc_name"),
+                "question": row.get("question"),
+                "kept": verdict.kept,
+                "reason": verdict.reason,
+                "detail": verdict.detail,
+            }
+        )
     return verdicts, counts
 
 
@@ -114,9 +136,15 @@ def main_audit(dataset_path: str, corpus_path: str, out_dir: Path) -> dict:
     corpus = Corpus.load(corpus_path)
     verdicts, counts = audit(rows, corpus)
     write_atomic(out_dir / "verdicts.jsonl", "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in verdicts))
-    report = {"dataset": str(dataset_path), "corpus": str(corpus_path), "corpus_hash": corpus.hash, "n_rows": len(rows),
-              "n_skipped_lines": len(skipped), "n_kept": counts["kept"],
-              "rejected": {reason: counts[reason] for reason in REASONS if counts[reason]}}
+    report = {
+        "dataset": str(dataset_path),
+        "corpus": str(corpus_path),
+        "corpus_hash": corpus.hash,
+        "n_rows": len(rows),
+        "n_skipped_lines": len(skipped),
+        "n_kept": counts["kept"],
+        "rejected": {reason: counts[reason] for reason in REASONS if counts[reason]},
+    }
     write_json(out_dir / "verify_report.json", report)
     return report
 

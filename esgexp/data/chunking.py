@@ -61,7 +61,9 @@ class _Text:
                 continue
             start += len(chunk) - len(chunk.lstrip())
             end = start + len(text)
-            passages.append(Passage(f"{doc_id}#{len(passages)}", doc_id, text, self.page_at(start), self.page_at(end - 1)))
+            passages.append(
+                Passage(f"{doc_id}#{len(passages)}", doc_id, text, self.page_at(start), self.page_at(end - 1))
+            )
         return passages
 
 
@@ -156,7 +158,9 @@ class CharChunker(Chunker):
 
     def __post_init__(self):
         if not 0 <= self.min_chars < self.max_chars:
-            raise UserError(f"chunker {self.name}: need 0 <= min_chars < max_chars, got {self.min_chars} and {self.max_chars}")
+            raise UserError(
+                f"chunker {self.name}: need 0 <= min_chars < max_chars, got {self.min_chars} and {self.max_chars}"
+            )
 
     def spans(self, text: _Text) -> list[Span]:
         atoms, out, current = deque(text.page_spans()), [], None
@@ -198,7 +202,9 @@ class SentenceChunker(Chunker):
 
     def __post_init__(self):
         if not 0 <= self.overlap < self.chunk_words:
-            raise UserError(f"chunker {self.name}: need 0 <= overlap < chunk_words, got {self.overlap} and {self.chunk_words}")
+            raise UserError(
+                f"chunker {self.name}: need 0 <= overlap < chunk_words, got {self.overlap} and {self.chunk_words}"
+            )
 
     def spans(self, text: _Text) -> list[Span]:
         units = sentence_spans(text.text, (0, len(text.text)))

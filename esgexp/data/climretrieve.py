@@ -110,8 +110,11 @@ def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: 
         earlier = graded.get(passage_id)
         if earlier is not None and earlier[0] != grade:
             (low, low_row), (high, high_row) = sorted([earlier, (grade, number)])
-            note(skipped, f"{source} {low_row}: field 'relevance': grade {low} conflicts with grade {high} "
-                          f"in {high_row} for the same paragraph and question; kept {high}")
+            note(
+                skipped,
+                f"{source} {low_row}: field 'relevance': grade {low} conflicts with grade {high} "
+                f"in {high_row} for the same paragraph and question; kept {high}",
+            )
         graded[passage_id] = max(earlier or (grade, number), (grade, number))
 
     passages = [
@@ -126,10 +129,15 @@ def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: 
         numbers[doc_id] = numbers.get(doc_id, 0) + 1
         query_id = f"{doc_id}#q{numbers[doc_id]}"
         relevance = {pid: graded[pid][0] if pid in graded else 0 for pid in paragraphs[report].values()}
-        dataset.queries.append(RetrievalQuery(
-            id=query_id, text=question, relevance=relevance, doc_scope=doc_id,
-            meta={"report": report, "question": question},
-        ))
+        dataset.queries.append(
+            RetrievalQuery(
+                id=query_id,
+                text=question,
+                relevance=relevance,
+                doc_scope=doc_id,
+                meta={"report": report, "question": question},
+            )
+        )
         dataset.n_candidates[query_id] = len(relevance)
     if not dataset.queries:
         raise UserError(f"{source}: no usable row (rows skipped: {len(skipped)})")
@@ -250,27 +258,40 @@ def annotations_to_queries(
         first = group[0]
         doc_id = doc_ids.get(normalise(doc_id_for(document)))
         if doc_id is None:
-            note(dataset.skipped, f"{first.where}: document {document!r} is not in the corpus ({len(by_doc)} docs); "
-                                  f"question {first.question!r} skipped ({len(group)} annotation row(s))")
+            note(
+                dataset.skipped,
+                f"{first.where}: document {document!r} is not in the corpus ({len(by_doc)} docs); "
+                f"question {first.question!r} skipped ({len(group)} annotation row(s))",
+            )
             continue
         relevance: dict[str, int] = {}
         for annotation in group:
             hits = [passage for passage in by_doc[doc_id] if matches(annotation, passage)]
             if not hits:
-                note(dataset.skipped, f"{annotation.where}: field 'Relevant': no passage of {doc_id!r} holds the "
-                                      "annotated text; annotation unused")
+                note(
+                    dataset.skipped,
+                    f"{annotation.where}: field 'Relevant': no passage of {doc_id!r} holds the "
+                    "annotated text; annotation unused",
+                )
             for passage in hits:
                 relevance[passage.id] = max(relevance.get(passage.id, 0), annotation.relevance)
         if not relevance:
-            note(dataset.skipped, f"{first.where}: question {first.question!r} of {document!r} has no matching "
-                                  "passage; query skipped")
+            note(
+                dataset.skipped,
+                f"{first.where}: question {first.question!r} of {document!r} has no matching passage; query skipped",
+            )
             continue
         numbers[doc_id] = numbers.get(doc_id, 0) + 1
         query_id = f"{doc_id}#q{numbers[doc_id]}"
-        dataset.queries.append(RetrievalQuery(
-            id=query_id, text=first.question, relevance=relevance, doc_scope=doc_id,
-            meta={"document": document, "core": any(a.core for a in group), "sources": len(group)},
-        ))
+        dataset.queries.append(
+            RetrievalQuery(
+                id=query_id,
+                text=first.question,
+                relevance=relevance,
+                doc_scope=doc_id,
+                meta={"document": document, "core": any(a.core for a in group), "sources": len(group)},
+            )
+        )
         dataset.n_candidates[query_id] = len(by_doc[doc_id])
     return dataset
 
@@ -343,8 +364,9 @@ def query_texts(
     return texts
 
 
-def read_rows(path: str | Path, required: Sequence[str], what: str, encoding: str = "utf-8",
-              setting: str | None = SETTING) -> Rows:
+def read_rows(
+    path: str | Path, required: Sequence[str], what: str, encoding: str = "utf-8", setting: str | None = SETTING
+) -> Rows:
     """The located data rows of a CSV (in ``encoding``; ``setting`` names its key in a decoding error) or
     Excel (.xlsx, first sheet: the published ClimRetrieve files) file, every cell as text; a missing file
     or required column is a UserError."""

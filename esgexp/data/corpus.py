@@ -52,7 +52,11 @@ def read_document(path: Path) -> list[Page]:
 
 
 def ingest(
-    pdf_dir: Path | str, out_dir: Path | str, chunker: Chunker, progress: bool = True, tables: TableExtractor | None = None
+    pdf_dir: Path | str,
+    out_dir: Path | str,
+    chunker: Chunker,
+    progress: bool = True,
+    tables: TableExtractor | None = None,
 ) -> dict:
     """Read every PDF/Markdown/text file under ``pdf_dir``, chunk it, and write the corpus to ``out_dir``;
     with ``tables``, each PDF's tables become passages of kind ``table`` too.
@@ -96,13 +100,20 @@ def ingest(
             doc_tables = stored.tables.get(doc_id, [])
         else:
             doc_tables = _tables(tables, path, doc_id, entry)
-        documents[doc_id] = {**entry, "n_pages": len(doc_pages), "n_chunks": len(doc_passages), "n_tables": len(doc_tables)}
+        documents[doc_id] = {
+            **entry,
+            "n_pages": len(doc_pages),
+            "n_chunks": len(doc_passages),
+            "n_tables": len(doc_tables),
+        }
         pages += [(doc_id, page) for page in doc_pages]
         passages += doc_passages + [table.passage() for table in doc_tables]
         found_tables += doc_tables
     bar.close()
     if not pages:
-        raise UserError(f"no readable document in {pdf_dir}: " + "; ".join(f"{s['file']}: {s['reason']}" for s in skipped))
+        raise UserError(
+            f"no readable document in {pdf_dir}: " + "; ".join(f"{s['file']}: {s['reason']}" for s in skipped)
+        )
     report = {
         "pdf_dir": str(pdf_dir),
         "n_docs": sum("skipped" not in entry for entry in documents.values()),
@@ -175,7 +186,9 @@ def _open(path: Path, name: str, doc_id: str, documents: dict, stored: _Stored) 
         return {**entry, "skipped": str(error)}, [], False
 
 
-def _write(out_dir: Path, pages: list[tuple[str, Page]], passages: list[Passage], tables: list[Table], manifest: dict) -> None:
+def _write(
+    out_dir: Path, pages: list[tuple[str, Page]], passages: list[Passage], tables: list[Table], manifest: dict
+) -> None:
     """The data files first, the manifest last: a crash in between leaves a manifest that reuses nothing new."""
     page_records = ({"doc_id": d, "page": p.page, "page_index": p.page_index, "text": p.text} for d, p in pages)
     write_atomic(out_dir / "pages.jsonl", "".join(map(_line, page_records)))
@@ -234,8 +247,13 @@ def _tables_file(path: Path) -> list[Table]:
 class _Stored:
     """What an earlier ingest left in the corpus folder; unreadable leftovers count as nothing stored."""
 
-    def __init__(self, manifest: dict, pages: dict[str, list[Page]], passages: dict[str, list[Passage]],
-                 tables: dict[str, list[Table]]):
+    def __init__(
+        self,
+        manifest: dict,
+        pages: dict[str, list[Page]],
+        passages: dict[str, list[Passage]],
+        tables: dict[str, list[Table]],
+    ):
         self.manifest, self.pages, self.passages, self.tables = manifest, pages, passages, tables
 
     @classmethod
@@ -256,7 +274,12 @@ class _Stored:
             log.warning("%s: stored corpus unreadable (%s); every document is read again", out_dir, error)
             return cls({}, {}, {}, {})
         if manifest.get("reader") != reader_version():
-            log.info("%s was read by %s; every document is read again with %s", out_dir, manifest.get("reader"), reader_version())
+            log.info(
+                "%s was read by %s; every document is read again with %s",
+                out_dir,
+                manifest.get("reader"),
+                reader_version(),
+            )
             return cls({}, {}, {}, {})
         return cls(manifest, pages, passages, tables)
 

@@ -32,15 +32,31 @@ SOURCES = ("solar", "wind", "hydro", "biomass", "geothermal", "biogas")
 COMMITTEES = ("Sustainability Committee", "Audit and ESG Committee", "Risk Committee", "Supervisory Board")
 STANDARDS = ("GRI 305", "ESRS E1", "ESRS S1", "TCFD", "SASB", "ISSB S2", "CDP")
 SEGMENTS = (
-    "Nordic", "Baltic", "Iberian", "Alpine", "Benelux", "Central European", "Eastern European", "British",
-    "North American", "Latin American", "Asian", "African", "Middle Eastern", "Australian",
+    "Nordic",
+    "Baltic",
+    "Iberian",
+    "Alpine",
+    "Benelux",
+    "Central European",
+    "Eastern European",
+    "British",
+    "North American",
+    "Latin American",
+    "Asian",
+    "African",
+    "Middle Eastern",
+    "Australian",
 )
 TOPICS = ("climate change", "water use", "worker safety", "biodiversity", "circular materials", "supplier conduct")
 ACTIVITIES = (
-    ("Manufacture of cement", "3.7"), ("Electricity generation using solar photovoltaic technology", "4.1"),
-    ("Electricity generation from wind power", "4.3"), ("Construction of new buildings", "7.1"),
-    ("Renovation of existing buildings", "7.2"), ("Freight rail transport", "6.2"),
-    ("Manufacture of hydrogen", "3.10"), ("Data processing, hosting and related activities", "8.1"),
+    ("Manufacture of cement", "3.7"),
+    ("Electricity generation using solar photovoltaic technology", "4.1"),
+    ("Electricity generation from wind power", "4.3"),
+    ("Construction of new buildings", "7.1"),
+    ("Renovation of existing buildings", "7.2"),
+    ("Freight rail transport", "6.2"),
+    ("Manufacture of hydrogen", "3.10"),
+    ("Data processing, hosting and related activities", "8.1"),
 )
 
 
@@ -58,50 +74,82 @@ Fact = Callable[[random.Random, str, int], tuple[str, str, str, str]]
 
 def _emissions(rng, unit, year):
     tonnes = number(rng, 1_000, 900_000)
-    return (f"{unit} reported Scope 1 emissions of {tonnes} tonnes CO2e in {year}.",
-            f"What were the Scope 1 emissions of {unit} in {year}?", f"{tonnes} tonnes CO2e", "Individual")
+    return (
+        f"{unit} reported Scope 1 emissions of {tonnes} tonnes CO2e in {year}.",
+        f"What were the Scope 1 emissions of {unit} in {year}?",
+        f"{tonnes} tonnes CO2e",
+        "Individual",
+    )
 
 
 def _aligned(rng, unit, year):
     share, kpi = f"{rng.randint(1, 99)}%", rng.choice(("turnover", "CapEx", "OpEx"))
-    return (f"In {year}, {share} of the {kpi} of {unit} was taxonomy-aligned.",
-            f"What share of the {year} {kpi} of {unit} was taxonomy-aligned?", share, "Individual")
+    return (
+        f"In {year}, {share} of the {kpi} of {unit} was taxonomy-aligned.",
+        f"What share of the {year} {kpi} of {unit} was taxonomy-aligned?",
+        share,
+        "Individual",
+    )
 
 
 def _workforce(rng, unit, year):
     people = number(rng, 50, 90_000)
-    return (f"{unit} employed {people} people at the end of {year}.",
-            f"How many people did {unit} employ at the end of {year}?", people, "Individual")
+    return (
+        f"{unit} employed {people} people at the end of {year}.",
+        f"How many people did {unit} employ at the end of {year}?",
+        people,
+        "Individual",
+    )
 
 
 def _sources(rng, unit, year):
     picked = rng.sample(SOURCES, 3)
-    return (f"{unit} buys electricity from {picked[0]}, {picked[1]} and {picked[2]} plants.",
-            f"From which kinds of plants does {unit} buy electricity?", ", ".join(picked), "Electricity Sources")
+    return (
+        f"{unit} buys electricity from {picked[0]}, {picked[1]} and {picked[2]} plants.",
+        f"From which kinds of plants does {unit} buy electricity?",
+        ", ".join(picked),
+        "Electricity Sources",
+    )
 
 
 def _oversight(rng, unit, year):
     body = rng.choice(COMMITTEES)
-    return (f"Sustainability at {unit} is overseen by the {body}.",
-            f"Which body oversees sustainability at {unit}?", body, "Individual")
+    return (
+        f"Sustainability at {unit} is overseen by the {body}.",
+        f"Which body oversees sustainability at {unit}?",
+        body,
+        "Individual",
+    )
 
 
 def _net_zero(rng, unit, year):
     target = str(rng.randint(year + 5, 2050))
-    return (f"{unit} has committed to net zero across its value chain by {target}.",
-            f"By which year has {unit} committed to net zero across its value chain?", target, "Individual")
+    return (
+        f"{unit} has committed to net zero across its value chain by {target}.",
+        f"By which year has {unit} committed to net zero across its value chain?",
+        target,
+        "Individual",
+    )
 
 
 def _waste(rng, unit, year):
     tonnes = f"{number(rng, 10, 20_000)} tonnes"
-    return (f"Waste sent to landfill by {unit} fell to {tonnes} in {year}.",
-            f"How much waste did {unit} send to landfill in {year}?", tonnes, "Individual")
+    return (
+        f"Waste sent to landfill by {unit} fell to {tonnes} in {year}.",
+        f"How much waste did {unit} send to landfill in {year}?",
+        tonnes,
+        "Individual",
+    )
 
 
 def _standards(rng, unit, year):
     picked = rng.sample(STANDARDS, 2)
-    return (f"{unit} reports in line with {picked[0]} and {picked[1]}.",
-            f"Which reporting standards does {unit} follow?", ", ".join(picked), "Reporting Standards")
+    return (
+        f"{unit} reports in line with {picked[0]} and {picked[1]}.",
+        f"Which reporting standards does {unit} follow?",
+        ", ".join(picked),
+        "Reporting Standards",
+    )
 
 
 FACTS: tuple[Fact, ...] = (_emissions, _aligned, _workforce, _sources, _oversight, _net_zero, _waste, _standards)
@@ -126,13 +174,15 @@ def make_chunk(rng: random.Random, index: int) -> dict:
     for _ in range(NON_FACTOIDS_PER_CHUNK):
         topic = rng.choice(TOPICS)
         evidence = " ".join(rng.sample(sentences, 2))
-        non_factoids.append({
-            "question": f"How does {name} describe its approach to {topic} in the {year} report?",
-            "answer": f"{name} links its work on {topic} to measurable results. {evidence} "
-                      f"The report presents these figures as evidence that {topic} is managed at group level.",
-            "type": "Descriptive, non-factoid",
-            "tag": category,
-        })
+        non_factoids.append(
+            {
+                "question": f"How does {name} describe its approach to {topic} in the {year} report?",
+                "answer": f"{name} links its work on {topic} to measurable results. {evidence} "
+                f"The report presents these figures as evidence that {topic} is managed at group level.",
+                "type": "Descriptive, non-factoid",
+                "tag": category,
+            }
+        )
     return {
         "metadata": {
             "chunk_number": index + 1,
@@ -165,8 +215,10 @@ def make_table(rng: random.Random, index: int) -> dict:
         pairs += [
             (f"How much taxonomy-eligible {kpi} relates to {what}?", f"EUR {eligible} million"),
             (f"How much taxonomy-aligned {kpi} relates to {what}?", f"EUR {aligned} million"),
-            (f"How much eligible {kpi} of {what} is not aligned?",
-             f"EUR {eligible - aligned} million of the EUR {eligible} million eligible {kpi} is not aligned."),
+            (
+                f"How much eligible {kpi} of {what} is not aligned?",
+                f"EUR {eligible - aligned} million of the EUR {eligible} million eligible {kpi} is not aligned.",
+            ),
             (f"What share of the eligible {kpi} of {what} is aligned?", f"{100 * aligned / eligible:.1f}%"),
         ]
     pairs += [

@@ -108,5 +108,7 @@ def _extract(page, path: Path, number: int) -> str:
     try:
         return page.extract_text() or ""
     except Exception as error:  # a broken content stream: lose the page, not the document
-        log.warning("%s page %d: text extraction failed (%s: %s); page left empty", path, number, type(error).__name__, error)
+        log.warning(
+            "%s page %d: text extraction failed (%s: %s); page left empty", path, number, type(error).__name__, error
+        )
         return ""

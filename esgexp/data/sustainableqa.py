@@ -69,9 +69,7 @@ class SustainableQA:
         qtypes = (self.qtypes,) if isinstance(self.qtypes, str) else tuple(str(q) for q in self.qtypes)
         unknown = [q for q in qtypes if q not in QTYPES]
         if unknown or not qtypes:
-            raise UserError(
-                f"dataset.qtypes: {', '.join(unknown) or 'empty'} - choose from {', '.join(QTYPES)}"
-            )
+            raise UserError(f"dataset.qtypes: {', '.join(unknown) or 'empty'} - choose from {', '.join(QTYPES)}")
         return qtypes
 
 
@@ -113,7 +111,7 @@ def stream_records(path: Path, key: str, encoding: str = "utf-8") -> Iterator[tu
     parsed as bytes; another ``encoding`` is decoded and handed to ijson as UTF-8."""
     count = 0
     utf8 = codec(encoding) == "utf-8-sig"
-    with decoding(path, encoding), (path.open("rb") if utf8 else open_text(path, encoding)) as handle:
+    with decoding(path, encoding), path.open("rb") if utf8 else open_text(path, encoding) as handle:
         try:
             for count, record in enumerate(ijson.items(_bytes(handle, utf8), f"{key}.item", use_float=True), start=1):
                 yield count - 1, record
@@ -220,7 +218,9 @@ class _SplitReader:
         }
         if kind == "table":
             caption = metadata.get("table_caption")
-            meta["caption"] = valid_unicode(caption, f"{label}.table_caption").strip() if isinstance(caption, str) else None
+            meta["caption"] = (
+                valid_unicode(caption, f"{label}.table_caption").strip() if isinstance(caption, str) else None
+            )
             if meta["caption"]:
                 passage = f"{meta['caption']}\n{passage}"
         return (passage,), meta

@@ -50,8 +50,14 @@ class Table:
 
     @classmethod
     def from_record(cls, record: dict) -> Table:
-        return cls(record["id"], record["doc_id"], int(record["page"]), tuple(record["bbox"]), tuple(record["header"]),
-                   tuple(tuple(row) for row in record["rows"]))
+        return cls(
+            record["id"],
+            record["doc_id"],
+            int(record["page"]),
+            tuple(record["bbox"]),
+            tuple(record["header"]),
+            tuple(tuple(row) for row in record["rows"]),
+        )
 
 
 @dataclass
@@ -83,17 +89,24 @@ class TableExtractor:
         if self.strategy not in STRATEGIES:
             raise UserError(f"table_extractor.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
         if self.rule_gap < 0 or self.max_row_height <= 0:
-            raise UserError(f"table_extractor: need rule_gap >= 0 and max_row_height > 0, got {self.rule_gap} and {self.max_row_height}")
+            raise UserError(
+                f"table_extractor: need rule_gap >= 0 and max_row_height > 0, got {self.rule_gap} and {self.max_row_height}"
+            )
         if self.min_rows < 2 or self.min_cols < 1:
-            raise UserError(f"table_extractor: need min_rows >= 2 (a header and a row) and min_cols >= 1, "
-                            f"got {self.min_rows} and {self.min_cols}")
+            raise UserError(
+                f"table_extractor: need min_rows >= 2 (a header and a row) and min_cols >= 1, "
+                f"got {self.min_rows} and {self.min_cols}"
+            )
 
     def config(self) -> dict:
         """The settings, as recorded in the corpus manifest (a change extracts the tables again)."""
         from importlib.metadata import version
 
-        return {"_target_": f"{type(self).__module__}.{type(self).__qualname__}", **asdict(self),
-                "pdfplumber": version("pdfplumber")}
+        return {
+            "_target_": f"{type(self).__module__}.{type(self).__qualname__}",
+            **asdict(self),
+            "pdfplumber": version("pdfplumber"),
+        }
 
     def extract(self, path: Path, doc_id: str, pages: Sequence[int] | None = None) -> list[Table]:
         """The tables of one PDF (of its 1-based ``pages``; all when None) in page order, ids
@@ -119,8 +132,13 @@ class TableExtractor:
                     extra = self._rule_borders(page) if self.strategy == "rules" else {}
                     found += [(number, t.bbox, t.extract()) for t in page.find_tables({**settings, **extra})]
                 except Exception as error:
-                    log.warning("%s page %d: table extraction failed (%s: %s); no tables kept from it",
-                                path, number, type(error).__name__, error)
+                    log.warning(
+                        "%s page %d: table extraction failed (%s: %s); no tables kept from it",
+                        path,
+                        number,
+                        type(error).__name__,
+                        error,
+                    )
                 finally:
                     page.close()
         return found
@@ -131,8 +149,16 @@ class TableExtractor:
         for number, bbox, cells in found:
             grid = self._grid(cells)
             if grid:
-                tables.append(Table(f"{doc_id}#t{len(tables)}", doc_id, number, tuple(round(v, 1) for v in bbox),
-                                    grid[0], tuple(grid[1:])))
+                tables.append(
+                    Table(
+                        f"{doc_id}#t{len(tables)}",
+                        doc_id,
+                        number,
+                        tuple(round(v, 1) for v in bbox),
+                        grid[0],
+                        tuple(grid[1:]),
+                    )
+                )
         return tables
 
     def _rule_borders(self, page) -> dict:
@@ -151,15 +177,20 @@ class TableExtractor:
             if len(ys) < 2:
                 continue
             borders = _clusters(sorted(x for rule in group for x in (rule["x0"], rule["x1"])), self.rule_gap)
-            framed = any(abs(e["x0"] - borders[0]) <= self.rule_gap and e["top"] <= ys[0] + 1 and e["bottom"] >= ys[1] - 1
-                         for e in drawn)
+            framed = any(
+                abs(e["x0"] - borders[0]) <= self.rule_gap and e["top"] <= ys[0] + 1 and e["bottom"] >= ys[1] - 1
+                for e in drawn
+            )
             if framed:  # a drawn grid: the lines strategy reads it as drawn
                 continue
             top = max(ys[0] - statistics.median(b - a for a, b in zip(ys, ys[1:])), 0.0)
             vertical += [_line(x, top, x, ys[-1]) for x in borders]
             horizontal.append(_line(borders[0], top, borders[-1], top))
-        return {"explicit_vertical_lines": vertical, "explicit_horizontal_lines": horizontal,
-                "join_x_tolerance": self.rule_gap}
+        return {
+            "explicit_vertical_lines": vertical,
+            "explicit_horizontal_lines": horizontal,
+            "join_x_tolerance": self.rule_gap,
+        }
 
     def _grid(self, cells: list[list[str | None]]) -> list[tuple[str, ...]] | None:
         """Cleaned cells without empty rows and columns, or None when too small to be a table."""
@@ -186,4 +217,12 @@ def _clusters(values: list[float], gap: float) -> list[float]:
 
 def _line(x0: float, top: float, x1: float, bottom: float) -> dict:
     """A line object as pdfplumber's explicit table lines take it (page coordinates from the top left)."""
-    return {"object_type": "line", "x0": x0, "x1": x1, "top": top, "bottom": bottom, "width": x1 - x0, "height": bottom - top}
+    return {
+        "object_type": "line",
+        "x0": x0,
+        "x1": x1,
+        "top": top,
+        "bottom": bottom,
+        "width": x1 - x0,
+        "height": bottom - top,
+    }

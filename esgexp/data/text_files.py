@@ -52,7 +52,7 @@ def decoding_problem(path: str | Path, encoding: str = "utf-8", setting: str | N
             except UnicodeDecodeError as error:
                 start = max(error.start, 0)
                 column = len(line[:start].decode(codec(encoding), errors="replace")) + 1
-                bad = " ".join(f"0x{byte:02x}" for byte in line[start:max(error.end, start + 1)])
+                bad = " ".join(f"0x{byte:02x}" for byte in line[start : max(error.end, start + 1)])
                 return f"line {number}, column {column}: byte {bad} is not valid {encoding} ({error.reason}); {_todo(setting)}"
     return f"not valid {encoding} text; {_todo(setting)}"
 
@@ -102,6 +102,8 @@ def valid_unicode(value: str, field: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise ValueError(f"field '{field}': not valid Unicode (lone surrogate U+{ord(value[error.start]):04X} "
-                         f"at character {error.start + 1})") from None
+        raise ValueError(
+            f"field '{field}': not valid Unicode (lone surrogate U+{ord(value[error.start]):04X} "
+            f"at character {error.start + 1})"
+        ) from None
     return value

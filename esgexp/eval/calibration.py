@@ -36,13 +36,15 @@ def calibration_bins(confidences: Sequence[float], correct: Sequence[bool], n_bi
     bins = []
     for b, inside in enumerate(members):
         count = len(inside)
-        bins.append({
-            "low": b / n_bins,
-            "high": (b + 1) / n_bins,
-            "confidence": sum(confidences[i] for i in inside) / count if count else None,
-            "accuracy": sum(bool(correct[i]) for i in inside) / count if count else None,
-            "count": count,
-        })
+        bins.append(
+            {
+                "low": b / n_bins,
+                "high": (b + 1) / n_bins,
+                "confidence": sum(confidences[i] for i in inside) / count if count else None,
+                "accuracy": sum(bool(correct[i]) for i in inside) / count if count else None,
+                "count": count,
+            }
+        )
     return bins
 
 
@@ -55,14 +57,20 @@ def expected_calibration_error(bins: Sequence[dict]) -> float:
 def brier_score(probabilities: Sequence[dict[str, float]], golds: Sequence[str]) -> float:
     """Multi-class Brier score over the offered letters: the mean over answers of
     sum_L (p_L - [L is gold])^2, from 0 (certain and right) to 2 (certain and wrong)."""
-    return sum(sum((p - (letter == gold)) ** 2 for letter, p in probs.items()) for probs, gold in zip(probabilities, golds)) / len(golds)
+    return sum(
+        sum((p - (letter == gold)) ** 2 for letter, p in probs.items()) for probs, gold in zip(probabilities, golds)
+    ) / len(golds)
 
 
 def accuracy_above(confidences: Sequence[float], correct: Sequence[bool], threshold: float) -> dict:
     """Answer only when confidence >= ``threshold``, abstain otherwise: ``coverage`` (share answered)
     and ``accuracy`` of the answered ones (None when none is)."""
     kept = [ok for c, ok in zip(confidences, correct) if c >= threshold]
-    return {"threshold": threshold, "coverage": len(kept) / len(confidences), "accuracy": sum(kept) / len(kept) if kept else None}
+    return {
+        "threshold": threshold,
+        "coverage": len(kept) / len(confidences),
+        "accuracy": sum(kept) / len(kept) if kept else None,
+    }
 
 
 def coverage_threshold(confidences: Sequence[float], coverage: float) -> float:

@@ -63,7 +63,9 @@ def circular_metrics(records: Sequence[dict]) -> dict[str, float]:
         raise ValueError(f"{len(incomplete)} question(s) lack some of the {ROTATIONS} rotations, e.g. {incomplete[:3]}")
     metrics = {
         "circular/n_questions": len(by_question),
-        "circular/accuracy": sum(all(a.values()) for a in by_question.values()) / len(by_question) if by_question else math.nan,
+        "circular/accuracy": sum(all(a.values()) for a in by_question.values()) / len(by_question)
+        if by_question
+        else math.nan,
     }
     for k in sorted(by_rotation):
         metrics[f"circular/rotation_{k}/accuracy"] = sum(by_rotation[k]) / len(by_rotation[k])
@@ -95,4 +97,3 @@ def position_bias(records: Sequence[dict], letters: str = ANSWER_LETTERS) -> dic
         mean = sum(recalls) / len(recalls)
         metrics["position_bias/rstd"] = math.sqrt(sum((r - mean) ** 2 for r in recalls) / len(recalls))
     return metrics
-

@@ -8,7 +8,9 @@ from collections.abc import Collection, Mapping, Sequence
 from esgexp.errors import UserError
 
 
-def page_recall_at_k(retrieved_pages: Sequence[Sequence[int]], gold_pages: Sequence[Collection[int]], k: int) -> list[float]:
+def page_recall_at_k(
+    retrieved_pages: Sequence[Sequence[int]], gold_pages: Sequence[Collection[int]], k: int
+) -> list[float]:
     """Per item 1.0 when a gold page is among the first ``k`` retrieved pages, else 0.0.
 
     Pages are compared as given (ESGBench uses 0-based page indexes on both sides)."""
@@ -17,21 +19,28 @@ def page_recall_at_k(retrieved_pages: Sequence[Sequence[int]], gold_pages: Seque
     return [1.0 if set(pages[:k]) & set(gold) else 0.0 for pages, gold in zip(retrieved_pages, gold_pages)]
 
 
-def _check_inputs(rankings: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], ks: Sequence[int], threshold: int) -> None:
+def _check_inputs(
+    rankings: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], ks: Sequence[int], threshold: int
+) -> None:
     if threshold not in (1, 2, 3):
         raise UserError(f"retrieval metrics: threshold must be 1, 2 or 3, got {threshold!r}")
     if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
         raise UserError(f"retrieval metrics: ks must be positive integers, got {list(ks)!r}")
     if set(rankings) != set(qrels):
         missing = sorted(set(qrels) - set(rankings))[:3] or sorted(set(rankings) - set(qrels))[:3]
-        raise UserError(f"retrieval metrics: rankings and qrels must cover the same queries; e.g. {missing} is in only one")
+        raise UserError(
+            f"retrieval metrics: rankings and qrels must cover the same queries; e.g. {missing} is in only one"
+        )
     for qid, ranking in rankings.items():
         if len(set(ranking)) != len(ranking):
             raise UserError(f"retrieval metrics: the ranking of query {qid!r} lists a passage more than once")
 
 
 def per_query_metrics(
-    rankings: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], ks: Sequence[int] = (5, 10, 15), threshold: int = 2
+    rankings: Mapping[str, Sequence[str]],
+    qrels: Mapping[str, Mapping[str, int]],
+    ks: Sequence[int] = (5, 10, 15),
+    threshold: int = 2,
 ) -> dict[str, dict[str, float]]:
     """Per query: ``n_relevant``, ``rr`` (reciprocal rank of the first relevant passage in the whole
     ranking, 0 when none) and for each K ``retrieved@K``, ``tp@K``, ``recall@K``, ``precision@K``,
@@ -58,14 +67,16 @@ def per_query_metrics(
             recall = tp / len(gains) if gains else nan
             dcg = sum(gains.get(pid, 0) / math.log2(rank + 1) for rank, pid in enumerate(top, start=1))
             idcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal[:k], start=1))
-            values.update({
-                f"retrieved@{k}": len(top),
-                f"tp@{k}": tp,
-                f"recall@{k}": recall,
-                f"precision@{k}": precision,
-                f"f1@{k}": _f1(precision, recall) if gains else nan,
-                f"ndcg@{k}": dcg / idcg if gains else nan,
-            })
+            values.update(
+                {
+                    f"retrieved@{k}": len(top),
+                    f"tp@{k}": tp,
+                    f"recall@{k}": recall,
+                    f"precision@{k}": precision,
+                    f"f1@{k}": _f1(precision, recall) if gains else nan,
+                    f"ndcg@{k}": dcg / idcg if gains else nan,
+                }
+            )
         out[qid] = values
     return out
 
@@ -101,7 +112,9 @@ def retrieval_metrics(
     for qid, values in per_query.items():
         n, least = n_candidates.get(qid), max(1, values["n_relevant"], len(rankings[qid]))
         if n is None or n < least:
-            raise UserError(f"retrieval metrics: query {qid!r} needs n_candidates >= {least} (its relevant and ranked passages), got {n!r}")
+            raise UserError(
+                f"retrieval metrics: query {qid!r} needs n_candidates >= {least} (its relevant and ranked passages), got {n!r}"
+            )
     with_relevant = [v for v in per_query.values() if v["n_relevant"]]
     relevant = sum(v["n_relevant"] for v in per_query.values())
     summary: dict[str, float] = {
@@ -117,7 +130,13 @@ def retrieval_metrics(
         for prefix, hits, count in (("", tp, retrieved), ("random/", expected_tp, expected_retrieved)):
             precision = _ratio(hits, count)
             recall = _ratio(hits, relevant)
-            summary.update({f"{prefix}recall@{k}": recall, f"{prefix}precision@{k}": precision, f"{prefix}f1@{k}": _f1(precision, recall)})
+            summary.update(
+                {
+                    f"{prefix}recall@{k}": recall,
+                    f"{prefix}precision@{k}": precision,
+                    f"{prefix}f1@{k}": _f1(precision, recall),
+                }
+            )
         for name in ("recall", "precision", "f1"):
             summary[f"macro/{name}@{k}"] = _mean([v[f"{name}@{k}"] for v in with_relevant])
         summary[f"ndcg@{k}"] = _mean([v[f"ndcg@{k}"] for v in with_relevant])

@@ -40,7 +40,10 @@ class RougeL:
         from rouge_score.rouge_scorer import RougeScorer
 
         scorer = RougeScorer(["rougeL"], use_stemmer=True)
-        values = [scorer.score_multi(list(refs), prediction)["rougeL"].fmeasure for prediction, refs in zip(predictions, references)]
+        values = [
+            scorer.score_multi(list(refs), prediction)["rougeL"].fmeasure
+            for prediction, refs in zip(predictions, references)
+        ]
         return _mean_result("rougeL", values)
 
 
@@ -54,15 +57,20 @@ class Bleu:
         from sacrebleu.metrics import BLEU
 
         sentence = BLEU(effective_order=True)
-        per_item = [{"bleu": sentence.sentence_score(prediction, list(refs)).score} for prediction, refs in zip(predictions, references)]
+        per_item = [
+            {"bleu": sentence.sentence_score(prediction, list(refs)).score}
+            for prediction, refs in zip(predictions, references)
+        ]
         # sacrebleu wants one stream per reference position; None pads items with fewer references.
         width = max(len(refs) for refs in references)
         streams = [[refs[k] if k < len(refs) else None for refs in references] for k in range(width)]
         corpus = BLEU()
         summary = {"bleu": corpus.corpus_score(predictions, streams).score}
         # sacrebleu's own per-sentence counts, which its significance tests resample the same way.
-        counts = CorpusStatistic(corpus._extract_corpus_statistics(predictions, streams),
-                                 lambda sums: corpus._compute_score_from_stats([int(v) for v in sums]).score)
+        counts = CorpusStatistic(
+            corpus._extract_corpus_statistics(predictions, streams),
+            lambda sums: corpus._compute_score_from_stats([int(v) for v in sums]).score,
+        )
         info = {"bleu_signature": str(corpus.get_signature())}
         return MetricResult(per_item=per_item, summary=summary, info=info, corpus={"bleu": counts})
 
@@ -107,7 +115,9 @@ class Meteor:
             key, (wordnet, source) = "meteor", found
         stemmer = PorterStemmer()
         values = [
-            meteor_score([_TOKEN.findall(ref) for ref in refs], _TOKEN.findall(prediction), stemmer=stemmer, wordnet=wordnet)
+            meteor_score(
+                [_TOKEN.findall(ref) for ref in refs], _TOKEN.findall(prediction), stemmer=stemmer, wordnet=wordnet
+            )
             for prediction, refs in zip(predictions, references)
         ]
         return _mean_result(key, values, {"meteor_wordnet": source})
@@ -129,7 +139,9 @@ class BERTScore:
 
     name = "bertscore"
 
-    def __init__(self, model_path: str | None = None, num_layers: int = 6, batch_size: int = 64, device: str | None = None):
+    def __init__(
+        self, model_path: str | None = None, num_layers: int = 6, batch_size: int = 64, device: str | None = None
+    ):
         if num_layers < 1 or batch_size < 1:
             raise UserError(f"BERTScore: num_layers ({num_layers}) and batch_size ({batch_size}) must be at least 1")
         self.model_path = str(model_path) if model_path else None
@@ -152,7 +164,11 @@ class BERTScore:
 
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
             self._scorer = BERTScorer(
-                model_type=path, num_layers=self.num_layers, batch_size=self.batch_size, device=device, use_fast_tokenizer=True
+                model_type=path,
+                num_layers=self.num_layers,
+                batch_size=self.batch_size,
+                device=device,
+                use_fast_tokenizer=True,
             )
             self.model_path = path
         return self._scorer
@@ -164,8 +180,14 @@ class BERTScore:
         scored = [i for i, (prediction, group) in enumerate(zip(predictions, groups)) if prediction.strip() and group]
         values = [0.0] * len(predictions)
         if scored:
-            _, _, f1 = scorer.score([predictions[i] for i in scored], [groups[i] for i in scored], batch_size=self.batch_size)
+            _, _, f1 = scorer.score(
+                [predictions[i] for i in scored], [groups[i] for i in scored], batch_size=self.batch_size
+            )
             for i, value in zip(scored, f1.tolist()):
                 values[i] = value
-        info = {"bertscore_model": self.model_path, "bertscore_num_layers": str(self.num_layers), "bertscore_device": scorer.device}
+        info = {
+            "bertscore_model": self.model_path,
+            "bertscore_num_layers": str(self.num_layers),
+            "bertscore_device": scorer.device,
+        }
         return _mean_result("bertscore_f1", values, info)

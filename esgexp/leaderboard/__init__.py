@@ -49,7 +49,9 @@ def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
     return rows_of(*collect(tracking_uri, latest_only))
 
 
-def export(tracking_uri: str, out_dir: Path, latest_only: bool = True, formats=("csv", "md"), alpha: float = 0.05) -> str:
+def export(
+    tracking_uri: str, out_dir: Path, latest_only: bool = True, formats=("csv", "md"), alpha: float = 0.05
+) -> str:
     """Write the chosen ``formats`` (csv, md, html) into ``out_dir``; return the Markdown table."""
     from esgexp.leaderboard.table import to_csv, to_markdown
 

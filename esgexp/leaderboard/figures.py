@@ -36,14 +36,25 @@ def question_heatmap(matrix: QuestionMatrix, title: str):
     hover text is put together in the page from the matrix (see assets.PAGE_JS), each question once."""
     import plotly.graph_objects as go
 
-    figure = go.Figure(go.Heatmap(
-        z=matrix.correct, x=list(range(len(matrix.ids))), y=matrix.models, zmin=0, zmax=1,
-        colorscale=[[0, "#d6604d"], [0.5, "#d6604d"], [0.5, "#4dac26"], [1, "#4dac26"]], showscale=False,
-        hovertemplate="%{text}<extra></extra>", xgap=0, ygap=1,
-    ))
+    figure = go.Figure(
+        go.Heatmap(
+            z=matrix.correct,
+            x=list(range(len(matrix.ids))),
+            y=matrix.models,
+            zmin=0,
+            zmax=1,
+            colorscale=[[0, "#d6604d"], [0.5, "#d6604d"], [0.5, "#4dac26"], [1, "#4dac26"]],
+            showscale=False,
+            hovertemplate="%{text}<extra></extra>",
+            xgap=0,
+            ygap=1,
+        )
+    )
     figure.update_layout(**{**LAYOUT, "height": 150 + 20 * len(matrix.models)}, title=title)
-    figure.update_xaxes(title="questions, easiest first (by the share of models that miss it); green right, red wrong",
-                        showticklabels=False)
+    figure.update_xaxes(
+        title="questions, easiest first (by the share of models that miss it); green right, red wrong",
+        showticklabels=False,
+    )
     figure.update_yaxes(autorange="reversed", automargin=True)
     return figure
 
@@ -58,8 +69,18 @@ def framework_heatmap(runs: list[Run], title: str):
         return None
     names = [label(run) for run in runs]
     z = [[value(run, f"accuracy/framework/{name}") for name in frameworks] for run in runs]
-    figure = go.Figure(go.Heatmap(z=z, x=frameworks, y=names, zmin=0, zmax=1, colorscale="Viridis",
-                                  hovertemplate="%{y}<br>%{x}: %{z:.3f}<extra></extra>", colorbar=dict(title="accuracy")))
+    figure = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=frameworks,
+            y=names,
+            zmin=0,
+            zmax=1,
+            colorscale="Viridis",
+            hovertemplate="%{y}<br>%{x}: %{z:.3f}<extra></extra>",
+            colorbar=dict(title="accuracy"),
+        )
+    )
     figure.update_layout(**{**LAYOUT, "height": max(300, 150 + 22 * len(runs))}, title=title)
     figure.update_yaxes(autorange="reversed", automargin=True)
     return figure
@@ -79,7 +100,10 @@ def size_accuracy(runs: list[Run], title: str):
     if not points:
         return None
     figure = go.Figure()
-    base = {(r.tags.get("model"), r.tags.get("scoring"), r.tags.get("backend")): (s, a) for s, a, r in points.get("zero_shot", [])}
+    base = {
+        (r.tags.get("model"), r.tags.get("scoring"), r.tags.get("backend")): (s, a)
+        for s, a, r in points.get("zero_shot", [])
+    }
     xs, ys = [], []
     for strategy, found in points.items():
         if strategy == "zero_shot":
@@ -90,17 +114,37 @@ def size_accuracy(runs: list[Run], title: str):
                 xs += [start[0], size, None]
                 ys += [start[1], accuracy, None]
     if xs:
-        figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="zero-shot → context/RAG",
-                                    line=dict(color="#999", width=1), hoverinfo="skip"))
+        figure.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                name="zero-shot → context/RAG",
+                line=dict(color="#999", width=1),
+                hoverinfo="skip",
+            )
+        )
     for strategy, found in sorted(points.items()):
         bars = [error_bars(r, ["accuracy"]) for _, _, r in found]
-        figure.add_trace(go.Scatter(
-            x=[s for s, _, _ in found], y=[a for _, a, _ in found], mode="markers", name=strategy,
-            error_y=None if None in bars else dict(type="data", symmetric=False, array=[b["array"][0] for b in bars],
-                                                   arrayminus=[b["arrayminus"][0] for b in bars], thickness=1),
-            text=[r.tags.get("model", "") for _, _, r in found],
-            hovertemplate="%{text}<br>size %{x} B<br>accuracy %{y:.3f}<extra>" + strategy + "</extra>",
-        ))
+        figure.add_trace(
+            go.Scatter(
+                x=[s for s, _, _ in found],
+                y=[a for _, a, _ in found],
+                mode="markers",
+                name=strategy,
+                error_y=None
+                if None in bars
+                else dict(
+                    type="data",
+                    symmetric=False,
+                    array=[b["array"][0] for b in bars],
+                    arrayminus=[b["arrayminus"][0] for b in bars],
+                    thickness=1,
+                ),
+                text=[r.tags.get("model", "") for _, _, r in found],
+                hovertemplate="%{text}<br>size %{x} B<br>accuracy %{y:.3f}<extra>" + strategy + "</extra>",
+            )
+        )
     figure.update_layout(**LAYOUT, title=title)
     figure.update_xaxes(type="log", title="model size (billion parameters)")
     figure.update_yaxes(title="accuracy", range=[0, 1])
@@ -115,8 +159,12 @@ def error_bars(run: Run, names: list[str]) -> dict | None:
     if all(low is None for low in lows):
         return None
     points = [value(run, name) for name in names]
-    return dict(type="data", symmetric=False, array=[h - v if h is not None else 0 for h, v in zip(highs, points)],
-                arrayminus=[v - lo if lo is not None else 0 for lo, v in zip(lows, points)])
+    return dict(
+        type="data",
+        symmetric=False,
+        array=[h - v if h is not None else 0 for h, v in zip(highs, points)],
+        arrayminus=[v - lo if lo is not None else 0 for lo, v in zip(lows, points)],
+    )
 
 
 def grouped_bars(runs: list[Run], keys: dict[str, str], title: str, y_title: str):
@@ -128,8 +176,14 @@ def grouped_bars(runs: list[Run], keys: dict[str, str], title: str, y_title: str
     for run in runs:
         shown = [name for name in keys if value(run, name) is not None]
         if shown:
-            figure.add_trace(go.Bar(x=[keys[name] for name in shown], y=[value(run, name) for name in shown], name=label(run),
-                                    error_y=error_bars(run, shown)))
+            figure.add_trace(
+                go.Bar(
+                    x=[keys[name] for name in shown],
+                    y=[value(run, name) for name in shown],
+                    name=label(run),
+                    error_y=error_bars(run, shown),
+                )
+            )
     if not figure.data:
         return None
     figure.update_layout(**LAYOUT, title=title, barmode="group", showlegend=True)
@@ -147,7 +201,9 @@ def qa_by_type(runs: list[Run], title: str):
 def qa_by_spans(runs: list[Run], title: str):
     """Factoid F1 by number of gold spans (``<qtype>/by_spans/<bucket>/f1``)."""
     pattern = re.compile(r"^([a-z_]+)/by_spans/([^/]+)/f1$")
-    keys = sorted({k for run in runs for k in run.metrics if pattern.match(k)}, key=lambda k: (k.split("/")[0], k.split("/")[2]))
+    keys = sorted(
+        {k for run in runs for k in run.metrics if pattern.match(k)}, key=lambda k: (k.split("/")[0], k.split("/")[2])
+    )
     return grouped_bars(runs, {k: f"{k.split('/')[0]}: {k.split('/')[2]} span(s)" for k in keys}, title, "F1")
 
 
@@ -160,8 +216,15 @@ def recall_curves(runs: list[Run], title: str):
         ks = sorted(int(m.group(1)) for k in run.metrics if (m := re.fullmatch(r"recall_at_(\d+)", k)))
         if ks:
             names = [f"recall_at_{k}" for k in ks]
-            figure.add_trace(go.Scatter(x=ks, y=[run.metrics[n] for n in names], mode="lines+markers", name=label(run),
-                                        error_y=error_bars(run, names)))
+            figure.add_trace(
+                go.Scatter(
+                    x=ks,
+                    y=[run.metrics[n] for n in names],
+                    mode="lines+markers",
+                    name=label(run),
+                    error_y=error_bars(run, names),
+                )
+            )
     if not figure.data:
         return None
     figure.update_layout(**LAYOUT, title=title, showlegend=True)
@@ -193,15 +256,35 @@ def calibration(runs: list[Run], title: str):
         data = json.loads(path.read_text(encoding="utf-8"))
         bins = [b for b in data.get("bins", []) if b.get("count")]
         group = dict(legendgroup=run.run_id, name=label(run))
-        figure.add_trace(go.Scatter(x=[b["confidence"] for b in bins], y=[b["accuracy"] for b in bins], mode="lines+markers",
-                                    text=[f"{b['count']} answers" for b in bins], **group), row=1, col=1)
+        figure.add_trace(
+            go.Scatter(
+                x=[b["confidence"] for b in bins],
+                y=[b["accuracy"] for b in bins],
+                mode="lines+markers",
+                text=[f"{b['count']} answers" for b in bins],
+                **group,
+            ),
+            row=1,
+            col=1,
+        )
         coverage = data.get("coverage", [])
-        figure.add_trace(go.Scatter(x=[c["coverage"] for c in coverage], y=[c["accuracy"] for c in coverage], mode="lines",
-                                    text=[f"threshold {c['threshold']}" for c in coverage], showlegend=False, **group),
-                         row=1, col=2)
+        figure.add_trace(
+            go.Scatter(
+                x=[c["coverage"] for c in coverage],
+                y=[c["accuracy"] for c in coverage],
+                mode="lines",
+                text=[f"threshold {c['threshold']}" for c in coverage],
+                showlegend=False,
+                **group,
+            ),
+            row=1,
+            col=2,
+        )
     if not figure.data:
         return None
-    figure.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="perfect"), row=1, col=1)
+    figure.add_trace(
+        go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="perfect"), row=1, col=1
+    )
     figure.update_layout(**LAYOUT, title=title)
     figure.update_xaxes(title="confidence", range=[0, 1], row=1, col=1)
     figure.update_xaxes(title="coverage (share answered)", range=[0, 1], row=1, col=2)

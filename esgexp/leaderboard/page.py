@@ -25,7 +25,11 @@ def number(value, digits: int = 3) -> str:
 
 
 def cell(text: str, sort=None, css: str = "", title: str = "") -> str:
-    attributes = "".join(f' {name}="{escape(str(v))}"' for name, v in (("data-sort", sort), ("class", css), ("title", title)) if v not in (None, ""))
+    attributes = "".join(
+        f' {name}="{escape(str(v))}"'
+        for name, v in (("data-sort", sort), ("class", css), ("title", title))
+        if v not in (None, "")
+    )
     return f"<td{attributes}>{text}</td>"
 
 
@@ -60,30 +64,52 @@ def board_table(table_id: str, runs: list[Run], marks: dict[str, Mark]) -> str:
     """A sortable, filterable table of one (dataset, task) group; a column no run fills is left out."""
     declared = {found[0] for found in map(headline, runs) if found}
     one = next(iter(declared)) if len(declared) == 1 else None  # runs of one group may declare different ones
-    heads = ["model", "family", "size (B)", "fine-tuned from", "strategy", "scoring", "backend", "retriever", "query",
-             "n", f"{one or 'headline'} ± 95% CI", "invalid rate", "baselines", "not worse than best", "run"]
+    heads = [
+        "model",
+        "family",
+        "size (B)",
+        "fine-tuned from",
+        "strategy",
+        "scoring",
+        "backend",
+        "retriever",
+        "query",
+        "n",
+        f"{one or 'headline'} ± 95% CI",
+        "invalid rate",
+        "baselines",
+        "not worse than best",
+        "run",
+    ]
     rows = []
     for run in runs:
         size = run.param("model.size_b")
         n = run.metrics.get("n_items", run.metrics.get("n_queries"))
-        rows.append([
-            cell(escape(run.tags.get("model", ""))),
-            cell(escape(run.param("model.family") or "")),
-            cell(escape(size or ""), sort=size, css="num"),
-            *(cell(escape(run.tags.get(key, ""))) for key in ("finetuned_from", "strategy", "scoring", "backend", "retriever", "query")),
-            cell(str(int(n)) if n is not None else "", sort=n, css="num"),
-            headline_cell(run, named=one is None),
-            cell(number(run.metrics.get("invalid_rate")), sort=run.metrics.get("invalid_rate"), css="num"),
-            cell(escape(baselines(run))),
-            mark_cell(marks.get(run.run_id)),
-            cell(f'<a href="#card-{run.run_id}"><code>{run.run_id[:8]}</code></a>', sort=run.run_id),
-        ])
+        rows.append(
+            [
+                cell(escape(run.tags.get("model", ""))),
+                cell(escape(run.param("model.family") or "")),
+                cell(escape(size or ""), sort=size, css="num"),
+                *(
+                    cell(escape(run.tags.get(key, "")))
+                    for key in ("finetuned_from", "strategy", "scoring", "backend", "retriever", "query")
+                ),
+                cell(str(int(n)) if n is not None else "", sort=n, css="num"),
+                headline_cell(run, named=one is None),
+                cell(number(run.metrics.get("invalid_rate")), sort=run.metrics.get("invalid_rate"), css="num"),
+                cell(escape(baselines(run))),
+                mark_cell(marks.get(run.run_id)),
+                cell(f'<a href="#card-{run.run_id}"><code>{run.run_id[:8]}</code></a>', sort=run.run_id),
+            ]
+        )
     shown = [i for i in range(len(heads)) if any(row[i] != "<td></td>" for row in rows)]
     header = "".join(f"<th>{escape(heads[i])}</th>" for i in shown)
     body = "".join("<tr>" + "".join(row[i] for i in shown) + "</tr>" for row in rows)
-    return (f'<input class="filter" data-table="{table_id}" placeholder="filter rows (model, strategy, ...)">'
-            f'<div class="scroll"><table class="board" id="{table_id}"><thead><tr>{header}</tr></thead>'
-            f"<tbody>{body}</tbody></table></div>")
+    return (
+        f'<input class="filter" data-table="{table_id}" placeholder="filter rows (model, strategy, ...)">'
+        f'<div class="scroll"><table class="board" id="{table_id}"><thead><tr>{header}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def json_block(block_id: str, data, figure_target: str | None = None, questions: str | None = None) -> str:
@@ -124,8 +150,11 @@ def card(run: Run) -> str:
         found = {k: v for k, v in sorted(run.params.items()) if k.startswith(prefixes)}
         return "<br>".join(f"{escape(k)} = {escape(v)}" for k, v in found.items()) or "–"
 
-    template = "\n\n".join(f"[{k}]\n{v}" if k != "template.text" else v for k, v in sorted(run.params.items())
-                           if k.startswith("template.") and k != "template.name")
+    template = "\n\n".join(
+        f"[{k}]\n{v}" if k != "template.text" else v
+        for k, v in sorted(run.params.items())
+        if k.startswith("template.") and k != "template.name"
+    )
     entries = [
         ("run", f"{run.run_id} · {run.tags.get('mlflow.runName', '')}"),
         ("run folder", run.tags.get("run_dir", "")),
@@ -174,8 +203,10 @@ def render(groups: dict[tuple[str, str], list[Run]], marks: dict[str, Mark], sou
     from plotly.offline import get_plotlyjs
 
     page = Page()
-    page.parts.append("<h2 id='tables'>Leaderboards</h2><p class='note'>Click a column header to sort, type to filter. "
-                      "“Not worse than best”: a paired test against the group's best run (Holm-corrected, p ≥ 0.05).</p>")
+    page.parts.append(
+        "<h2 id='tables'>Leaderboards</h2><p class='note'>Click a column header to sort, type to filter. "
+        "“Not worse than best”: a paired test against the group's best run (Holm-corrected, p ≥ 0.05).</p>"
+    )
     for index, ((dataset, task), runs) in enumerate(groups.items()):
         page.parts.append(f"<h3>{escape(dataset)} · {escape(task)}</h3>")
         page.parts.append(board_table(f"board-{index}", runs, marks))
@@ -191,10 +222,19 @@ def render(groups: dict[tuple[str, str], list[Run]], marks: dict[str, Mark], sou
     page.parts += [card(run) for runs in groups.values() for run in runs]
     n_runs = sum(len(runs) for runs in groups.values())
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>esgexp leaderboard</title>",
-        f"<style>{PAGE_CSS}</style>", f"<script>{get_plotlyjs()}</script>", "</head><body>",
-        f"<h1>esgexp leaderboard</h1><p class='note'>{n_runs} finished runs from {escape(source)} · {made}</p>",
-        "<nav><a href='#tables'>leaderboards</a><a href='#figures'>figures</a><a href='#cards'>reproducibility cards</a></nav>",
-        *page.parts, *page.blocks, f"<script>{PAGE_JS}</script>", "</body></html>",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            "<title>esgexp leaderboard</title>",
+            f"<style>{PAGE_CSS}</style>",
+            f"<script>{get_plotlyjs()}</script>",
+            "</head><body>",
+            f"<h1>esgexp leaderboard</h1><p class='note'>{n_runs} finished runs from {escape(source)} · {made}</p>",
+            "<nav><a href='#tables'>leaderboards</a><a href='#figures'>figures</a><a href='#cards'>reproducibility cards</a></nav>",
+            *page.parts,
+            *page.blocks,
+            f"<script>{PAGE_JS}</script>",
+            "</body></html>",
+        ]
+    )

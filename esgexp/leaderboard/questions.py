@@ -73,7 +73,12 @@ def by_question(records: list[dict]) -> dict[str, dict]:
         found.sort(key=lambda r: r.get("rotation", 0))
         right = sum(bool(r.get("correct")) for r in found)
         answer = f"{found[0].get('parsed') or ''} (right in {right} of {len(found)} rotations)"
-        out[question] = {"id": question, "gold": found[0].get("gold", ""), "parsed": answer, "correct": right == len(found)}
+        out[question] = {
+            "id": question,
+            "gold": found[0].get("gold", ""),
+            "parsed": answer,
+            "correct": right == len(found),
+        }
     return out
 
 
@@ -89,7 +94,9 @@ def question_matrix(runs: list[Run], cache: dict | None = None) -> QuestionMatri
     if not records:
         return None
     ids = sorted({item_id for rows in records.values() for item_id in rows})
-    accuracy = {label: sum(bool(r.get("correct")) for r in rows.values()) / len(rows) for label, rows in records.items()}
+    accuracy = {
+        label: sum(bool(r.get("correct")) for r in rows.values()) / len(rows) for label, rows in records.items()
+    }
     models = sorted(records, key=lambda label: (-accuracy[label], label))
     misses = {}
     for item_id in ids:
@@ -107,4 +114,6 @@ def question_matrix(runs: list[Run], cache: dict | None = None) -> QuestionMatri
             questions.append([item.question, options, str(gold)])
     correct = [[int(bool(records[m][i].get("correct"))) if i in records[m] else None for i in ids] for m in models]
     answers = [[str(records[m][i].get("parsed") or "") if i in records[m] else "" for i in ids] for m in models]
-    return QuestionMatrix(models, [accuracy[m] for m in models], ids, [misses[i] for i in ids], questions, correct, answers)
+    return QuestionMatrix(
+        models, [accuracy[m] for m in models], ids, [misses[i] for i in ids], questions, correct, answers
+    )

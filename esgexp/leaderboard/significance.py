@@ -53,5 +53,7 @@ def group_marks(group: list[Run], alpha: float = 0.05) -> dict[str, Mark]:
         except UserError as error:  # a different item set, or no per-item records
             marks[run.run_id] = Mark("", note=str(error))
     for run, p in zip(compared, holm(p_values)):
-        marks[run.run_id] = Mark("yes" if p >= alpha else "no", p) if p == p else Mark("", note="no p-value (no shared item differs)")
+        marks[run.run_id] = (
+            Mark("yes" if p >= alpha else "no", p) if p == p else Mark("", note="no p-value (no shared item differs)")
+        )
     return marks

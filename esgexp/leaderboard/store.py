@@ -54,7 +54,9 @@ class Run:
     def download_target(self) -> Path:
         """Where this run's artifacts go: ``download_dir/<run id>``, else one temporary folder for the run."""
         if self.downloads is None:
-            self.downloads = self.download_dir / self.run_id if self.download_dir else Path(tempfile.mkdtemp(prefix="esgexp-run-"))
+            self.downloads = (
+                self.download_dir / self.run_id if self.download_dir else Path(tempfile.mkdtemp(prefix="esgexp-run-"))
+            )
         return self.downloads
 
     def json_lines(self, name: str) -> list[dict]:
@@ -96,8 +98,10 @@ def check_store(uri: str) -> None:
     """Refuse a local store that does not exist (reading it through MLflow would create it)."""
     path = local_store_path(uri)
     if path is not None and not path.exists():
-        raise UserError(f"no MLflow store at {path} (tracking.uri={uri}): nothing to list; point tracking.uri at the "
-                        "store your jobs logged to")
+        raise UserError(
+            f"no MLflow store at {path} (tracking.uri={uri}): nothing to list; point tracking.uri at the "
+            "store your jobs logged to"
+        )
 
 
 def finished_runs(uri: str, latest_only: bool = True, download_dir: Path | None = None) -> list[Run]:
@@ -128,7 +132,16 @@ def finished_runs(uri: str, latest_only: bool = True, download_dir: Path | None 
             if config_hash in seen:
                 continue
             seen.add(config_hash)
-        runs.append(Run(run.info.run_id, tags, dict(run.data.params), dict(run.data.metrics), run.info.start_time or 0, download_dir))
+        runs.append(
+            Run(
+                run.info.run_id,
+                tags,
+                dict(run.data.params),
+                dict(run.data.metrics),
+                run.info.start_time or 0,
+                download_dir,
+            )
+        )
     if not runs:
         kind = "evaluation runs (only training runs)" if found else "runs"
         raise UserError(f"no finished {kind} in {uri}")

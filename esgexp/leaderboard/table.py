@@ -44,8 +44,15 @@ METRIC_COLUMNS = [
 HEADLINE_COLUMNS = ["headline", "value", "ci_low", "ci_high", "stderr", "not_worse", "p_vs_best"]
 COLUMN_NAMES = [name for name, _ in RUN_COLUMNS] + HEADLINE_COLUMNS + [name for name, _ in METRIC_COLUMNS] + ["run_id"]
 # Runs logged before jobs declared a headline metric: the first of these they have (all higher-is-better).
-LEGACY_HEADLINES = ("accuracy", "factoid/f1", "non_factoid/rougeL", "table/rougeL", "esgbench/numeric_accuracy",
-                    "numeric_accuracy", "recall@10")
+LEGACY_HEADLINES = (
+    "accuracy",
+    "factoid/f1",
+    "non_factoid/rougeL",
+    "table/rougeL",
+    "esgbench/numeric_accuracy",
+    "numeric_accuracy",
+    "recall@10",
+)
 RATE_COLUMNS = {"value", "ci_low", "ci_high", "stderr", *(name for name, _ in METRIC_COLUMNS)}
 
 
@@ -124,6 +131,8 @@ def to_csv(rows: list[dict]) -> str:
 
 def to_markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMN_NAMES) + " |", "|" + "---|" * len(COLUMN_NAMES)]
-    lines += ["| " + " | ".join(format_value(name, row[name]).replace("|", "\\|") for name in COLUMN_NAMES) + " |"
-              for row in rows]
+    lines += [
+        "| " + " | ".join(format_value(name, row[name]).replace("|", "\\|") for name in COLUMN_NAMES) + " |"
+        for row in rows
+    ]
     return "\n".join(lines) + "\n"

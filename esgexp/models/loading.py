@@ -21,7 +21,6 @@ from esgexp.errors import UserError
 log = logging.getLogger(__name__)
 
 
-
 def resolve_model_dir(model_cfg: DictConfig, cache_dir: str | Path) -> str:
     """The folder or hub id that ``from_pretrained`` should load for this model config."""
     if model_cfg.get("path"):

@@ -44,7 +44,9 @@ def check_seq_len(config, max_seq_len: int, model_name: str) -> None:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     limit = next((getattr(text, key) for key in POSITION_LIMIT_KEYS if getattr(text, key, None)), None)
     if limit is not None and max_seq_len > limit:
-        raise UserError(f"train.max_seq_len={max_seq_len} is longer than model {model_name!r} accepts ({limit} positions)")
+        raise UserError(
+            f"train.max_seq_len={max_seq_len} is longer than model {model_name!r} accepts ({limit} positions)"
+        )
 
 
 def adaptable_modules(model) -> dict[str, str]:
@@ -72,7 +74,9 @@ def check_target_modules(config, lora: DictConfig, model_name: str) -> None:
     available = sorted({name.rsplit(".", 1)[-1] for name in modules})
     if isinstance(target_modules, str):  # peft reads a single string as a regular expression
         if not any(re.fullmatch(target_modules, name) for name in modules):
-            raise UserError(f"model.lora.target_modules={target_modules!r} matches no module of {model_name!r}; available: {', '.join(available)}")
+            raise UserError(
+                f"model.lora.target_modules={target_modules!r} matches no module of {model_name!r}; available: {', '.join(available)}"
+            )
         return
     unknown = [t for t in target_modules if not any(n == t or n.endswith("." + t) for n in modules)]
     if unknown:
@@ -175,7 +179,11 @@ def check_adapter_base(adapter_dir: Path, model_name: str, model_source: str) ->
         return card
     shape = base_shape(base_config(model_source))
     if card["base_shape"] != shape:
-        differ = ", ".join(f"{k} {card['base_shape'].get(k)} vs {shape.get(k)}" for k in BASE_SHAPE_KEYS if card["base_shape"].get(k) != shape.get(k))
+        differ = ", ".join(
+            f"{k} {card['base_shape'].get(k)} vs {shape.get(k)}"
+            for k in BASE_SHAPE_KEYS
+            if card["base_shape"].get(k) != shape.get(k)
+        )
         raise UserError(
             f"model.adapter={adapter_dir} was trained on {card['base_model']!r}, which does not match model={model_name} ({differ}); "
             f"evaluate it with model={card['base_model']}"
@@ -198,12 +206,18 @@ def adapter_tags(cfg: DictConfig, adapter_dir: Path, card: dict) -> dict[str, st
     """Tags that set an adapter run apart from its base on the leaderboard; a warning when the
     evaluation prompts differ from those the adapter was trained on."""
     trained = {key: card.get(key) for key in ("strategy", "template", "chat_template") if key in card}
-    used = {"strategy": cfg.strategy.name, "template": cfg.template.name, "chat_template": bool(cfg.model.chat_template)}
+    used = {
+        "strategy": cfg.strategy.name,
+        "template": cfg.template.name,
+        "chat_template": bool(cfg.model.chat_template),
+    }
     differ = {key: value for key, value in trained.items() if used[key] != value}
     if differ:
         log.warning(
             "adapter %s was trained with %s; this run uses %s",
-            adapter_dir, ", ".join(f"{k}={v}" for k, v in differ.items()), ", ".join(f"{k}={used[k]}" for k in differ),
+            adapter_dir,
+            ", ".join(f"{k}={v}" for k, v in differ.items()),
+            ", ".join(f"{k}={used[k]}" for k in differ),
         )
     label = (card.get("mlflow_run_id") or "")[:8] or adapter_dir.parent.name
     return {

@@ -60,10 +60,18 @@ class GenerationCheck:
                 answer = result["output"].strip()
                 values = score_item(answer, self.items.references[index])
                 self.outputs.append(
-                    {"id": self.items.ids[index], "answer": answer, "references": list(self.items.references[index]), **values}
+                    {
+                        "id": self.items.ids[index],
+                        "answer": answer,
+                        "references": list(self.items.references[index]),
+                        **values,
+                    }
                 )
         n = len(self.outputs)
-        return {"val/gen_em": sum(o["em"] for o in self.outputs) / n, "val/gen_f1": sum(o["f1"] for o in self.outputs) / n}
+        return {
+            "val/gen_em": sum(o["em"] for o in self.outputs) / n,
+            "val/gen_f1": sum(o["f1"] for o in self.outputs) / n,
+        }
 
 
 class LoraFineTuner(L.LightningModule):

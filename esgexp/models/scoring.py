@@ -64,7 +64,9 @@ class GenerateScorer:
     def __call__(self, model, ids, input_ids, attention_mask) -> list[dict]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
-        criteria = StoppingCriteriaList([StopAfterText(self.tokenizer, self.stop, input_ids.shape[1])]) if self.stop else None
+        criteria = (
+            StoppingCriteriaList([StopAfterText(self.tokenizer, self.stop, input_ids.shape[1])]) if self.stop else None
+        )
         processors = LogitsProcessorList(self.constraint(ids)) if self.constraint else None
         generated = model.generate(
             input_ids=input_ids,

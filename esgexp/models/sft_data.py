@@ -142,9 +142,13 @@ def collate(examples: list[Example], pad_id: int, pad_to_multiple_of: int = 1) -
     labels = torch.tensor([e.labels + [IGNORE_INDEX] * (width - len(e.labels)) for e in examples])
     batch = {"input_ids": input_ids, "labels": labels, "n_tokens": sum(len(e.input_ids) for e in examples)}
     if examples[0].position_ids is None:
-        batch["attention_mask"] = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in examples])
+        batch["attention_mask"] = torch.tensor(
+            [[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in examples]
+        )
     else:
-        batch["position_ids"] = torch.tensor([e.position_ids + list(range(width - len(e.position_ids))) for e in examples])
+        batch["position_ids"] = torch.tensor(
+            [e.position_ids + list(range(width - len(e.position_ids))) for e in examples]
+        )
     return batch
 
 
@@ -161,7 +165,15 @@ class SFTDataModule(L.LightningDataModule):
     """Training rows (shuffled with the seed, split between ranks) and validation rows, batched by
     ``collate`` (padded to a multiple of ``pad_to_multiple_of`` tokens)."""
 
-    def __init__(self, train: list[Example], val: list[Example], batch_size: int, pad_id: int, seed: int, pad_to_multiple_of: int = 1):
+    def __init__(
+        self,
+        train: list[Example],
+        val: list[Example],
+        batch_size: int,
+        pad_id: int,
+        seed: int,
+        pad_to_multiple_of: int = 1,
+    ):
         super().__init__()
         self.train, self.val = train, val
         self.batch_size, self.pad_id, self.seed, self.pad_to_multiple_of = batch_size, pad_id, seed, pad_to_multiple_of
@@ -170,7 +182,9 @@ class SFTDataModule(L.LightningDataModule):
         # A seeded sampler that Lightning moves to the next epoch's order (set_epoch) and that splits the
         # rows between ranks: the same config gives the same batches, also when resumed at an epoch end.
         world, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
-        sampler = torch.utils.data.DistributedSampler(self.train, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)
+        sampler = torch.utils.data.DistributedSampler(
+            self.train, num_replicas=world, rank=rank, shuffle=True, seed=self.seed
+        )
         return self._loader(self.train, sampler)
 
     def val_dataloader(self):
@@ -178,4 +192,6 @@ class SFTDataModule(L.LightningDataModule):
 
     def _loader(self, rows: list[Example], sampler):
         batch = partial(collate, pad_id=self.pad_id, pad_to_multiple_of=self.pad_to_multiple_of)
-        return torch.utils.data.DataLoader(rows, batch_size=self.batch_size, sampler=sampler, shuffle=False, collate_fn=batch)
+        return torch.utils.data.DataLoader(
+            rows, batch_size=self.batch_size, sampler=sampler, shuffle=False, collate_fn=batch
+        )

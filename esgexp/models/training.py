@@ -30,7 +30,9 @@ def uses_gpu(trainer_cfg: DictConfig) -> bool:
     """Whether training runs on CUDA GPUs; ``accelerator=gpu`` without one is a user error."""
     accelerator = str(trainer_cfg.accelerator)
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise UserError(f"trainer.accelerator={accelerator} but no CUDA GPU is visible; use trainer.accelerator=cpu (or auto)")
+        raise UserError(
+            f"trainer.accelerator={accelerator} but no CUDA GPU is visible; use trainer.accelerator=cpu (or auto)"
+        )
     return accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
 
 
@@ -50,9 +52,13 @@ def training_precision(trainer_cfg: DictConfig, on_gpu: bool) -> str:
         log.info("precision auto -> %s: %s", precision, reason)
         return precision
     if precision == "16-mixed":
-        log.warning("trainer.precision=16-mixed on the CPU: Lightning runs it as bf16-mixed (CPU autocast has no float16)")
+        log.warning(
+            "trainer.precision=16-mixed on the CPU: Lightning runs it as bf16-mixed (CPU autocast has no float16)"
+        )
     if precision != "32-true" and not fast_bf16:
-        log.warning("trainer.precision=%s: bf16 is emulated on this CPU and much slower than 32-true (%s)", precision, reason)
+        log.warning(
+            "trainer.precision=%s: bf16 is emulated on this CPU and much slower than 32-true (%s)", precision, reason
+        )
     return precision
 
 
@@ -71,7 +77,9 @@ def base_dtype(model_dtype: str, precision: str, on_gpu: bool) -> torch.dtype:
 def check_strategy(trainer_cfg: DictConfig) -> None:
     strategy = str(trainer_cfg.strategy)
     if strategy.startswith("deepspeed") and importlib.util.find_spec("deepspeed") is None:
-        raise UserError(f"trainer.strategy={strategy} needs the deepspeed package (pip install deepspeed); or use trainer=ddp|fsdp")
+        raise UserError(
+            f"trainer.strategy={strategy} needs the deepspeed package (pip install deepspeed); or use trainer=ddp|fsdp"
+        )
 
 
 def lightning_strategy(trainer_cfg: DictConfig, model):
@@ -152,7 +160,12 @@ class LastCheckpoint(L.Callback):
         # Saving waits for every rank: after a crash of one rank only, the others would never come.
         if trainer.world_size == 1 or isinstance(exception, KeyboardInterrupt):
             trainer.save_checkpoint(self.path)
-            log.warning("training stopped at step %d (%s); state saved in %s", trainer.global_step, type(exception).__name__, self.path)
+            log.warning(
+                "training stopped at step %d (%s); state saved in %s",
+                trainer.global_step,
+                type(exception).__name__,
+                self.path,
+            )
 
 
 class RunLogger(Logger):
@@ -180,16 +193,27 @@ class RunLogger(Logger):
         """Nothing: the job's whole config is already the run's params."""
 
 
-def make_trainer(cfg: DictConfig, output_dir: Path, precision: str, model, extra_callbacks: list) -> tuple[L.Trainer, ModelCheckpoint]:
+def make_trainer(
+    cfg: DictConfig, output_dir: Path, precision: str, model, extra_callbacks: list
+) -> tuple[L.Trainer, ModelCheckpoint]:
     """The fit Trainer: validation every ``train.val_every_n_steps`` optimiser steps and at the end,
     checkpoints ``best`` (by ``train.monitor``) and ``last`` (also on an interrupt), optional early stopping."""
     trainer_cfg, train = cfg.trainer, cfg.train
     monitor, mode = check_monitor(train)
     checkpoint = ModelCheckpoint(
-        dirpath=output_dir / "checkpoints", filename="best-step{step}", monitor=monitor, mode=mode,
-        save_top_k=1, auto_insert_metric_name=False,
+        dirpath=output_dir / "checkpoints",
+        filename="best-step{step}",
+        monitor=monitor,
+        mode=mode,
+        save_top_k=1,
+        auto_insert_metric_name=False,
     )
-    callbacks = [checkpoint, LastCheckpoint(output_dir / "checkpoints" / "last.ckpt"), ValidateAtEnd(), *extra_callbacks]
+    callbacks = [
+        checkpoint,
+        LastCheckpoint(output_dir / "checkpoints" / "last.ckpt"),
+        ValidateAtEnd(),
+        *extra_callbacks,
+    ]
     if train.early_stopping_patience:
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=int(train.early_stopping_patience)))
     trainer = L.Trainer(

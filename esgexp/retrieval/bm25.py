@@ -38,8 +38,14 @@ class BM25Retriever(Retriever):
         self._bm25: Any = None
 
     def settings(self) -> dict[str, Any]:
-        return {"method": "lucene", "k1": self.k1, "b": self.b, "stemmer": self.stemmer, "stopwords": self.stopwords,
-                "token_pattern": self.token_pattern}
+        return {
+            "method": "lucene",
+            "k1": self.k1,
+            "b": self.b,
+            "stemmer": self.stemmer,
+            "stopwords": self.stopwords,
+            "token_pattern": self.token_pattern,
+        }
 
     def tokenize(self, texts: list[str], return_ids: bool = True) -> Any:
         """bm25s tokens with this retriever's settings: a ``Tokenized`` (ids, vocabulary), or token lists."""
@@ -51,7 +57,12 @@ class BM25Retriever(Retriever):
 
             stemmer = Stemmer.Stemmer(self.stemmer)
         return bm25s.tokenize(
-            texts, stopwords=self.stopwords, stemmer=stemmer, token_pattern=self.token_pattern, return_ids=return_ids, show_progress=False
+            texts,
+            stopwords=self.stopwords,
+            stemmer=stemmer,
+            token_pattern=self.token_pattern,
+            return_ids=return_ids,
+            show_progress=False,
         )
 
     def build_index(self, passages: list[Passage]) -> None:

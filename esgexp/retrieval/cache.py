@@ -36,7 +36,12 @@ class IndexCache:
 
     def directory(self, retriever: Retriever) -> Path:
         cls = type(retriever)
-        spec = {"format": FORMAT, "corpus": self.corpus_hash, "class": f"{cls.__module__}.{cls.__qualname__}", "settings": retriever.settings()}
+        spec = {
+            "format": FORMAT,
+            "corpus": self.corpus_hash,
+            "class": f"{cls.__module__}.{cls.__qualname__}",
+            "settings": retriever.settings(),
+        }
         key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:16]
         return self.root / f"{retriever.name}-{key}"
 
@@ -50,11 +55,15 @@ class IndexCache:
                 if cached_ids == ids:
                     retriever.load_index(path)
             except (OSError, ValueError) as error:  # an entry cut short or from an older layout
-                log.warning("retriever %s: the cached index %s is unreadable (%s); rebuilding it", retriever.name, path, error)
+                log.warning(
+                    "retriever %s: the cached index %s is unreadable (%s); rebuilding it", retriever.name, path, error
+                )
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 if cached_ids != ids:
-                    raise UserError(f"retriever {retriever.name}: the cached index {path} holds other passages; corpus hash {self.corpus_hash!r} names two corpora")
+                    raise UserError(
+                        f"retriever {retriever.name}: the cached index {path} holds other passages; corpus hash {self.corpus_hash!r} names two corpora"
+                    )
                 log.info("retriever %s: reusing the index in %s", retriever.name, path)
                 return
         retriever.build_index(retriever.passages)
@@ -62,7 +71,9 @@ class IndexCache:
         partial.mkdir(parents=True, exist_ok=True)
         retriever.save_index(partial)
         (partial / "ids.json").write_text(json.dumps(ids), encoding="utf-8")
-        (partial / "settings.json").write_text(json.dumps({"corpus": self.corpus_hash, **retriever.settings()}, indent=2), encoding="utf-8")
+        (partial / "settings.json").write_text(
+            json.dumps({"corpus": self.corpus_hash, **retriever.settings()}, indent=2), encoding="utf-8"
+        )
         try:
             partial.rename(path)
         except OSError:  # another process saved the same index first
@@ -70,7 +81,12 @@ class IndexCache:
         log.info("retriever %s: index saved in %s", retriever.name, path)
 
 
-def build_retriever(spec: Retriever | Mapping[str, Any], passages: Sequence[Passage], corpus_hash: str | None = None, cache_dir: str | Path | None = None) -> Retriever:
+def build_retriever(
+    spec: Retriever | Mapping[str, Any],
+    passages: Sequence[Passage],
+    corpus_hash: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> Retriever:
     """An indexed retriever from a config (``conf/retriever/*.yaml``, with ``_target_``) or an instance.
 
     With ``cache_dir`` the index is loaded from / saved to an ``IndexCache``; ``corpus_hash``

@@ -56,7 +56,14 @@ class DenseRetriever(Retriever):
     is scored against its document's rows of the embedding matrix only.
     """
 
-    def __init__(self, name: str = "dense", model_path: str | None = None, batch_size: int = 64, backend: str = "numpy", device: str = "auto") -> None:
+    def __init__(
+        self,
+        name: str = "dense",
+        model_path: str | None = None,
+        batch_size: int = 64,
+        backend: str = "numpy",
+        device: str = "auto",
+    ) -> None:
         super().__init__(name)
         self.model_path = str(model_path) if model_path else default_model_path()
         self.batch_size, self.backend, self.device = batch_size, backend, device
@@ -69,7 +76,9 @@ class DenseRetriever(Retriever):
     def encode(self, texts: list[str]) -> np.ndarray:
         """float32 unit vectors, one row per text."""
         model = load_encoder(self.model_path, self.device)
-        vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        vectors = model.encode(
+            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def build_index(self, passages: list[Passage]) -> None:
@@ -97,7 +106,9 @@ class DenseRetriever(Retriever):
                     results[i] = self._hits(rows, scores)
         return results
 
-    def _numpy_search(self, vectors: np.ndarray, k: int, scope: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _numpy_search(
+        self, vectors: np.ndarray, k: int, scope: np.ndarray | None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         matrix = self.embeddings if scope is None else self.embeddings[scope]
         ranked = []
         for sims in vectors @ matrix.T:
@@ -105,7 +116,9 @@ class DenseRetriever(Retriever):
             ranked.append((best if scope is None else scope[best], sims[best]))
         return ranked
 
-    def _faiss_search(self, vectors: np.ndarray, k: int, scope: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _faiss_search(
+        self, vectors: np.ndarray, k: int, scope: np.ndarray | None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         import faiss
 
         if self._faiss is None:

@@ -40,7 +40,9 @@ class HybridRetriever(Retriever):
     The two parts are indexed (and cached) as themselves, so a hybrid run reuses their indexes.
     """
 
-    def __init__(self, bm25: BM25Retriever, dense: DenseRetriever, name: str = "hybrid", rrf_k: float = 60, depth: int = 100) -> None:
+    def __init__(
+        self, bm25: BM25Retriever, dense: DenseRetriever, name: str = "hybrid", rrf_k: float = 60, depth: int = 100
+    ) -> None:
         super().__init__(name)
         self.bm25, self.dense = bm25, dense
         self.rrf_k, self.depth = rrf_k, depth

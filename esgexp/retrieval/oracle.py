@@ -26,13 +26,22 @@ class OracleRetriever(Retriever):
     def build_index(self, passages: list[Passage]) -> None:
         self._by_id = {p.id: p for p in passages}
 
-    def search(self, queries: Sequence[str], k: int, doc_scope: Sequence[str | None] | None = None, *, gold: Sequence[Sequence[str]]) -> list[list[Hit]]:
+    def search(
+        self,
+        queries: Sequence[str],
+        k: int,
+        doc_scope: Sequence[str | None] | None = None,
+        *,
+        gold: Sequence[Sequence[str]],
+    ) -> list[list[Hit]]:
         scopes = self._scopes(queries, k, doc_scope)
         if len(gold) != len(queries):
             raise UserError(f"retriever {self.name}: {len(gold)} gold lists for {len(queries)} queries")
         return self._search(list(queries), k, scopes, gold)
 
-    def _search(self, queries: list[str], k: int, scopes: list[str | None], gold: Sequence[Sequence[str]] = ()) -> list[list[Hit]]:
+    def _search(
+        self, queries: list[str], k: int, scopes: list[str | None], gold: Sequence[Sequence[str]] = ()
+    ) -> list[list[Hit]]:
         results = []
         for i, (ids, doc) in enumerate(zip(gold, scopes)):
             for pid in ids:
@@ -40,6 +49,8 @@ class OracleRetriever(Retriever):
                 if passage is None:
                     raise UserError(f"retriever {self.name}: gold passage {pid!r} of query {i} is not indexed")
                 if doc is not None and passage.doc_id != doc:
-                    raise UserError(f"retriever {self.name}: gold passage {pid!r} of query {i} is in {passage.doc_id!r}, not in its scope {doc!r}")
+                    raise UserError(
+                        f"retriever {self.name}: gold passage {pid!r} of query {i} is in {passage.doc_id!r}, not in its scope {doc!r}"
+                    )
             results.append([Hit(pid, 1.0) for pid in list(ids)[:k]])
         return results

@@ -34,7 +34,9 @@ class QAPrompter:
     def __post_init__(self) -> None:
         missing = [part for part in TEMPLATE_PARTS if part not in self.template]
         if missing:
-            raise UserError(f"the QA template lacks the part(s) {', '.join(missing)} (needs {', '.join(TEMPLATE_PARTS)})")
+            raise UserError(
+                f"the QA template lacks the part(s) {', '.join(missing)} (needs {', '.join(TEMPLATE_PARTS)})"
+            )
 
     def build(self, item: QAItem, passages: list[str] | None = None) -> str:
         """The prompt; ``passages`` (retrieved, already formatted) replace the item's own passage."""

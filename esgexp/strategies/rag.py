@@ -42,7 +42,9 @@ def dataset_passages(items: list) -> tuple[list[Passage], dict[str, list[str]]]:
                 passages[key] = Passage(f"{doc}#{len(passages)}", doc, key[1], page, page)
             gold[item.id].append(passages[key].id)
     if not passages:
-        raise UserError("strategy.corpus=dataset needs items with passages; this dataset has none (give an ingested corpus)")
+        raise UserError(
+            "strategy.corpus=dataset needs items with passages; this dataset has none (give an ingested corpus)"
+        )
     return list(passages.values()), gold
 
 
@@ -51,7 +53,9 @@ def corpus_passages(path: str, items: list) -> tuple[list[Passage], dict[str, li
     from esgexp.data.corpus import Corpus
 
     corpus = Corpus.load(path)
-    return corpus.passages, {item.id: corpus.on_pages(item_doc(item), item.meta.get("evidence_pages") or ()) for item in items}
+    return corpus.passages, {
+        item.id: corpus.on_pages(item_doc(item), item.meta.get("evidence_pages") or ()) for item in items
+    }
 
 
 def cite(passage: Passage, template: str) -> str:
@@ -75,12 +79,18 @@ def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str
     searchable = [i for i, doc in enumerate(scopes) if doc is None or doc in known_docs]
     missing = sorted({str(doc) for doc in scopes if doc is not None and doc not in known_docs})
     if missing:
-        log.warning("strategy.scope=doc: %d report(s) not in the corpus (%d docs), their questions get no passage: %s",
-                    len(missing), len(known_docs), ", ".join(missing[:10]))
+        log.warning(
+            "strategy.scope=doc: %d report(s) not in the corpus (%d docs), their questions get no passage: %s",
+            len(missing),
+            len(known_docs),
+            ", ".join(missing[:10]),
+        )
     retriever = job_retriever(cfg, passages)
     chosen_items = [items[i] for i in searchable]
     extra = {"gold": [gold[item.id] for item in chosen_items]} if retriever.needs_gold else {}
-    hits = retriever.search([item.question for item in chosen_items], strategy.top_k, [scopes[i] for i in searchable], **extra)
+    hits = retriever.search(
+        [item.question for item in chosen_items], strategy.top_k, [scopes[i] for i in searchable], **extra
+    )
     found_by_id = {item.id: found for item, found in zip(chosen_items, hits)}
     by_id = {p.id: p for p in passages}
     texts, records = {}, {}
@@ -93,7 +103,9 @@ def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str
         chosen = [by_id[hit.passage_id] for hit in found]
         texts[item.id] = [cite(p, strategy.passage_format) for p in chosen]
         records[item.id] = {
-            "passages": [{"id": p.id, "doc": p.doc_id, "pages": p.page_span, "score": hit.score} for p, hit in zip(chosen, found)],
+            "passages": [
+                {"id": p.id, "doc": p.doc_id, "pages": p.page_span, "score": hit.score} for p, hit in zip(chosen, found)
+            ],
             "gold_retrieved": bool(set(gold[item.id]) & {p.id for p in chosen}) if gold[item.id] else None,
         }
     return texts, records

@@ -13,7 +13,16 @@ from esgexp.eval.esgbench_metrics import score_esgbench
 from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
 from esgexp.records import LoadedDataset, QAItem
-from esgexp.stats import ItemScores, StatsSettings, cluster_info, cluster_records, headline, interval_metrics, record_clusters, with_interval
+from esgexp.stats import (
+    ItemScores,
+    StatsSettings,
+    cluster_info,
+    cluster_records,
+    headline,
+    interval_metrics,
+    record_clusters,
+    with_interval,
+)
 
 # The headline metric (higher is better): numeric accuracy over all items, as the ESGBench paper reports it.
 HEADLINE = "numeric_accuracy"
@@ -22,8 +31,10 @@ HEADLINE = "numeric_accuracy"
 def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
     """Join predictions to gold on (doc_name, question); EM, F1, numeric accuracy, page recall, per category."""
     if not Path(cfg.predictions).is_file():
-        raise UserError(f"predictions={cfg.predictions}: file not found (the predictions JSONL to score, one "
-                        "{doc_name, question, pred} object per line)")
+        raise UserError(
+            f"predictions={cfg.predictions}: file not found (the predictions JSONL to score, one "
+            "{doc_name, question, pred} object per line)"
+        )
     stats = StatsSettings.from_node(cfg.stats)
     full = instantiate(cfg.dataset, limit=None).load()
     loaded = LoadedDataset(list(full.items), full.skipped).sample(cfg.dataset.limit, cfg.dataset.seed)
@@ -46,8 +57,16 @@ def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
         PredictionLog(output_dir / "predictions.jsonl").rewrite(records)
         finish(run, metrics, ["predictions.jsonl", "skipped_rows.txt"], headline(HEADLINE))
     rows = [("items", str(metrics["n_items"]))]
-    rows += [(key, with_interval(metrics, key)) for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{cfg.recall_k}") if key in metrics]
-    rows += [(key.replace("_", " "), str(metrics[key])) for key in ("n_unjoined_predictions", "n_missing_predictions", "n_skipped_rows") if metrics.get(key)]
+    rows += [
+        (key, with_interval(metrics, key))
+        for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{cfg.recall_k}")
+        if key in metrics
+    ]
+    rows += [
+        (key.replace("_", " "), str(metrics[key]))
+        for key in ("n_unjoined_predictions", "n_missing_predictions", "n_skipped_rows")
+        if metrics.get(key)
+    ]
     print(summary_table(f"{cfg.dataset.name} | {Path(cfg.predictions).name}", rows, run))
     return metrics
 
@@ -71,4 +90,6 @@ def item_scores(records: list[dict], key: str) -> ItemScores | None:
     if not chosen:
         return None
     kind = "mean" if name == "f1" else "proportion"
-    return ItemScores([r["id"] for r in chosen], [float(r[name]) for r in chosen], kind, clusters=record_clusters(chosen))
+    return ItemScores(
+        [r["id"] for r in chosen], [float(r[name]) for r in chosen], kind, clusters=record_clusters(chosen)
+    )

@@ -47,8 +47,14 @@ def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
     if rank_zero:
         save_inputs(cfg, output_dir, skipped)
         write_json(output_dir / "train_report.json", {name: vars(report) for name, report in reports.items()})
-    tags = job_tags(cfg, output_dir, model=cfg.model.name, strategy=cfg.strategy.name, template=cfg.template.name,
-                    resumed_from=ckpt_path)
+    tags = job_tags(
+        cfg,
+        output_dir,
+        model=cfg.model.name,
+        strategy=cfg.strategy.name,
+        template=cfg.template.name,
+        resumed_from=ckpt_path,
+    )
     started = time.perf_counter()
     with tracked_run(cfg, f"{cfg.model.name}/lora", tags) if rank_zero else nullcontext() as run:
         if rank_zero:
@@ -60,7 +66,11 @@ def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
         adapter_dir = save_adapter(cfg, output_dir, module, checkpoint, tokenizer, model_source, run.run_id or "")
         metrics = final_metrics(trainer, module, checkpoint, reports, agreement, time.perf_counter() - started)
         record(run, metrics, adapter_dir, generation)
-    rows = [(key, f"{value:.4f}" if isinstance(value, float) else str(value)) for key, value in metrics.items() if "/n_" not in key]
+    rows = [
+        (key, f"{value:.4f}" if isinstance(value, float) else str(value))
+        for key, value in metrics.items()
+        if "/n_" not in key
+    ]
     title = f"{cfg.dataset.name} | {cfg.model.name} | LoRA r={cfg.model.lora.r} | {metrics['train/steps']} steps"
     print(summary_table(title, rows, run))
     print(f"adapter: {adapter_dir}")
@@ -100,14 +110,18 @@ def record(run, metrics: dict, adapter_dir: Path, generation) -> None:
     """metrics.json and the validation answers in the run folder; metrics, files and adapter to the tracked run."""
     if generation is not None and generation.outputs:
         write_atomic(run.run_dir / "val_generations.jsonl", "".join(json.dumps(o) + "\n" for o in generation.outputs))
-    finish(run, metrics, ["train_report.json", "val_generations.jsonl", "skipped_rows.txt"], step=metrics["train/steps"])
+    finish(
+        run, metrics, ["train_report.json", "val_generations.jsonl", "skipped_rows.txt"], step=metrics["train/steps"]
+    )
     run.log_artifact(adapter_dir, artifact_path="adapter")
 
 
 def check_groups(cfg: DictConfig) -> None:
     """The groups fine-tuning needs (the numbers are checked with every setting, esgexp/settings.py)."""
     if cfg.strategy.name not in CONTEXT_STRATEGIES:
-        raise UserError(f"fine-tuning prompts are {' or '.join(CONTEXT_STRATEGIES)} (with or without the passage), not strategy={cfg.strategy.name}")
+        raise UserError(
+            f"fine-tuning prompts are {' or '.join(CONTEXT_STRATEGIES)} (with or without the passage), not strategy={cfg.strategy.name}"
+        )
     if cfg.get("train") is None or cfg.model.get("lora") is None:
         raise UserError("task=finetune needs train=lora and model.lora (use experiment=finetune_sustainableqa)")
 
@@ -162,25 +176,38 @@ def build_data(cfg: DictConfig, model_source: str, train_items: list, val_items:
     builder = ExampleBuilder(prompter, tokenizer, bool(cfg.model.chat_template), int(cfg.train.max_seq_len))
     train, train_report = builder.build(train_items)
     if not train:
-        raise UserError(f"no train item fits train.max_seq_len={cfg.train.max_seq_len} tokens, even without its passage")
+        raise UserError(
+            f"no train item fits train.max_seq_len={cfg.train.max_seq_len} tokens, even without its passage"
+        )
     val, val_report = builder.build(val_items)
     reports = {"train": train_report, "val": val_report}
     for name, report in reports.items():
         if report.truncated or report.dropped:
-            log.warning("%s: %d of %d items had their passage shortened to fit %d tokens; %d dropped as too long",
-                        name, len(report.truncated), report.n_items, cfg.train.max_seq_len, len(report.dropped))
+            log.warning(
+                "%s: %d of %d items had their passage shortened to fit %d tokens; %d dropped as too long",
+                name,
+                len(report.truncated),
+                report.n_items,
+                cfg.train.max_seq_len,
+                len(report.dropped),
+            )
     if cfg.train.packing:
         train = pack(train, int(cfg.train.max_seq_len), cfg.seed)
     generation = None
     if cfg.train.val_generate_items:
         gen_report = BuildReport()
-        chosen = [(i, builder.fit_prompt(i, int(cfg.train.val_max_new_tokens), gen_report)) for i in val_items[: cfg.train.val_generate_items]]
+        chosen = [
+            (i, builder.fit_prompt(i, int(cfg.train.val_max_new_tokens), gen_report))
+            for i in val_items[: cfg.train.val_generate_items]
+        ]
         chosen = [(item, prompt) for item, prompt in chosen if prompt is not None]
         if chosen:
             gen_set = GenerationSet([i.id for i, _ in chosen], [p for _, p in chosen], [i.answers for i, _ in chosen])
             scorer = GenerateScorer(tokenizer, int(cfg.train.val_max_new_tokens))
             generation = GenerationCheck(gen_set, scorer, tokenizer.pad_token_id, int(cfg.train.batch_size))
-    data = SFTDataModule(train, val, int(cfg.train.batch_size), tokenizer.pad_token_id, cfg.seed, int(cfg.train.pad_to_multiple_of))
+    data = SFTDataModule(
+        train, val, int(cfg.train.batch_size), tokenizer.pad_token_id, cfg.seed, int(cfg.train.pad_to_multiple_of)
+    )
     return data, reports, generation, tokenizer
 
 
@@ -197,14 +224,28 @@ def build_module(cfg: DictConfig, model_source: str, on_gpu: bool, precision: st
     dtype = base_dtype(str(cfg.model.dtype), precision, on_gpu)
     model, _ = load_model_and_tokenizer(model_source, cfg.model, on_gpu, dtype=dtype)
     model.config.pad_token_id = model.config.pad_token_id if model.config.pad_token_id is not None else pad_id
-    model = wrap_for_training(model, cfg.model.lora, bool(cfg.train.gradient_checkpointing), bool(cfg.model.load_in_4bit))
+    model = wrap_for_training(
+        model, cfg.model.lora, bool(cfg.train.gradient_checkpointing), bool(cfg.model.load_in_4bit)
+    )
     trainable, total = model.get_nb_trainable_parameters()
-    log.info("LoRA r=%s: %d trainable of %d parameters (%.3f%%), base %s, precision %s", cfg.model.lora.r, trainable, total, 100 * trainable / total, dtype, precision)
-    optim = OptimSettings(float(cfg.train.lr), float(cfg.train.weight_decay), int(cfg.train.warmup_steps), str(cfg.train.schedule))
+    log.info(
+        "LoRA r=%s: %d trainable of %d parameters (%.3f%%), base %s, precision %s",
+        cfg.model.lora.r,
+        trainable,
+        total,
+        100 * trainable / total,
+        dtype,
+        precision,
+    )
+    optim = OptimSettings(
+        float(cfg.train.lr), float(cfg.train.weight_decay), int(cfg.train.warmup_steps), str(cfg.train.schedule)
+    )
     return LoraFineTuner(model, optim, generation)
 
 
-def save_adapter(cfg: DictConfig, output_dir: Path, module, checkpoint, tokenizer, model_source: str, run_id: str) -> Path:
+def save_adapter(
+    cfg: DictConfig, output_dir: Path, module, checkpoint, tokenizer, model_source: str, run_id: str
+) -> Path:
     """Save the adapter with the best validated weights (by ``train.monitor``), else the last ones."""
     import torch
 
@@ -214,7 +255,12 @@ def save_adapter(cfg: DictConfig, output_dir: Path, module, checkpoint, tokenize
     if best and Path(best).is_file():
         state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
         module.load_state_dict(state, strict=False)
-        log.info("adapter: the weights of %s (%s %.4f)", Path(best).name, cfg.train.monitor, float(checkpoint.best_model_score))
+        log.info(
+            "adapter: the weights of %s (%s %.4f)",
+            Path(best).name,
+            cfg.train.monitor,
+            float(checkpoint.best_model_score),
+        )
     adapter_dir = output_dir / "adapter"
     module.model.save_pretrained(adapter_dir)
     tokenizer.save_pretrained(adapter_dir)
@@ -224,7 +270,9 @@ def save_adapter(cfg: DictConfig, output_dir: Path, module, checkpoint, tokenize
 
 def final_metrics(trainer, module, checkpoint, reports: dict, agreement, seconds: float) -> dict:
     """What the run ends with: last logged values, the best monitored value, throughput and data counts."""
-    metrics: dict = {key: float(value) for key, value in trainer.callback_metrics.items() if key.startswith(("val/", "train/loss"))}
+    metrics: dict = {
+        key: float(value) for key, value in trainer.callback_metrics.items() if key.startswith(("val/", "train/loss"))
+    }
     metrics["train/steps"] = int(trainer.global_step)
     if checkpoint.best_model_score is not None:
         metrics[f"best/{checkpoint.monitor}"] = float(checkpoint.best_model_score)

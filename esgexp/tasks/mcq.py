@@ -13,7 +13,16 @@ from esgexp.eval.mcq import ABSTAIN, INVALID, mcq_metrics, parse_answer, strip_r
 from esgexp.jobs import rate
 from esgexp.outputs import write_json
 from esgexp.records import MCQItem
-from esgexp.stats import ItemScores, StatsSettings, cluster_info, cluster_records, headline, interval_metrics, record_clusters, with_interval
+from esgexp.stats import (
+    ItemScores,
+    StatsSettings,
+    cluster_info,
+    cluster_records,
+    headline,
+    interval_metrics,
+    record_clusters,
+    with_interval,
+)
 from esgexp.strategies.mcq import MCQPrompter
 
 
@@ -76,7 +85,11 @@ class MCQTask:
         cluster_key = self.cfg.dataset.get("cluster_key") or ("item_id" if self.circular else None)
         records = cluster_records(records, items, cluster_key)
         metrics.update(interval_metrics({key: item_scores(records, key) for key in OUTCOMES}, self.stats))
-        metrics.update(cluster_info(records, cluster_key), headline_metric=self.headline_metric, higher_is_better=self.higher_is_better)
+        metrics.update(
+            cluster_info(records, cluster_key),
+            headline_metric=self.headline_metric,
+            higher_is_better=self.higher_is_better,
+        )
         metrics.update(position_bias(records))
         if self.circular:
             metrics.update(circular_metrics(records))

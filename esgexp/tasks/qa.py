@@ -15,7 +15,14 @@ from esgexp.eval.mcq import strip_reasoning
 from esgexp.models.scoring import cut_after_text
 from esgexp.records import QAItem
 from esgexp.stats import (
-    ItemScores, StatsSettings, cluster_info, cluster_records, headline, record_clusters, statistic_interval, with_interval,
+    ItemScores,
+    StatsSettings,
+    cluster_info,
+    cluster_records,
+    headline,
+    record_clusters,
+    statistic_interval,
+    with_interval,
 )
 from esgexp.strategies.qa import QAPrompter, draw_examples
 
@@ -44,11 +51,17 @@ class QATask:
     def prepare(self, items: list) -> list:
         """Check the dataset suits the strategy; draw the few-shot examples; return the items to ask."""
         if self.cfg.scoring.name != "generate":
-            raise UserError(f"open questions are answered by generation: scoring={self.cfg.scoring.name} is for multiple choice")
+            raise UserError(
+                f"open questions are answered by generation: scoring={self.cfg.scoring.name} is for multiple choice"
+            )
         if not isinstance(items[0], QAItem):
-            raise UserError(f"task=qa needs open questions; dataset {self.cfg.dataset.name!r} is multiple-choice (task=mcq)")
+            raise UserError(
+                f"task=qa needs open questions; dataset {self.cfg.dataset.name!r} is multiple-choice (task=mcq)"
+            )
         if self.prompter.context and not any(item.context for item in items):
-            raise UserError(f"strategy={self.cfg.strategy.name} needs each item's passage and dataset {self.cfg.dataset.name!r} has none")
+            raise UserError(
+                f"strategy={self.cfg.strategy.name} needs each item's passage and dataset {self.cfg.dataset.name!r} has none"
+            )
         missing = sorted({item.qtype for item in items} - set(self.cfg.metrics.by_qtype))
         if missing:
             raise UserError(f"metrics={self.cfg.metrics.name} has no metrics for question type(s) {', '.join(missing)}")
@@ -59,7 +72,9 @@ class QATask:
     def _examples(self, items: list[QAItem]) -> dict[str, list[QAItem]]:
         split = self.cfg.strategy.get("split", "train")
         if split == "test":
-            raise UserError("few-shot examples never come from the test split: set strategy.split=train (or validation)")
+            raise UserError(
+                "few-shot examples never come from the test split: set strategy.split=train (or validation)"
+            )
         loader = instantiate(self.cfg.dataset)
         if not hasattr(loader, "load_split"):
             raise UserError(f"dataset {self.cfg.dataset.name!r} has no train split to draw few-shot examples from")
@@ -68,7 +83,9 @@ class QATask:
         examples = draw_examples(pool, self.cfg.strategy.shots, self.cfg.seed, exclude)
         short = sorted({item.qtype for item in items} - {t for t, found in examples.items() if found})
         if short:
-            raise UserError(f"the {split} split has no example of question type(s) {', '.join(short)} for few-shot prompts")
+            raise UserError(
+                f"the {split} split has no example of question type(s) {', '.join(short)} for few-shot prompts"
+            )
         return examples
 
     def prompt(self, item: QAItem, passages: list[str] | None) -> str:
@@ -111,7 +128,9 @@ class QATask:
             metrics.update(category_breakdown(qtype, [items[i] for i in where], [records[i]["metrics"] for i in where]))
         metrics.update(self.intervals(metrics, records, corpus))
         key = self.headline_metric(metrics)
-        metrics.update(cluster_info(records, self.cfg.dataset.get("cluster_key")), headline_metric=key, higher_is_better=True)
+        metrics.update(
+            cluster_info(records, self.cfg.dataset.get("cluster_key")), headline_metric=key, higher_is_better=True
+        )
         return records, metrics, {**info, **headline(key)}
 
     def intervals(self, metrics: dict, records: list[dict], corpus: dict) -> dict:
@@ -142,7 +161,12 @@ class QATask:
         """Every run-level value that is not a breakdown."""
         rows = []
         for key, value in metrics.items():
-            if "/category/" in key or "/by_spans/" in key or key.startswith(("n_", "stats/")) or key.endswith(INTERVAL_SUFFIXES):
+            if (
+                "/category/" in key
+                or "/by_spans/" in key
+                or key.startswith(("n_", "stats/"))
+                or key.endswith(INTERVAL_SUFFIXES)
+            ):
                 continue
             if key in ("headline_metric", "higher_is_better"):
                 continue
@@ -164,7 +188,9 @@ def item_scores(records: list[dict], key: str, metrics_cfg) -> ItemScores | None
     differs), 0/1 outcomes when the value is among ``proportions`` of the metrics config; None if absent."""
     qtype, _, name = key.partition("/")
     name = (metrics_cfg.get("item_values") or {}).get(name, name)
-    chosen = [r for r in records if r.get("qtype") == qtype and isinstance(r.get("metrics", {}).get(name), (int, float))]
+    chosen = [
+        r for r in records if r.get("qtype") == qtype and isinstance(r.get("metrics", {}).get(name), (int, float))
+    ]
     if not chosen:
         return None
     kind = "proportion" if name in (metrics_cfg.get("proportions") or ()) else "mean"

@@ -18,7 +18,16 @@ from esgexp.eval.retrieval_metrics import page_recall_at_k, per_query_metrics, r
 from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
 from esgexp.records import QAItem
-from esgexp.stats import ItemScores, StatsSettings, cluster_info, cluster_records, headline, interval_metrics, record_clusters, with_interval
+from esgexp.stats import (
+    ItemScores,
+    StatsSettings,
+    cluster_info,
+    cluster_records,
+    headline,
+    interval_metrics,
+    record_clusters,
+    with_interval,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +39,9 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
     ks = sorted(set(cfg.retrieval.ks))
     save_inputs(cfg, output_dir, loaded.skipped)
     explained = cfg.query.mode == "explanation"
-    tags = job_tags(cfg, output_dir, retriever=cfg.retriever.name, query=cfg.query.mode, model=cfg.model.name if explained else None)
+    tags = job_tags(
+        cfg, output_dir, retriever=cfg.retriever.name, query=cfg.query.mode, model=cfg.model.name if explained else None
+    )
     with tracked_run(cfg, f"{cfg.retriever.name}/{cfg.query.mode}", tags) as run:
         if hasattr(loaded, "queries"):
             records, metrics = graded_retrieval(cfg, loaded, ks)
@@ -72,20 +83,33 @@ def item_scores(records: list[dict], key: str) -> ItemScores | None:
     if "gold_pages" in records[0]:  # ESGBench page recall
         if not (pooled and name == "recall"):
             return None
-        return ItemScores([r["id"] for r in records], [r["metrics"][key] for r in records], "proportion", clusters=record_clusters(records))
+        return ItemScores(
+            [r["id"] for r in records],
+            [r["metrics"][key] for r in records],
+            "proportion",
+            clusters=record_clusters(records),
+        )
     if pooled:
         weights = [r["metrics"]["n_relevant" if name == "recall" else f"retrieved@{k}"] for r in records]
         values = [r["metrics"][f"tp@{k}"] for r in records]
-        return ItemScores([r["id"] for r in records], values, "ratio", weights=weights, clusters=record_clusters(records))
+        return ItemScores(
+            [r["id"] for r in records], values, "ratio", weights=weights, clusters=record_clusters(records)
+        )
     value = "rr" if key == "mrr" else f"{name}@{k}"
     if not (key == "mrr" or (at and (key.startswith("macro/") or name == "ndcg"))):
         return None
     chosen = [r for r in records if r["metrics"]["n_relevant"] and isinstance(r["metrics"].get(value), (int, float))]
-    return ItemScores([r["id"] for r in chosen], [r["metrics"][value] for r in chosen], "mean", clusters=record_clusters(chosen))
+    return ItemScores(
+        [r["id"] for r in chosen], [r["metrics"][value] for r in chosen], "mean", clusters=record_clusters(chosen)
+    )
 
 
 def summary_keys(metrics: dict, ks: list[int]) -> list[str]:
-    names = [f"{prefix}{name}@{k}" for k in ks for name, prefix in (("recall", ""), ("recall", "random/"), ("precision", ""), ("ndcg", ""))]
+    names = [
+        f"{prefix}{name}@{k}"
+        for k in ks
+        for name, prefix in (("recall", ""), ("recall", "random/"), ("precision", ""), ("ndcg", ""))
+    ]
     return [name for name in [*names, "mrr"] if name in metrics]
 
 
@@ -115,7 +139,9 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
             "id": q.id,
             "doc": q.doc_scope,
             "query": texts[q.id],
-            "retrieved": [{"id": h.passage_id, "score": h.score, "grade": q.relevance.get(h.passage_id, 0)} for h in found],
+            "retrieved": [
+                {"id": h.passage_id, "score": h.score, "grade": q.relevance.get(h.passage_id, 0)} for h in found
+            ],
             "metrics": per_query[q.id],
         }
         for q, found in zip(data.queries, hits)
@@ -135,7 +161,9 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
     from esgexp.strategies.rag import item_doc
 
     if cfg.query.mode != "question":
-        raise UserError(f"query={cfg.query.mode} is a ClimRetrieve formulation; ESGBench retrieval searches with the question (query=question)")
+        raise UserError(
+            f"query={cfg.query.mode} is a ClimRetrieve formulation; ESGBench retrieval searches with the question (query=question)"
+        )
     corpus = Corpus.load(cfg.retrieval.corpus)
     known = set(corpus.doc_ids)
     usable = [item for item in items if item_doc(item) in known]
@@ -143,7 +171,9 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
     for doc in missing:
         log.warning("report %r is not in the corpus %s: its questions are not evaluated", doc, cfg.retrieval.corpus)
     if not usable:
-        raise UserError(f"no question's report is in the corpus {cfg.retrieval.corpus} ({len(known)} docs, e.g. {sorted(known)[:3]})")
+        raise UserError(
+            f"no question's report is in the corpus {cfg.retrieval.corpus} ({len(known)} docs, e.g. {sorted(known)[:3]})"
+        )
     retriever = job_retriever(cfg, corpus.passages)
     by_id = {p.id: p for p in corpus.passages}
     gold = [item.meta["evidence_pages"] for item in usable]
@@ -161,9 +191,16 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
         for values_of_query, value in zip(per_query, values):
             values_of_query[f"recall@{k}"] = value
     records = [
-        {"id": item.id, "doc": item_doc(item), "query": item.question, "gold_pages": item.meta["evidence_pages"],
-         "retrieved": [{"id": h.passage_id, "score": h.score, "pages": list(by_id[h.passage_id].page_indexes)} for h in found],
-         "metrics": values}
+        {
+            "id": item.id,
+            "doc": item_doc(item),
+            "query": item.question,
+            "gold_pages": item.meta["evidence_pages"],
+            "retrieved": [
+                {"id": h.passage_id, "score": h.score, "pages": list(by_id[h.passage_id].page_indexes)} for h in found
+            ],
+            "metrics": values,
+        }
         for item, found, values in zip(usable, hits, per_query)
     ]
     return cluster_records(records, usable, cfg.dataset.get("cluster_key")), metrics
