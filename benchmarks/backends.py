@@ -107,8 +107,9 @@ def agreement(a: list[str], b: list[str]) -> float:
 
 
 def openai_backend(cfg, base_url: str, concurrency: int):
-    from esgexp.backends.openai import OpenAIBackend
     from openai_server import MODEL_ALIAS
+
+    from esgexp.backends.openai import OpenAIBackend
 
     return OpenAIBackend(
         model_cfg=cfg.model,
@@ -147,8 +148,9 @@ def run_openai(cfg, base_url: str, requests: list, concurrency: int) -> dict:
 
 def run_cached(cfg, base_url: str, requests: list, concurrency: int) -> dict:
     """Fill a fresh request cache through a counting proxy, then rerun: every answer from the cache."""
-    from esgexp.backends.cache import CachedBackend, RequestCache
     from openai_server import FaultProxy
+
+    from esgexp.backends.cache import CachedBackend, RequestCache
 
     with tempfile.TemporaryDirectory(prefix="esgexp-bench-cache-") as folder, FaultProxy(base_url) as proxy:
         path = Path(folder) / "requests.sqlite"
@@ -283,7 +285,7 @@ COLUMNS = [
 
 
 def format_table(rows: list[dict], capability: dict) -> str:
-    lines = [mcq.describe_capability(capability), ""] + mcq.render(COLUMNS, rows)
+    lines = [mcq.describe_capability(capability), "", *mcq.render(COLUMNS, rows)]
     notes = [
         "q/s: questions / seconds of the run (server probe and model load excluded), the fastest of --repeats runs;",
         "  ours / lm-eval: at the same concurrency.",
@@ -292,7 +294,7 @@ def format_table(rows: list[dict], capability: dict) -> str:
         "  counts what reached the server (a counting proxy in front of it). hf: HFBackend, float32, in-process.",
         "foreign CPU: share of the CPUs other processes used during the run (the server's own work excluded).",
     ]
-    return "\n".join(lines + [""] + notes)
+    return "\n".join([*lines, "", *notes])
 
 
 def concurrency_list(text: str) -> list[int]:

@@ -4,7 +4,7 @@ OpenAI-compatible server (llama.cpp, response_format json_object) at concurrency
 candidates that survive each stage.
 
 The corpus is the two real report PDFs in ../shared/data/samples/pdfs, ingested with the default
-chunker and ``tables=true`` into a temporary folder (table extraction is timed per report first). Each build runs through ``esgexp.build.run.run_build`` exactly as
+chunker and ``tables=true`` into a temporary folder (table extraction is timed per report first). Each build runs through ``esgexp.builders.run.run_build`` exactly as
 ``python -m esgexp.build`` runs it, with the request cache off (every request reaches the model), on
 the first ``--candidates`` candidates. Throughput: candidates / build seconds (model load included
 for hf) and built items / build seconds. Prints a table, writes benchmarks/build.json (--json PATH).
@@ -79,7 +79,7 @@ def make_corpus(folder: Path) -> Path:
 def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: list[str], settings: list[str]) -> dict:
     from hydra import compose, initialize_config_dir
 
-    from esgexp.build.run import run_build
+    from esgexp.builders.run import run_build
     from esgexp.config import CONF_DIR
 
     out = root / f"{builder}-{backend[0].split('=')[1]}"

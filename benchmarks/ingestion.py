@@ -26,7 +26,10 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Iterator
+from functools import partial
 from importlib.metadata import version
+from itertools import repeat
 from pathlib import Path
 
 from esgexp.data.chunking import CharChunker, MarkdownChunker, SentenceChunker, WindowChunker
@@ -72,7 +75,7 @@ def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
     for strategy in STRATEGIES:
         extractor = TableExtractor(strategy=strategy)
         for name in FILES:
-            seconds, found = best_time(repeats, lambda: extractor.found(pdf_dir / name))
+            seconds, found = best_time(repeats, partial(extractor.found, pdf_dir / name))
             kept = extractor.keep(found, name)
             rows.append(
                 row(
@@ -88,11 +91,21 @@ def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
     return rows
 
 
+def chunk_all(chunker, pages: dict) -> list:
+    """Every file's passages from ``pages`` (file name -> page texts)."""
+    return [p for name in FILES for p in chunker.chunk(name, pages[name])]
+
+
+def ingest_into(folder: Path, out_dirs: Iterator[Path], chunker) -> dict:
+    """``ingest`` of ``folder`` into the next folder of ``out_dirs``, without a progress bar."""
+    return ingest(folder, next(out_dirs), chunker, progress=False)
+
+
 def measure(pdf_dir: Path, repeats: int, table_repeats: int = 0) -> list[dict]:
     """Every stage's rows; the table stages only with ``table_repeats`` >= 1."""
     rows, pages = [], {}
     for name in FILES:
-        seconds, pages[name] = best_time(repeats, lambda: read_pages(pdf_dir / name))
+        seconds, pages[name] = best_time(repeats, partial(read_pages, pdf_dir / name))
         rows.append(row("parse", name, len(pages[name]), seconds))
     total = sum(len(p) for p in pages.values())
     with tempfile.TemporaryDirectory() as scratch:
@@ -101,18 +114,13 @@ def measure(pdf_dir: Path, repeats: int, table_repeats: int = 0) -> list[dict]:
         for name in FILES:
             (folder / name).symlink_to(pdf_dir / name)
         for chunker in CHUNKERS:
-            seconds, passages = best_time(
-                repeats, lambda: [p for name in FILES for p in chunker.chunk(name, pages[name])]
-            )
+            seconds, passages = best_time(repeats, partial(chunk_all, chunker, pages))
             rows.append(row("chunk", chunker.name, total, seconds, len(passages)))
-            fresh = iter(range(repeats))
-            seconds, report = best_time(
-                repeats,
-                lambda: ingest(folder, Path(scratch) / f"{chunker.name}-{next(fresh)}", chunker, progress=False),
-            )
+            fresh = (Path(scratch) / f"{chunker.name}-{n}" for n in range(repeats))
+            seconds, report = best_time(repeats, partial(ingest_into, folder, fresh, chunker))
             rows.append(row("ingest", chunker.name, total, seconds, report["n_chunks"]))
             seconds, report = best_time(
-                repeats, lambda: ingest(folder, Path(scratch) / f"{chunker.name}-0", chunker, progress=False)
+                repeats, partial(ingest_into, folder, repeat(Path(scratch) / f"{chunker.name}-0"), chunker)
             )
             assert report["n_parsed"] == 0, "re-ingest parsed a file"
             rows.append(row("reingest", chunker.name, total, seconds, report["n_chunks"]))

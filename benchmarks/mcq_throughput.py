@@ -437,7 +437,7 @@ def worker_main(job_path: str) -> None:
 def busy_cpu_seconds() -> float:
     """CPU seconds every process on the machine has used so far (all cores; /proc/stat)."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
@@ -707,12 +707,12 @@ def render(columns: list[tuple[str, str, str]], records: list[dict]) -> list[str
 
 
 def format_table(rows: list[dict], capability: dict) -> str:
-    lines = [describe_capability(capability), ""] + render(COLUMNS, rows)
+    lines = [describe_capability(capability), "", *render(COLUMNS, rows)]
     settings = [
         {**{k: row[k] for k in ("data", "mode", "dtype")}, **s} for row in rows for s in row.get("lmeval_settings", [])
     ]
     if settings:
-        lines += ["", "every lm-eval setting:"] + render(SETTING_COLUMNS, settings)
+        lines += ["", "every lm-eval setting:", *render(SETTING_COLUMNS, settings)]
     notes = [
         "q/s: questions / inference seconds (model load excluded); lm-eval's is its whole simple_evaluate call.",
         "speed ratio: ours vs lm-eval's fastest batch size here. ratio (core): vs the time inside its model calls only.",
@@ -731,7 +731,7 @@ def format_table(rows: list[dict], capability: dict) -> str:
                 f"note: {row['data']} {row['mode']} {row['dtype']}: {row['ours_invalid_rate']:.0%} of our answers are "
                 "INVALID (with raw prompts SmolLM2 ends its turn at once; see --chat-template)"
             )
-    return "\n".join(lines + [""] + notes)
+    return "\n".join([*lines, "", *notes])
 
 
 def machine_info(threads: int | None) -> dict:

@@ -18,6 +18,11 @@ def main(cfg: DictConfig) -> dict:
         return run_job(cfg)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``esgexp`` console command and ``python -m esgexp``."""
     with suggest_misspelt_keys():
         main()
+
+
+if __name__ == "__main__":
+    cli()

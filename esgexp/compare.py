@@ -354,7 +354,8 @@ def main(argv: list[str]) -> None:
     print(f"written: {out_dir / 'compare.json'}, {out_dir / 'compare.md'}")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``esgexp-compare`` and ``python -m esgexp.compare``."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -363,3 +364,7 @@ if __name__ == "__main__":
     except (UserError, HydraException, OmegaConfBaseException) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    cli()

@@ -104,7 +104,7 @@ def config_keys(overrides: list[str], skip: str) -> list[str]:
             with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
                 cfg = compose("config", overrides=attempt)
             break
-        except Exception:  # noqa: BLE001 - any failure here only costs the suggestion
+        except Exception:
             cfg = None
     if cfg is None:
         return []

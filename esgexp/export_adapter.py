@@ -73,5 +73,10 @@ def main(overrides: list[str]) -> None:
     print(f"evaluate it with: python -m esgexp model=local model.path={out_dir} ...")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``esgexp-export-adapter`` and ``python -m esgexp.export_adapter``."""
     main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    cli()

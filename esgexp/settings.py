@@ -254,7 +254,6 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "backend.max_concurrency": Integer(1),
     "backend.timeout_s": Number(0, above=True),
     "backend.connect_timeout_s": Number(0, above=True),
-    "backend.connect_timeout_s": Number(0, above=True),
     "backend.max_retries": Integer(0),
     "backend.backoff_s": Number(0),
     "backend.top_logprobs": Integer(1),

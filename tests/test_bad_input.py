@@ -103,7 +103,7 @@ def test_every_loader_names_the_file_line_and_encoding(tmp_path):
         (ClimRetrieveReportLevel("c", str(climate)), f"{climate} line 3, column 3: byte 0xe9"),
     ]
     for loader, message in cases:
-        with pytest.raises(UserError, match="dataset.encoding=") as error:
+        with pytest.raises(UserError, match=r"dataset.encoding=") as error:
             loader.load()
         assert str(error.value).startswith(message)
     # Read in the encoding they were saved in, the same files load.

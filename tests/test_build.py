@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from pdf_factory import write_pdf
 
-from esgexp.build.run import run_build
-from esgexp.build.verify import PageTexts, verify_pair
+from esgexp.builders.run import run_build
+from esgexp.builders.verify import PageTexts, verify_pair
 from esgexp.config import CONF_DIR
 from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import Corpus, ingest
 from esgexp.errors import UserError
-from pdf_factory import write_pdf
 
 REPORT = [
     ["Climate 2023", "Scope 1 emissions were 1,772.6 tCO2e in 2023.", "Scope 2 emissions were 456.4 tCO2e in 2023."],
@@ -129,7 +129,7 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
 
 
 def test_bad_input_is_named_before_any_model_loads(corpus_dir, tmp_path):
-    with pytest.raises(UserError, match="corpus folder not found: .*nowhere"):
+    with pytest.raises(UserError, match=r"corpus folder not found: .*nowhere"):
         run_build(build_cfg(tmp_path, f"corpus={tmp_path}/nowhere"))
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -6,21 +6,19 @@ loads and evaluates."""
 from __future__ import annotations
 
 import csv
-from collections import Counter
-
-import pytest
-
 import json
+from collections import Counter
 from pathlib import Path
 
+import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import Backend, Response
-from esgexp.build.context import BuildContext
-from esgexp.build.esgenius import SpanPool, Question, gold_letters, letter_rows, read_review, shuffled
-from esgexp.build.generate import StructuredGenerator
-from esgexp.build.report import BuildReport
+from esgexp.builders.context import BuildContext
+from esgexp.builders.esgenius import Question, SpanPool, gold_letters, letter_rows, read_review, shuffled
+from esgexp.builders.generate import StructuredGenerator
+from esgexp.builders.report import BuildReport
 from esgexp.config import CONF_DIR
 from esgexp.data.corpus import Corpus
 from esgexp.data.esgenius import ESGeniusCSV
@@ -87,7 +85,7 @@ def test_review_file_errors_name_the_line_and_field(tmp_path):
         read_review(write_review(tmp_path / "r.csv", [row]))
     with pytest.raises(UserError, match=r"line 2: field 'correct': empty in an edited row"):
         read_review(write_review(tmp_path / "r.csv", [{**row, "decision": "edit", "correct": " "}]))
-    with pytest.raises(UserError, match="missing column.*decision"):
+    with pytest.raises(UserError, match=r"missing column.*decision"):
         read_review(write_review(tmp_path / "r.csv", [{"query_id": "q"}], columns=("query_id",)))
     with pytest.raises(UserError, match="file not found"):
         read_review(tmp_path / "absent.csv")
@@ -269,7 +267,7 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     different options with the correct one in its source passage, and evaluates with no conversion step."""
     from hydra import compose, initialize_config_dir
 
-    from esgexp.build.run import run_build
+    from esgexp.builders.run import run_build
     from esgexp.run import run_job
 
     overrides = [
@@ -325,7 +323,7 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
 
 
 def test_contents_pages_and_key_figure_rows_are_not_prose():
-    from esgexp.build.candidates import prose_sentences
+    from esgexp.builders.candidates import prose_sentences
 
     assert prose_sentences("Governance Information 46 Responsible Corporate Governance 47 EU-Taxonomy 55 Annex 62") == 0
     assert prose_sentences("2023 2022 2021 Revenue (in €m) 4,096.7 3,963.7 3,909.7 EBITDA (in €m) 653.8 693.3") == 0
@@ -338,7 +336,7 @@ def test_contents_pages_and_key_figure_rows_are_not_prose():
 
 
 def test_an_experts_review_keeps_edits_and_drops_rows_on_the_rebuild(tmp_path):
-    first, _ = scripted_build(tmp_path / "first", FirstChoice())
+    scripted_build(tmp_path / "first", FirstChoice())
     review = read_rows(tmp_path / "first" / "review.csv")
     assert [r["query_id"] for r in review] == ["alpha#0", "beta#0", "alpha#1"] and {r["decision"] for r in review} == {
         "keep"

@@ -23,15 +23,14 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from hydra import compose, initialize_config_dir
+from pdf_factory import write_pdf
 
-from esgexp.build.run import run_build
+from esgexp.builders.run import run_build
 from esgexp.config import CONF_DIR
 from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import ingest
-
-from conftest import REPO
-from pdf_factory import write_pdf
 
 # One KPI sentence with a figure and a unit per page (each page is one passage), and a page with no KPI.
 REPORT = [

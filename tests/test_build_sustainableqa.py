@@ -14,11 +14,11 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import Backend, Response
-from esgexp.build.context import BuildContext
-from esgexp.build.generate import StructuredGenerator
-from esgexp.build.report import BuildReport
-from esgexp.build.candidates import span_candidates
-from esgexp.build.sustainableqa import SustainableQABuilder, assign_splits, span_problem, split_sizes
+from esgexp.builders.candidates import span_candidates
+from esgexp.builders.context import BuildContext
+from esgexp.builders.generate import StructuredGenerator
+from esgexp.builders.report import BuildReport
+from esgexp.builders.sustainableqa import SustainableQABuilder, assign_splits, span_problem, split_sizes
 from esgexp.config import CONF_DIR
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import SustainableQA
@@ -306,7 +306,7 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
     from hydra import compose, initialize_config_dir
     from pdf_factory import write_pdf
 
-    from esgexp.build.run import run_build
+    from esgexp.builders.run import run_build
     from esgexp.data.chunking import CharChunker
     from esgexp.data.corpus import ingest
     from esgexp.run import run_job
@@ -365,7 +365,7 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
 def test_smollm2_build_on_the_shared_reports_gives_verbatim_factoids(shared_corpus, tmp_path):
     """The default model and constrained decoding on the two real report PDFs (the judge keeps what it can
     score): factoid pairs whose spans are verbatim in their paragraphs, loaded by dataset=sustainableqa."""
-    from esgexp.build.run import run_build
+    from esgexp.builders.run import run_build
 
     dataset = run_build(build_cfg(tmp_path, shared_corpus, "builder.max_candidates=2"))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())

@@ -1,4 +1,4 @@
-"""The ESGBench verifier (esgexp/build/verify.py): evidence on its cited 0-based page after ingestion's
+"""The ESGBench verifier (esgexp/builders/verify.py): evidence on its cited 0-based page after ingestion's
 cleaning, a numeric answer's number with its unit in the evidence; and the audit command."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from esgexp.build.verify import PageTexts, verify_pair
+from esgexp.builders.verify import PageTexts, verify_pair
 from esgexp.data.corpus import Corpus
 from esgexp.data.pdf import Page
 from esgexp.records import Passage
@@ -93,7 +93,7 @@ def test_audit_command_on_the_shared_esgbench_sample(shared_samples, tmp_path, c
     sample = shared_samples / "esgbench" / "esgbench_open_source_sample40.jsonl"
     out = tmp_path / "audit"
     done = subprocess.run(
-        [sys.executable, "-m", "esgexp.build.verify", f"dataset.path={sample}", f"corpus={corpus}", f"out={out}"],
+        [sys.executable, "-m", "esgexp.builders.verify", f"dataset.path={sample}", f"corpus={corpus}", f"out={out}"],
         capture_output=True,
         text=True,
         env=clean_env,

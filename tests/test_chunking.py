@@ -1,5 +1,6 @@
 """Chunkers: bounds, overlaps and exact page spans on pages with known text."""
 
+import itertools
 import re
 
 import pytest
@@ -128,7 +129,7 @@ def test_sentences_chunks_of_350_words_share_50_words_and_know_their_pages():
     assert list(zip(first, last)) == [(0, 34), (30, 64), (60, 94), (90, 99)]
     assert [len(p.text.split()) for p in passages] == [350, 350, 350, 100]
     assert spans(passages) == ["1-2", "2-4", "4-5", "5"]
-    for before, after in zip(passages, passages[1:]):
+    for before, after in itertools.pairwise(passages):
         shared = before.text.split()[-50:]
         assert after.text.split()[:50] == shared and after.text.split()[50] != before.text.split()[-50]
 
@@ -157,7 +158,7 @@ def test_window_of_1200_characters_overlapping_200_cut_at_whitespace():
     assert passages[0].text.split() == words[:240] and len(passages[0].text) == 1199
     assert spans(passages)[:3] == ["1-3", "3-5", "5-7"]
     assert all(len(p.text) <= 1200 for p in passages)
-    for before, after in zip(passages, passages[1:]):
+    for before, after in itertools.pairwise(passages):
         shared = before.text[before.text.index(after.text.split()[0] + " ") :]
         assert after.text.startswith(shared) and len(shared) == 199
     assert passages[-1].text.split()[-1] == "w999"

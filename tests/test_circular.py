@@ -11,6 +11,7 @@ import sys
 
 import mlflow
 import pytest
+from conftest import compose_config
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import Backend, Response
@@ -18,8 +19,6 @@ from esgexp.errors import UserError
 from esgexp.eval.circular import circular_metrics, position_bias, rotate_item, rotate_letters, rotated_items
 from esgexp.records import MCQItem
 from esgexp.run import run_job
-
-from conftest import compose_config
 
 OPTION_LINE = re.compile(r"^([A-D]): (.*)$", re.MULTILINE)
 RIGHT = "the right answer"

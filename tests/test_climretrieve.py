@@ -164,7 +164,7 @@ def test_report_level_bad_rows_are_listed_and_skipped(tmp_path):
 
 
 def test_report_level_missing_file_or_column(tmp_path):
-    with pytest.raises(UserError, match="report-level file not found: .*nope.csv"):
+    with pytest.raises(UserError, match=r"report-level file not found: .*nope.csv"):
         ClimRetrieveReportLevel("x", str(tmp_path / "nope.csv")).load()
     path = write_csv(tmp_path / "rl.csv", ["", "paragraph", "report", "question"], [["0", "P.", "R.pdf", "Q?"]])
     with pytest.raises(UserError, match=r"rl\.csv: missing column\(s\) relevance; found paragraph, report, question"):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO, SAMPLE_CSV
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -17,8 +18,6 @@ from esgexp.errors import UserError
 from esgexp.outputs import PredictionLog, write_atomic, write_json
 from esgexp.run import run_job
 from esgexp.stats import StatsSettings, mcnemar_exact
-
-from conftest import REPO, SAMPLE_CSV
 
 CLIM = ("experiment=climretrieve_retrieval", "dataset=climretrieve_sample")
 
@@ -99,7 +98,7 @@ def test_refused_comparisons_name_the_difference(mcq_run, tmp_path):
     copy = tmp_path / "elsewhere.csv"
     copy.write_bytes(SAMPLE_CSV.read_bytes())
     other_file = load_run(mcq_run("file", (), (), f"dataset.path={copy}"))
-    with pytest.raises(UserError, match="different item sets: dataset.path="):
+    with pytest.raises(UserError, match=r"different item sets: dataset.path="):
         compare_pair(base, other_file)
     edited = load_run(mcq_run("edited"))
     item_id = next(iter(edited.records))
@@ -161,7 +160,7 @@ def test_retrieval_per_query_values_give_the_run_metrics():
     rankings = {"q1": ["a", "b", "c"], "q2": ["d", "e", "f"], "q3": ["g", "h", "i"]}
     qrels = {"q1": {"a": 3, "c": 2, "x": 2}, "q2": {"f": 2}, "q3": {"g": 1}}  # q3: nothing at threshold 2
     per_query = per_query_metrics(rankings, qrels, (1, 3), 2)
-    metrics = retrieval_metrics(rankings, qrels, {q: 10 for q in rankings}, (1, 3), 2, per_query)
+    metrics = retrieval_metrics(rankings, qrels, dict.fromkeys(rankings, 10), (1, 3), 2, per_query)
     records = [{"id": q, "metrics": values} for q, values in per_query.items()]
     assert metrics["recall@3"] == pytest.approx(3 / 4)  # pooled: hits 2 + 1 over relevant 3 + 1
     for key in ("recall@1", "recall@3", "precision@3", "macro/recall@3", "macro/f1@1", "ndcg@3", "mrr"):

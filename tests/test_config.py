@@ -4,10 +4,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import compose_config
 
 from esgexp.config import CONF_DIR, flatten
-
-from conftest import compose_config
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))

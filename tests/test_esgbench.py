@@ -395,7 +395,7 @@ def test_gold_file_missing_or_empty_is_a_user_error(tmp_path):
         ESGBenchGold("g", str(write(tmp_path / "empty.jsonl", ["", "  "]))).load()
     with pytest.raises(UserError, match="no usable question"):
         ESGBenchGold("g", str(write(tmp_path / "bad.jsonl", [gold_line(answer="")]))).load()
-    with pytest.raises(UserError, match="dataset.path is not set"):
+    with pytest.raises(UserError, match=r"dataset.path is not set"):
         ESGBenchGold("g").load()
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import build_tiny_llama, compose_config
+
 from esgexp.errors import UserError
 from esgexp.run import run_job
 
@@ -182,7 +182,7 @@ def test_adapter_evaluates_through_the_normal_pipeline(trained, tiny_model_dir):
     base = run_job(compose_config(root, *evaluate, f"paths.output_dir={root}/eval-base"))
     by_id = run_job(compose_config(root, *evaluate, f"model.adapter={run_id}", f"paths.output_dir={root}/eval-id"))
     by_dir = run_job(compose_config(root, *evaluate, f"model.adapter={run_dir}", f"paths.output_dir={root}/eval-dir"))
-    assert base["n_items"] == by_id["n_items"] == 3
+    assert base["n_items"] == by_id["n_items"] == by_dir["n_items"] == 3
     outputs = {
         name: [json.loads(line)["output"] for line in (root / name / "predictions.jsonl").read_text().splitlines()]
         for name in ("eval-base", "eval-id", "eval-dir")
@@ -306,7 +306,7 @@ def test_empty_train_split_is_a_clear_error(tmp_path, tiny_model_dir):
     for split in ("validation", "test"):
         (data / f"{split}.json").write_text((BUNDLED_DIR / "sustainableqa" / f"{split}.json").read_text())
     (data / "train.json").write_text(json.dumps({"all_chunks_qas": [], "all_table_qas": []}))
-    with pytest.raises(UserError, match="the train split is empty or unusable: .*train.json"):
+    with pytest.raises(UserError, match=r"the train split is empty or unusable: .*train.json"):
         run_job(finetune_cfg(tmp_path, tiny_model_dir, "dataset=sustainableqa", f"dataset.path={data}"))
 
 
@@ -384,7 +384,7 @@ def test_training_knobs_run(tmp_path, tiny_model_dir, overrides):
 def fake_cpu(monkeypatch, capability: str, features: tuple[str, ...] = (), onednn_bf16: bool = True) -> None:
     """Make torch report this CPU capability, these CPU features and oneDNN bf16 support."""
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {name: True for name in features})
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: dict.fromkeys(features, True))
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
 
 

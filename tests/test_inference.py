@@ -146,7 +146,7 @@ def test_missing_weights_package_is_named(tmp_path):
     cfg = OmegaConf.create(
         {"name": "x", "path": None, "hub_id": None, "gguf": {"package": "no_such_pkg_xyz", "file": "m.gguf"}}
     )
-    with pytest.raises(UserError, match="package 'no_such_pkg_xyz'.*not installed"):
+    with pytest.raises(UserError, match=r"package 'no_such_pkg_xyz'.*not installed"):
         resolve_model_dir(cfg, tmp_path)
 
 

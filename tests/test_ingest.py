@@ -12,9 +12,8 @@ from pdf_factory import encrypted, pdf_bytes, write_pdf
 from esgexp.data import pdf
 from esgexp.data.chunking import CharChunker, MarkdownChunker, WindowChunker
 from esgexp.data.corpus import Corpus, ingest
-from esgexp.records import passages_hash
 from esgexp.errors import UserError
-from esgexp.records import Passage
+from esgexp.records import Passage, passages_hash
 
 GOOD = [["Alpha report page one. It covers scope 1."], ["Page two talks about water."], ["Page three ends it."]]
 

@@ -14,10 +14,9 @@ import sys
 import time
 
 import pytest
+from conftest import REPO, compose_config
 
 from esgexp.run import run_job
-
-from conftest import REPO, compose_config
 
 # The run folder is the subject here, not MLflow: each run keeps what it would log in its folder.
 OFFLINE = ("tracking.offline=true",)

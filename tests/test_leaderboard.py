@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLE_CSV
 
 SAMPLE_DATASET = {
@@ -260,16 +259,6 @@ def build_store(root: Path, empty_db: Path | None = None) -> dict[str, str]:
     return runs
 
 
-@pytest.fixture(scope="session")
-def empty_db(tmp_path_factory) -> Path:
-    """A sqlite MLflow store with its tables and no run, made once: copies skip MLflow's migrations."""
-    import mlflow
-
-    db = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
-    mlflow.MlflowClient(f"sqlite:///{db}").search_experiments()
-    return db
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, empty_db) -> tuple[Path, dict[str, str]]:
     root = tmp_path_factory.mktemp("board")
@@ -388,7 +377,7 @@ def test_circular_rotations_are_one_question_right_only_when_every_rotation_is()
         {"id": f"q2#r{k}", "item_id": "q2", "rotation": k, "gold": "B", "parsed": "B", "correct": True}
         for k in range(4)
     ]
-    folded = by_question(records + [{"id": "q3", "gold": "C", "parsed": "Z", "correct": False}])
+    folded = by_question([*records, {"id": "q3", "gold": "C", "parsed": "Z", "correct": False}])
     assert folded["q1"] == {"id": "q1", "gold": "A", "parsed": "A (right in 3 of 4 rotations)", "correct": False}
     assert folded["q2"]["correct"] is True and folded["q2"]["parsed"] == "B (right in 4 of 4 rotations)"
     assert folded["q3"]["parsed"] == "Z" and list(folded) == ["q1", "q2", "q3"]

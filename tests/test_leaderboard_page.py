@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import compose_config
-from test_leaderboard import build_store, empty_db, sample_items, wrong_letter  # noqa: F401 (empty_db: a fixture)
+from test_leaderboard import build_store, sample_items, wrong_letter
 
 CHROMIUM = "/usr/bin/chromium"
 

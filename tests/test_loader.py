@@ -1,11 +1,10 @@
 import csv
 
 import pytest
+from conftest import SAMPLE_CSV
 
 from esgexp.data.esgenius import ESGeniusCSV
 from esgexp.errors import UserError
-
-from conftest import SAMPLE_CSV
 
 HEADER = ["query_id", "new_id", "query", "answer", "A", "B", "C", "D", "Z"]
 
@@ -47,9 +46,9 @@ def test_full_esgenius_file_loads_with_cycling_answers(shared_samples):
 
 
 def test_w_ref_columns_become_context_and_meta(tmp_path):
-    header = HEADER + ["ref_page", "ref_doc", "source_text"]
+    header = [*HEADER, "ref_page", "ref_doc", "source_text"]
     path = write_csv(
-        tmp_path / "w_ref.csv", [row("7") + ["12", "GRI 305: Emissions 2016", "line one\nline two"]], header
+        tmp_path / "w_ref.csv", [[*row("7"), "12", "GRI 305: Emissions 2016", "line one\nline two"]], header
     )
     item = ESGeniusCSV(name="x", path=str(path)).load().items[0]
     assert item.context == ("line one\nline two",)
@@ -66,7 +65,7 @@ def test_limit_takes_a_seeded_shuffle(tmp_path):
 
 
 def test_missing_file_names_the_path(tmp_path):
-    with pytest.raises(UserError, match="dataset file not found: .*nope.csv"):
+    with pytest.raises(UserError, match=r"dataset file not found: .*nope.csv"):
         ESGeniusCSV(name="x", path=str(tmp_path / "nope.csv")).load()
 
 
@@ -101,7 +100,7 @@ def test_file_without_any_usable_row_is_an_error(tmp_path):
 
 def test_hub_id_offline_fails_at_once_with_advice(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(UserError, match="could not load hub dataset 'someone/ESGenius'.*HF_HUB_OFFLINE=0"):
+    with pytest.raises(UserError, match=r"could not load hub dataset 'someone/ESGenius'.*HF_HUB_OFFLINE=0"):
         ESGeniusCSV(name="x", hf_id="someone/ESGenius").load()
 
 

@@ -11,7 +11,6 @@ from omegaconf import OmegaConf
 
 from esgexp.config import CONF_DIR
 from esgexp.errors import UserError
-from esgexp.models.scoring import GenerateScorer
 from esgexp.models.lora import attach_adapter, check_seq_len, check_target_modules, wrap_for_training
 from esgexp.models.lora_module import (
     GenerationCheck,
@@ -21,6 +20,7 @@ from esgexp.models.lora_module import (
     lr_factor,
     trainable_fingerprint,
 )
+from esgexp.models.scoring import GenerateScorer
 from esgexp.models.sft_data import ExampleBuilder, GenerationSet, collate, pack
 from esgexp.records import QAItem
 from esgexp.strategies.qa import QAPrompter
@@ -300,7 +300,7 @@ def test_check_seq_len(tiny_model_dir):
 
     config = AutoConfig.from_pretrained(tiny_model_dir)
     check_seq_len(config, 4096, "tiny")
-    with pytest.raises(UserError, match="4097.*4096"):
+    with pytest.raises(UserError, match=r"4097.*4096"):
         check_seq_len(config, 4097, "tiny")
 
 

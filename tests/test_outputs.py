@@ -1,7 +1,8 @@
 """Run-folder file writing."""
 
-import os, stat
-from pathlib import Path
+import os
+import stat
+
 from esgexp.outputs import write_atomic
 
 

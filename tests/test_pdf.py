@@ -89,7 +89,7 @@ def test_a_damaged_file_is_unreadable(tmp_path, data):
 
 
 def test_a_pdf_without_any_text_is_reported_as_needing_ocr(tmp_path):
-    with pytest.raises(UnreadableDocument, match="no extractable text .*OCR not supported"):
+    with pytest.raises(UnreadableDocument, match=r"no extractable text .*OCR not supported"):
         read_pages(write_pdf(tmp_path / "scan.pdf", [[], []]))
 
 

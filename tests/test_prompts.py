@@ -1,7 +1,7 @@
+from conftest import compose_config
+
 from esgexp.records import MCQItem
 from esgexp.strategies.mcq import NO_CONTEXT, MCQPrompter, best_line
-
-from conftest import compose_config
 
 ESGENIUS_TEMPLATE = (
     "You are an expert in ESG (Environmental, Social, Governance) and Sustainability related topics. "

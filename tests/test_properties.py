@@ -54,7 +54,9 @@ def assert_loads_or_reports(load, where: str) -> None:
     except UserError:
         return
     for message in loaded.skipped:
-        assert re.search(rf"{where} ?\[?\d", message) and "field" in message or "not a JSON object" in message, message
+        assert (re.search(rf"{where} ?\[?\d", message) and "field" in message) or "not a JSON object" in message, (
+            message
+        )
 
 
 # --- the MCQ answer parser ---
@@ -100,7 +102,7 @@ GOOD_GOLD = {
 @given(
     st.lists(
         st.one_of(
-            st.fixed_dictionaries({}, optional={name: JSON_VALUE for name in ESGBENCH_FIELDS}),
+            st.fixed_dictionaries({}, optional=dict.fromkeys(ESGBENCH_FIELDS, JSON_VALUE)),
             st.builds(lambda field, value: {**GOOD_GOLD, field: value}, st.sampled_from(ESGBENCH_FIELDS), JSON_VALUE),
             st.builds(
                 lambda value: {**GOOD_GOLD, "evidence": [{"evidence_page_num": value, "evidence_text": value}]},

@@ -8,9 +8,9 @@ import mlflow
 import pytest
 
 from esgexp.errors import UserError
+from esgexp.records import QAItem
 from esgexp.run import run_job
 from esgexp.strategies.qa import QAPrompter, draw_examples
-from esgexp.records import QAItem
 from tests.conftest import compose_config
 
 FACTOID = (

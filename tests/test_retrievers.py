@@ -8,18 +8,16 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import REPO, compose_config
 
 from esgexp.errors import UserError
-from esgexp.records import Passage
-from esgexp.records import passages_hash
+from esgexp.records import Passage, passages_hash
 from esgexp.retrieval import IndexCache, build_retriever, rrf
 from esgexp.retrieval.base import top_k
 from esgexp.retrieval.bm25 import BM25Retriever
 from esgexp.retrieval.dense import DenseRetriever
 from esgexp.retrieval.hybrid import HybridRetriever
 from esgexp.retrieval.oracle import OracleRetriever
-
-from conftest import REPO, compose_config
 
 TEXTS = {
     "water": (

@@ -5,6 +5,7 @@ import signal
 
 import mlflow
 import pytest
+from conftest import compose_config
 from omegaconf import OmegaConf
 
 import esgexp.run
@@ -12,8 +13,6 @@ from esgexp.errors import UserError
 from esgexp.eval.mcq import parse_answer
 from esgexp.leaderboard import export
 from esgexp.run import run_job
-
-from conftest import compose_config
 
 
 def read_jsonl(path):
@@ -155,9 +154,9 @@ def test_leaderboard_lists_every_finished_run(tiny_cfg, tmp_path):
 
 def test_a_folder_with_predictions_is_never_overwritten_silently(tiny_cfg, tmp_path):
     run_job(tiny_cfg("scoring=logprob", "dataset.limit=3"))
-    with pytest.raises(UserError, match="already holds predictions.jsonl: pass resume=true"):
+    with pytest.raises(UserError, match=r"already holds predictions.jsonl: pass resume=true"):
         run_job(tiny_cfg("scoring=logprob", "dataset.limit=3"))
-    with pytest.raises(UserError, match="already holds predictions.jsonl of another config"):
+    with pytest.raises(UserError, match=r"already holds predictions.jsonl of another config"):
         run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", "seed=7", "resume=true"))
     assert run_job(tiny_cfg("scoring=logprob", "dataset.limit=3", "resume=true"))["n_resumed"] == 3
 

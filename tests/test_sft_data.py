@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -61,7 +62,7 @@ def test_labels_mask_exactly_the_prompt(tokenizer):
     assert example.labels[:n] == [IGNORE_INDEX] * n
     assert example.labels[n:] == example.input_ids[n:]
     answer = example.input_ids[n:]
-    assert answer == ids(tokenizer, " 12 percent") + [tokenizer.eos_token_id]
+    assert answer == [*ids(tokenizer, " 12 percent"), tokenizer.eos_token_id]
     assert tokenizer.decode(answer[:-1]) == " 12 percent"
     assert example.n_answer_tokens == len(answer)
     assert (report.n_items, report.n_examples, report.truncated, report.dropped) == (1, 1, [], [])
@@ -80,7 +81,7 @@ def test_chat_template_splits_the_rendering_at_the_generation_prompt(tiny_model_
     text = QAPrompter(template=TEMPLATE, context="full").build(ITEM)
     user = [{"role": "user", "content": text}]
     head = tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
-    full = tok.apply_chat_template(user + [{"role": "assistant", "content": "12 percent"}], tokenize=False)
+    full = tok.apply_chat_template([*user, {"role": "assistant", "content": "12 percent"}], tokenize=False)
     assert full.startswith(head) and head.endswith("<s>assistant:")
     assert full[len(head) :] == " 12 percent</s>\n"
 
@@ -102,7 +103,7 @@ def test_chat_template_that_does_not_extend_falls_back_to_answer_and_eos(tokeniz
         [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
     )
     prompt = ids(tokenizer, head, special=True)
-    answer = ids(tokenizer, " 12 percent") + [tokenizer.eos_token_id]
+    answer = [*ids(tokenizer, " 12 percent"), tokenizer.eos_token_id]
     assert example.input_ids == prompt + answer
     assert example.labels == [IGNORE_INDEX] * len(prompt) + answer
 
@@ -118,7 +119,7 @@ def test_truncation_cuts_the_end_of_the_context(tokenizer):
 
     assert report.truncated == ["q1"] and report.dropped == []
     assert max_seq_len - 2 <= len(example.input_ids) <= max_seq_len  # cut no more than re-encoding needs
-    answer = ids(tokenizer, " 12 percent") + [tokenizer.eos_token_id]
+    answer = [*ids(tokenizer, " 12 percent"), tokenizer.eos_token_id]
     assert example.input_ids[-len(answer) :] == answer
     assert example.labels[-len(answer) :] == answer
     assert example.n_answer_tokens == len(answer)
@@ -178,7 +179,7 @@ def segments(row: Example) -> list[tuple]:
     starts = [i for i, t in enumerate(row.input_ids) if t >= 1000] + [len(row.input_ids)]
     return [
         (tuple(row.input_ids[a:b]), tuple(row.labels[a:b]), tuple(row.position_ids[a:b]))
-        for a, b in zip(starts, starts[1:])
+        for a, b in itertools.pairwise(starts)
     ]
 
 
@@ -194,7 +195,7 @@ def test_pack_fills_rows_with_whole_examples():
     assert sorted(p[:2] for p in pieces) == sorted((tuple(e.input_ids), tuple(e.labels)) for e in examples)
     assert all(p[2] == tuple(range(len(p[0]))) for p in pieces)
     assert all(r.input_ids[0] >= 1000 for r in rows)  # every row starts with an example
-    for row, following in zip(rows, rows[1:]):  # greedy: the next row's first example did not fit
+    for row, following in itertools.pairwise(rows):  # greedy: the next row's first example did not fit
         assert len(row.input_ids) + len(segments(following)[0][0]) > 20
     assert all(e.position_ids is None for e in examples)  # the inputs are left alone
 
@@ -243,7 +244,7 @@ def test_collate_pads_to_a_multiple(multiple, width):
     assert batch["attention_mask"].tolist() == [[1, 1, 1] + [0] * (width - 3), [1, 1] + [0] * (width - 2)]
     assert batch["n_tokens"] == 5
     packed = collate([Example([5, 6, 7], [IGNORE_INDEX, 6, 7], [0, 1, 0])], pad_id=0, pad_to_multiple_of=multiple)
-    assert packed["position_ids"].tolist() == [[0, 1, 0] + list(range(width - 3))]
+    assert packed["position_ids"].tolist() == [[0, 1, 0, *list(range(width - 3))]]
     assert packed["labels"].tolist() == [[-100, 6, 7] + [-100] * (width - 3)]
 
 

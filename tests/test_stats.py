@@ -195,7 +195,7 @@ def test_item_cluster_by_passage_or_field():
     two = QAItem("q2", "?", ("b",), "factoid", context=("Passage one.",), meta={"report": "R2"})
     assert item_cluster(one, "passage") == item_cluster(two, "passage")
     assert item_cluster(one, "report") == "R1"
-    with pytest.raises(UserError, match="cluster_key='doc_name'.*'q1'"):
+    with pytest.raises(UserError, match=r"cluster_key='doc_name'.*'q1'"):
         item_cluster(one, "doc_name")
 
 

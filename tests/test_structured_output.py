@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from esgexp.backends.base import GenerationRequest, RunContext, request_payload, schema_text
 from esgexp.backends.cache import cache_key
-from esgexp.build.schema import object_schema, question_schema, schema_problems
+from esgexp.builders.schema import object_schema, question_schema, schema_problems
 from esgexp.errors import UserError
 
 SCHEMA = {
@@ -84,7 +84,7 @@ def test_schema_problems_for_alternatives_and_questions():
     assert schema_problems({"evidence": "Scope 2 was 7 t.", "page": 3}, fact) == [
         "$: fits none of the 2 alternatives; closest: $.evidence: 'Scope 2 was 7 t.' is not one of the 1 allowed values"
     ]
-    with pytest.raises(UserError, match="builder.max_question_chars: at least 10, got 9"):
+    with pytest.raises(UserError, match=r"builder.max_question_chars: at least 10, got 9"):
         question_schema(9)
     question = question_schema(30)
     assert schema_problems("What were Scope 1 emissions?", question) == []
@@ -205,7 +205,7 @@ def test_hf_backend_batches_requests_whose_schemas_differ_each_row_under_its_own
 )
 def test_an_output_is_parsed_or_named_cut_off_not_json_or_off_schema(raw, reason):
     from esgexp.backends.base import Response
-    from esgexp.build.generate import parse
+    from esgexp.builders.generate import parse
 
     value, problem = parse(Response("a", output=raw), SCHEMA)
     assert (problem[0] if problem else None) == reason

@@ -157,7 +157,7 @@ def test_qtypes_filter_accepts_hydra_lists_and_single_names():
     assert Counter(item.qtype for item in loaded.items) == {"non_factoid": 13, "table": 9}
     assert loaded.items[0].id == "test/c0/n0"  # file order, whatever order qtypes lists
     assert {item.qtype for item in bundled(qtypes="factoid").load().items} == {"factoid"}
-    with pytest.raises(UserError, match="dataset.qtypes: tables - choose from factoid, non_factoid, table"):
+    with pytest.raises(UserError, match=r"dataset.qtypes: tables - choose from factoid, non_factoid, table"):
         bundled(qtypes=["tables"]).load()
 
 
@@ -187,9 +187,9 @@ def test_missing_split_file_names_path_and_lists_the_folder(tmp_path):
     missing = r"split file not found: .*sqa/train\.json \(.*sqa holds: notes\.txt, test\.json\)"
     with pytest.raises(UserError, match=missing):
         dataset.load_split("train")
-    with pytest.raises(UserError, match="dataset folder not found: .*nowhere"):
+    with pytest.raises(UserError, match=r"dataset folder not found: .*nowhere"):
         SustainableQA(name="x", path=str(tmp_path / "nowhere")).load()
-    with pytest.raises(UserError, match="must be a folder, got the file .*test.json"):
+    with pytest.raises(UserError, match=r"must be a folder, got the file .*test.json"):
         SustainableQA(name="x", path=str(tmp_path / "sqa" / "test.json")).load()
 
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 from pdf_factory import write_pdf
 
-from esgexp.data import pdf, tables as tables_module
+from esgexp.data import pdf
+from esgexp.data import tables as tables_module
 from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import Corpus, ingest
 from esgexp.data.tables import Table, TableExtractor

@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import compose_config
 from omegaconf import OmegaConf
 
-from conftest import compose_config
 from esgexp import sync, tracking
 from esgexp.errors import UserError
 from esgexp.run import run_job

@@ -146,7 +146,7 @@ class Backend(ABC):
         """Counts of this run worth reporting (requests sent, retries, failures, ...)."""
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a default, not abstract: most backends hold nothing to free)
         """Free what the backend holds (a GPU's memory, a connection pool) before the next job."""
 
     def identity_hash(self) -> str:

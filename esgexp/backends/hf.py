@@ -75,7 +75,7 @@ class HFBackend(LocalModelBackend):
                 return ("logprob", request.letters)
             return ("generate", request.max_new_tokens, request.stop, request.json_schema is not None)
 
-        for key, group in groupby(sorted(requests, key=lambda r: repr(settings(r))), key=lambda r: repr(settings(r))):
+        for _, group in groupby(sorted(requests, key=lambda r: repr(settings(r))), key=lambda r: repr(settings(r))):
             group = list(group)
             texts = [self.rendered(r) for r in group]
             data = PromptDataModule([r.id for r in group], texts, self.tokenizer, self.batch_size)

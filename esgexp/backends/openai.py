@@ -251,7 +251,7 @@ class OpenAIBackend(Backend):
                 "(try the other backend.api, or scoring=generate)"
             )
         # An empty top list is a model that ended its answer at once: every letter is missing.
-        scores = {letter: -math.inf for letter in request.letters}
+        scores = dict.fromkeys(request.letters, -math.inf)
         for token, value in top.items():
             letter = token.strip()
             if letter in scores:

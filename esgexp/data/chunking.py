@@ -7,12 +7,13 @@ small dataclass whose fields are its Hydra parameters (``conf/chunker/*.yaml``).
 
 from __future__ import annotations
 
+import itertools
 import re
 from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 from esgexp.data.pdf import Page
 from esgexp.errors import UserError
@@ -71,7 +72,7 @@ def _cut(span: Span, boundaries: list[int]) -> list[Span]:
     """Cut ``span`` at the given offsets (those strictly inside it) into touching spans."""
     start, end = span
     points = [start, *(b for b in boundaries if start < b < end), end]
-    return list(zip(points, points[1:]))
+    return list(itertools.pairwise(points))
 
 
 def sentence_spans(text: str, span: Span) -> list[Span]:

@@ -159,7 +159,7 @@ def span_groups(facts: list[tuple[str, str, str, str]]) -> list[dict]:
     """The spans behind the factoid answers: one group per multi-span answer, the rest as ``Individual``."""
     groups = [{"label": label, "spans": answer.split(", ")} for _, _, answer, label in facts if label != "Individual"]
     single = [answer for _, _, answer, label in facts if label == "Individual"]
-    return groups + [{"label": "Individual", "spans": single}]
+    return [*groups, {"label": "Individual", "spans": single}]
 
 
 def make_chunk(rng: random.Random, index: int) -> dict:

@@ -9,11 +9,12 @@ header and cells themselves are kept in the corpus's ``tables.jsonl`` (``Table``
 
 from __future__ import annotations
 
+import itertools
 import logging
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 from esgexp.data.pdf import UnreadableDocument, clean_text
 from esgexp.errors import UserError
@@ -183,7 +184,7 @@ class TableExtractor:
             )
             if framed:  # a drawn grid: the lines strategy reads it as drawn
                 continue
-            top = max(ys[0] - statistics.median(b - a for a, b in zip(ys, ys[1:])), 0.0)
+            top = max(ys[0] - statistics.median(b - a for a, b in itertools.pairwise(ys)), 0.0)
             vertical += [_line(x, top, x, ys[-1]) for x in borders]
             horizontal.append(_line(borders[0], top, borders[-1], top))
         return {

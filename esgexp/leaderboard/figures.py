@@ -12,7 +12,7 @@ from esgexp.leaderboard.store import Run
 
 # Open-QA values drawn per question type, as the QA task names them (<qtype>/<value>).
 QA_VALUES = ("f1", "em", "rougeL", "bertscore_f1", "accuracy", "numeric_accuracy")
-LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=60), height=420)
+LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 50, "b": 60}, "height": 420}
 
 
 def label(run: Run) -> str:
@@ -78,7 +78,7 @@ def framework_heatmap(runs: list[Run], title: str):
             zmax=1,
             colorscale="Viridis",
             hovertemplate="%{y}<br>%{x}: %{z:.3f}<extra></extra>",
-            colorbar=dict(title="accuracy"),
+            colorbar={"title": "accuracy"},
         )
     )
     figure.update_layout(**{**LAYOUT, "height": max(300, 150 + 22 * len(runs))}, title=title)
@@ -120,7 +120,7 @@ def size_accuracy(runs: list[Run], title: str):
                 y=ys,
                 mode="lines",
                 name="zero-shot → context/RAG",
-                line=dict(color="#999", width=1),
+                line={"color": "#999", "width": 1},
                 hoverinfo="skip",
             )
         )
@@ -134,13 +134,13 @@ def size_accuracy(runs: list[Run], title: str):
                 name=strategy,
                 error_y=None
                 if None in bars
-                else dict(
-                    type="data",
-                    symmetric=False,
-                    array=[b["array"][0] for b in bars],
-                    arrayminus=[b["arrayminus"][0] for b in bars],
-                    thickness=1,
-                ),
+                else {
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [b["array"][0] for b in bars],
+                    "arrayminus": [b["arrayminus"][0] for b in bars],
+                    "thickness": 1,
+                },
                 text=[r.tags.get("model", "") for _, _, r in found],
                 hovertemplate="%{text}<br>size %{x} B<br>accuracy %{y:.3f}<extra>" + strategy + "</extra>",
             )
@@ -159,12 +159,12 @@ def error_bars(run: Run, names: list[str]) -> dict | None:
     if all(low is None for low in lows):
         return None
     points = [value(run, name) for name in names]
-    return dict(
-        type="data",
-        symmetric=False,
-        array=[h - v if h is not None else 0 for h, v in zip(highs, points)],
-        arrayminus=[v - lo if lo is not None else 0 for lo, v in zip(lows, points)],
-    )
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [h - v if h is not None else 0 for h, v in zip(highs, points)],
+        "arrayminus": [v - lo if lo is not None else 0 for lo, v in zip(lows, points)],
+    }
 
 
 def grouped_bars(runs: list[Run], keys: dict[str, str], title: str, y_title: str):
@@ -249,13 +249,13 @@ def calibration(runs: list[Run], title: str):
     from plotly.subplots import make_subplots
 
     figure = make_subplots(rows=1, cols=2, subplot_titles=("reliability", "abstention below a confidence threshold"))
-    for index, run in enumerate(runs):
+    for run in runs:
         path = run.file("calibration.json")
         if path is None:
             continue
         data = json.loads(path.read_text(encoding="utf-8"))
         bins = [b for b in data.get("bins", []) if b.get("count")]
-        group = dict(legendgroup=run.run_id, name=label(run))
+        group = {"legendgroup": run.run_id, "name": label(run)}
         figure.add_trace(
             go.Scatter(
                 x=[b["confidence"] for b in bins],
@@ -283,7 +283,9 @@ def calibration(runs: list[Run], title: str):
     if not figure.data:
         return None
     figure.add_trace(
-        go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="#999"), name="perfect"), row=1, col=1
+        go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line={"dash": "dot", "color": "#999"}, name="perfect"),
+        row=1,
+        col=1,
     )
     figure.update_layout(**LAYOUT, title=title)
     figure.update_xaxes(title="confidence", range=[0, 1], row=1, col=1)

@@ -78,7 +78,7 @@ class ExampleBuilder:
             if full.startswith(prompt_text):
                 return self.tokenizer(full[len(prompt_text) :], add_special_tokens=False)["input_ids"]
         ids = self.tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
-        return ids + [self.tokenizer.eos_token_id]
+        return [*ids, self.tokenizer.eos_token_id]
 
     def build(self, items: list[QAItem]) -> tuple[list[Example], BuildReport]:
         report = BuildReport(n_items=len(items))

@@ -25,7 +25,6 @@ from esgexp.stats import (
 )
 from esgexp.strategies.mcq import MCQPrompter
 
-
 CALIBRATION_FILE = "calibration.json"
 OPTIONAL_ROWS = (
     ("circular accuracy", "circular/accuracy"),

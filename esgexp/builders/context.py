@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esgexp.backends.base import Backend
-from esgexp.build.generate import StructuredGenerator
-from esgexp.build.report import BuildReport
+from esgexp.builders.generate import StructuredGenerator
+from esgexp.builders.report import BuildReport
 
 
 @dataclass

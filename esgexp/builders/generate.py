@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esgexp.backends.base import Backend, GenerationRequest, Response, schema_text
-from esgexp.build.report import StageCounts
-from esgexp.build.schema import schema_problems
+from esgexp.builders.report import StageCounts
+from esgexp.builders.schema import schema_problems
 from esgexp.errors import UserError
 
 # A builder's own test of a schema-valid object: None, or (reason, what is wrong) to retry and then discard it.

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from esgexp.backends.base import LetterRequest
-from esgexp.build.candidates import by_document, interleave, prose_sentences, span_candidates, span_kind
-from esgexp.build.context import BuildContext
-from esgexp.build.generate import Ask
-from esgexp.build.schema import object_schema, question_schema
-from esgexp.build.verify import normal
+from esgexp.builders.candidates import by_document, interleave, prose_sentences, span_candidates, span_kind
+from esgexp.builders.context import BuildContext
+from esgexp.builders.generate import Ask
+from esgexp.builders.schema import object_schema, question_schema
+from esgexp.builders.verify import normal
 from esgexp.data.corpus import Corpus
 from esgexp.errors import UserError
 from esgexp.outputs import write_atomic
@@ -235,7 +235,7 @@ class ESGeniusBuilder:
     def free_schema(self) -> dict:
         option = {"type": "string", "minLength": 1, "maxLength": self.max_option_chars}
         return object_schema(
-            question=question_schema(self.max_question_chars), correct=option, **{key: option for key in DISTRACTORS}
+            question=question_schema(self.max_question_chars), correct=option, **dict.fromkeys(DISTRACTORS, option)
         )
 
     def answer_schema(self, answers: list[str]) -> dict:
@@ -278,6 +278,16 @@ class ESGeniusBuilder:
         counts.n_out = len(current)  # nothing is dropped here: a question still easy is kept with its flag
         return [current[q.id] for q in questions]
 
+    @staticmethod
+    def solved_marker(name: str, gold: dict[str, str], by_id: dict[str, Question]):
+        """A backend callback that marks each answered question solved (or not) by solver ``name``."""
+
+        def take(responses) -> None:
+            for response in responses:
+                by_id[response.id].solved_by[name] = not response.failed and response.output == gold[response.id]
+
+        return take
+
     def solve(self, questions: list[Question], context: BuildContext) -> list[Question]:
         """Ask every solver; the questions all of them answer right (in the solver's seeded option order)."""
         for name in self.solvers:
@@ -288,14 +298,8 @@ class ESGeniusBuilder:
                 prompt = self.solver_prompt.format(query=question.query, **options)
                 requests.append(LetterRequest(question.id, prompt, letters=("A", "B", "C", "D", "Z")))
                 gold[question.id] = answer
-            by_id = {q.id: q for q in questions}
-
-            def take(responses) -> None:
-                for response in responses:
-                    by_id[response.id].solved_by[name] = not response.failed and response.output == gold[response.id]
-
             if requests:
-                backend.run(requests, take)
+                backend.run(requests, self.solved_marker(name, gold, {q.id: q for q in questions}))
         return [q for q in questions if q.solved_by and all(q.solved_by.get(name) for name in self.solvers)]
 
 

@@ -13,7 +13,7 @@ log = logging.getLogger("esgexp")
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="build")
 def main(cfg: DictConfig) -> None:
-    from esgexp.build.run import run_build
+    from esgexp.builders.run import run_build
 
     with exit_on_user_error(log):
         dataset = run_build(cfg)

@@ -16,15 +16,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.build.context import BuildContext
-from esgexp.build.generate import StructuredGenerator
-from esgexp.build.report import BuildReport
-from esgexp.data.corpus import INGEST_HINT, Corpus
+from esgexp import tracking
+from esgexp.builders.context import BuildContext
+from esgexp.builders.generate import StructuredGenerator
+from esgexp.builders.report import BuildReport
 from esgexp.config import CONF_DIR
+from esgexp.data.corpus import INGEST_HINT, Corpus
 from esgexp.errors import UserError
 from esgexp.jobs import check_config, finish, job_backend, package_versions, tracked_run
 from esgexp.outputs import write_atomic, write_json
-from esgexp import tracking
 
 log = logging.getLogger(__name__)
 

@@ -24,12 +24,12 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from esgexp.build.candidates import by_document, interleave, span_candidates
-from esgexp.build.context import BuildContext
-from esgexp.build.generate import Ask, Rejection, StructuredGenerator
-from esgexp.build.report import BuildReport, StageCounts
-from esgexp.build.schema import object_schema, question_schema
-from esgexp.build.verify import normal
+from esgexp.builders.candidates import by_document, interleave, span_candidates
+from esgexp.builders.context import BuildContext
+from esgexp.builders.generate import Ask, Rejection, StructuredGenerator
+from esgexp.builders.report import BuildReport, StageCounts
+from esgexp.builders.schema import object_schema, question_schema
+from esgexp.builders.verify import normal
 from esgexp.config import CONF_DIR
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import CHUNKS, SPLIT_FILES, TABLES
@@ -453,7 +453,7 @@ def assign_splits(reports: list[str], shares: dict[str, float], seed: int) -> di
     sizes = split_sizes(len(order), shares)
     out, start = {}, 0
     for split in SPLITS:
-        out.update({report: split for report in order[start : start + sizes[split]]})
+        out.update(dict.fromkeys(order[start : start + sizes[split]], split))
         start += sizes[split]
     return out
 

@@ -1,6 +1,6 @@
 """The ESGBench verifier: a question-answer pair is kept only when every evidence text occurs on its
 cited 0-based page of the report, and, for a numeric answer, when the answer's number (with its unit)
-is in the evidence. Builders call :func:`verify_pair`; ``python -m esgexp.build.verify
+is in the evidence. Builders call :func:`verify_pair`; ``python -m esgexp.builders.verify
 dataset.path=FILE corpus=PATH`` audits any ESGBench-format file against an ingested corpus.
 
 Texts are compared after the ingestion's cleaning (``data/pdf.clean_text``: NFKC, hyphen breaks,
@@ -149,7 +149,8 @@ def main_audit(dataset_path: str, corpus_path: str, out_dir: Path) -> dict:
     return report
 
 
-def _command() -> None:
+def cli() -> None:
+    """``esgexp-verify`` and ``python -m esgexp.builders.verify``."""
     import hydra
     from omegaconf import DictConfig
 
@@ -168,4 +169,4 @@ def _command() -> None:
 
 
 if __name__ == "__main__":
-    _command()
+    cli()

@@ -16,12 +16,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from esgexp.build.candidates import by_document, has_measure, interleave, sentences, term_pattern
-from esgexp.build.context import BuildContext
-from esgexp.build.generate import Ask, Rejection, StructuredGenerator
-from esgexp.build.report import BuildReport
-from esgexp.build.schema import object_schema, question_schema
-from esgexp.build.verify import PageTexts, normal, verify_pair
+from esgexp.builders.candidates import by_document, has_measure, interleave, sentences, term_pattern
+from esgexp.builders.context import BuildContext
+from esgexp.builders.generate import Ask, Rejection, StructuredGenerator
+from esgexp.builders.report import BuildReport
+from esgexp.builders.schema import object_schema, question_schema
+from esgexp.builders.verify import PageTexts, normal, verify_pair
 from esgexp.data.corpus import Corpus
 from esgexp.eval.numbers import find_quantities
 from esgexp.outputs import write_atomic
