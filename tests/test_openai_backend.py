@@ -13,7 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import GenerationRequest, LetterRequest, RunContext
-from esgexp.backends.openai import OpenAIBackend, retry_after
+from esgexp.backends.openai import OpenAIBackend
+from esgexp.backends.openai_client import retry_after
 from esgexp.errors import UserError
 from esgexp.run import run_job
 

@@ -16,49 +16,20 @@ is read from the environment variable ``api_key_env`` names and goes nowhere els
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import math
-import os
-import random
-import re
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from omegaconf import DictConfig
 
 from esgexp.backends.base import Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
+from esgexp.backends.openai_client import OpenAIClient, RequestFailed, RetryableError
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
-
-
-class RetryableError(Exception):
-    """A failure worth another try (429, 5xx, timeout, dropped connection); ``wait`` is the server's Retry-After;
-    ``unreachable``: no connection was made (before the server's first answer this is not retried)."""
-
-    def __init__(self, message: str, wait: float | None = None, unreachable: bool = False):
-        super().__init__(message)
-        self.wait = wait
-        self.unreachable = unreachable
-
-
-class RequestFailed(Exception):
-    """A failure that another try will not mend (a 4xx other than 429, a malformed answer)."""
-
-
-def retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), or None."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
 class OpenAIBackend(Backend):
@@ -90,31 +61,23 @@ class OpenAIBackend(Backend):
         self.base_url = str(base_url).rstrip("/")
         self.api = api
         self.served = model or model_cfg.get("hub_id") or model_cfg.name
-        self.api_key_env = api_key_env
         # api, base_url and the numbers are checked with every setting (esgexp/settings.py).
         self.max_concurrency = int(max_concurrency)
-        self.timeout_s = float(timeout_s)
-        self.connect_timeout_s = float(connect_timeout_s)
-        self.max_retries = int(max_retries)
-        self.backoff_s = float(backoff_s)
         self.top_logprobs = int(top_logprobs)
         self.progress_bar = progress_bar
-        self._key = self._read_key()
-        self._local = threading.local()
+        self.client = OpenAIClient(
+            self.base_url,
+            api_key_env,
+            timeout_s=timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            needed_by=f"model {model_cfg.name!r} on {self.base_url}",
+            key_setting="backend.api_key_env",
+        )
         self._checked: set[str] = set()
-        self._counts = {"n_retries": 0, "n_failed_requests": 0, "n_letters_missing": 0}
+        self._letters_missing = 0
         self._count_lock = threading.Lock()
-
-    def _read_key(self) -> str | None:
-        if not self.api_key_env:
-            return None
-        key = os.environ.get(self.api_key_env)
-        if not key:
-            raise UserError(
-                f"model {self.model_cfg.name!r} on {self.base_url} needs an API key: set the environment variable "
-                f"{self.api_key_env} (backend.api_key_env names it)"
-            )
-        return key
 
     def identity(self) -> dict:
         return {"backend": "openai", "base_url": self.base_url, "model": self.served, "api": self.api}
@@ -134,11 +97,10 @@ class OpenAIBackend(Backend):
         return list(request.messages) if request.messages is not None else [("user", request.prompt)]
 
     def stats(self) -> dict[str, int]:
-        return dict(self._counts)
+        return {**self.client.stats(), "n_letters_missing": self._letters_missing}
 
-    def _count(self, key: str, n: int = 1) -> None:
-        with self._count_lock:
-            self._counts[key] += n
+    def close(self) -> None:
+        self.client.close()
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -168,7 +130,8 @@ class OpenAIBackend(Backend):
         try:
             return answer(request)
         except (RequestFailed, RetryableError) as error:
-            self._count("n_failed_requests")
+            if not error.counted:  # a malformed answer (the client counts the failed posts)
+                self.client.count("n_failed_requests")
             log.warning("item %s failed: %s", request.id, error)
             return Response(id=request.id, failed=True, error=str(error)[:500])
 
@@ -176,20 +139,12 @@ class OpenAIBackend(Backend):
         """Once per kind, before any item: the server answers, and (logprob) returns log-probabilities."""
         if kind in self._checked:
             return
-        try:
+        with self.client.reporting(f"a {kind} request for model {self.served!r}"):
             if kind == "logprob":
                 probe = LetterRequest("probe", "Answer with one letter. A or B?\nAnswer:", letters=("A", "B"))
                 self.answer_letters(probe, probe_only=True)
             else:
                 self.post(*self.generation_body(GenerationRequest("probe", "Hello", max_new_tokens=1)))
-        except RetryableError as error:
-            raise UserError(
-                f"the server at {self.base_url} does not answer ({error}); is it running, and is this machine online?"
-            ) from None
-        except RequestFailed as error:
-            raise UserError(
-                f"the server at {self.base_url} refused a {kind} request for model {self.served!r}: {error}"
-            ) from None
         self._checked.add(kind)
 
     # --- one request ------------------------------------------------------------------------------
@@ -258,81 +213,16 @@ class OpenAIBackend(Backend):
                 scores[letter] = max(scores[letter], float(value))
         missing = sum(1 for value in scores.values() if value == -math.inf)
         if missing and not probe_only:
-            self._count("n_letters_missing", missing)
+            with self._count_lock:
+                self._letters_missing += missing
         response = letter_response(request, scores, usage_of(data), retries)
         if missing == len(scores):
             response.output = text  # no letter among the top tokens: the answer is parsed from the text
         return response
 
-    # --- HTTP -------------------------------------------------------------------------------------
-
-    def session(self):
-        import requests
-
-        if not hasattr(self._local, "session"):
-            session = requests.Session()
-            if self._key:
-                session.headers["Authorization"] = f"Bearer {self._key}"
-            self._local.session = session
-        return self._local.session
-
     def post(self, path: str, body: dict) -> tuple[dict, int]:
-        """The JSON answer to ``body`` at ``path`` and how many retries it took."""
-        for attempt in range(self.max_retries + 1):
-            try:
-                return self.post_once(path, body), attempt
-            except RetryableError as error:
-                if error.unreachable and not self._checked:  # no server there: say so now, not after the retries
-                    raise
-                if attempt == self.max_retries:
-                    raise RetryableError(f"{error} (gave up after {self.max_retries} retries)") from None
-                self._count("n_retries")
-                backoff = self.backoff_s * 2**attempt
-                wait = error.wait if error.wait is not None else backoff * (0.5 + random.random())
-                log.debug("retrying %s in %.1f s: %s", path, wait, error)
-                time.sleep(min(wait, 120.0))
-        raise AssertionError("unreachable")
-
-    def post_once(self, path: str, body: dict) -> dict:
-        import requests
-
-        try:
-            reply = self.session().post(
-                self.base_url + path, json=body, timeout=(self.connect_timeout_s, self.timeout_s)
-            )
-        except requests.ConnectTimeout:
-            raise RetryableError(
-                f"no connection within connect_timeout_s={self.connect_timeout_s:g}", unreachable=True
-            ) from None
-        except requests.Timeout:
-            raise RetryableError(f"no answer within timeout_s={self.timeout_s:g}") from None
-        except requests.ConnectionError as error:
-            raise RetryableError(f"connection failed: {connection_cause(error)}", unreachable=True) from None
-        if reply.status_code == 429 or reply.status_code >= 500:
-            raise RetryableError(
-                f"HTTP {reply.status_code}: {reply.text[:200]}", retry_after(reply.headers.get("Retry-After"))
-            )
-        if reply.status_code >= 400:
-            raise RequestFailed(f"HTTP {reply.status_code}: {server_message(reply)}")
-        try:
-            return reply.json()
-        except ValueError:
-            raise RequestFailed(f"the answer is not JSON: {reply.text[:200]!r}") from None
-
-
-def connection_cause(error: Exception) -> str:
-    """The OS's reason inside a requests connection error (``[Errno 111] Connection refused``), else its start."""
-    found = re.search(r"\[Errno -?\d+\][^'\")]*", str(error))
-    return found.group(0).strip() if found else str(error)[:200]
-
-
-def server_message(reply) -> str:
-    """The error message in an OpenAI-style error body, else the body's start."""
-    try:
-        error = reply.json().get("error")
-        return str(error.get("message") if isinstance(error, dict) else error)[:500]
-    except (ValueError, AttributeError):
-        return reply.text[:500]
+        """The JSON answer to ``body`` at ``path`` and how many retries it took (see OpenAIClient.post)."""
+        return self.client.post(path, body)
 
 
 def first_choice(data: dict) -> dict:
