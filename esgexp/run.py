@@ -23,7 +23,11 @@ log = logging.getLogger(__name__)
 
 
 def run_job(cfg: DictConfig) -> dict:
-    """Run one job end to end and return its metrics."""
+    """Run one job end to end and return its metrics (with dry_run=true: its memory plan, nothing run)."""
+    if cfg.get("dry_run"):
+        from esgexp.dry_run import dry_run
+
+        return dry_run(cfg)
     output_dir = check_config(cfg)
     if cfg.task == "retrieval":
         from esgexp.tasks.retrieval import run_retrieval

@@ -225,6 +225,8 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "trainer.accumulate_grad_batches": Integer(1),
     "trainer.gradient_clip_val": Number(0, optional=True),
     "trainer.log_every_n_steps": Integer(1),
+    "trainer.gpu_memory_gb": Number(0, above=True, optional=True),
+    "dry_run": Flag(),
     "train.train_limit": Integer(1, optional=True),
     "train.val_limit": Integer(1, optional=True),
     "train.batch_size": Integer(1),
