@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from esgexp.records import Passage  # noqa: E402
 from esgexp.retrieval.bm25 import TOKEN_PATTERN, BM25Retriever  # noqa: E402
-from esgexp.retrieval.dense import DenseRetriever, load_encoder  # noqa: E402
+from esgexp.retrieval.dense import DenseRetriever  # noqa: E402
 
 DEFAULT_JSON = ROOT / "benchmarks" / "retrieval.json"
 ESG_WORDS = (
@@ -153,7 +153,7 @@ def bench_dense(passages: list[Passage], queries: list[str], k: int = 10) -> dic
     import torch
 
     retriever = DenseRetriever(batch_size=64)
-    encoder = load_encoder(retriever.model_path, retriever.device)  # loading is not timed
+    encoder = retriever.encoder()  # loading is not timed
     tokens = [len(ids) for ids in encoder.tokenizer([p.text for p in passages])["input_ids"]]
     index_s, _ = timed(lambda: retriever.index(passages))
     query_s, _ = timed(lambda: retriever.search(queries, k))

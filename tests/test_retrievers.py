@@ -226,8 +226,8 @@ def test_bad_calls_are_user_errors(bm25):
         bm25.search(["water"], 0)
     with pytest.raises(UserError, match="1 doc scopes for 2 queries"):
         bm25.search(["water", "waste"], 3, ["acme"])
-    with pytest.raises(UserError, match="model_path /nonexistent/model is not a folder"):
-        DenseRetriever(model_path="/nonexistent/model").index(PASSAGES)
+    with pytest.raises(UserError, match="retriever dense: model /nonexistent/model is not a folder"):
+        DenseRetriever(model="/nonexistent/model")
     # A bad retriever setting (backend, stemmer, k1, ...) is refused with the others, before any job: test_bad_input.py
     assert bm25.search([], 3) == []
 
@@ -352,7 +352,7 @@ def test_dense_cache_misses_when_the_model_files_change(tmp_path, monkeypatch):
     model = tmp_path / "model"
     shutil.copytree(default_model_path(), model)
     encodes = count_calls(monkeypatch, DenseRetriever, "encode")
-    config = {**DENSE_CFG, "model_path": str(model)}
+    config = {**DENSE_CFG, "model": str(model)}
     build_retriever(config, PASSAGES, cache_dir=tmp_path / "cache")
     build_retriever(config, PASSAGES, cache_dir=tmp_path / "cache")
     assert len(encodes) == 1

@@ -36,17 +36,18 @@ def resolve_model_dir(model_cfg: DictConfig, cache_dir: str | Path) -> str:
     raise UserError(f"model {model_cfg.name!r}: set one of model.path, model.gguf or model.hub_id")
 
 
-def check_hub_cache(name: str, hub_id: str) -> None:
-    """Fail at once, with the fix, when the hub is offline and ``hub_id`` is not cached."""
+def check_hub_cache(name: str, hub_id: str, kind: str = "model", setting: str = "model.path") -> None:
+    """Fail at once, with the fix, when the hub is offline and ``hub_id`` is not cached (the message names
+    the ``kind`` and its ``name``, and the ``setting`` that takes a local copy instead)."""
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("0", "false", "no", ""):
         return
     from huggingface_hub import try_to_load_from_cache
 
     if not isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
         raise UserError(
-            f"model {name!r}: {hub_id} is not in the local Hugging Face cache and the hub is offline "
+            f"{kind} {name!r}: {hub_id} is not in the local Hugging Face cache and the hub is offline "
             f"(HF_HUB_OFFLINE=1). Download it once where the hub is reachable "
-            f"(`HF_HUB_OFFLINE=0 hf download {hub_id}`), or point model.path at a local copy."
+            f"(`HF_HUB_OFFLINE=0 hf download {hub_id}`), or point {setting} at a local copy."
         )
 
 

@@ -120,6 +120,10 @@ class Retriever(ABC):
     def _search(self, queries: list[str], k: int, scopes: list[str | None]) -> list[list[Hit]]:
         """Rank for each query; ``scopes[i]`` is query ``i``'s (checked) doc id, None for all."""
 
+    def stats(self) -> dict[str, int]:
+        """Counts worth logging with the run's metrics (requests sent, cache hits); empty by default."""
+        return {}
+
     def settings(self) -> dict[str, Any] | None:
         """The knobs the built index depends on (part of the cache key); None: nothing worth caching."""
         return None

@@ -95,9 +95,15 @@ def build_retriever(
     if isinstance(spec, Retriever):
         retriever = spec
     else:
+        from hydra.errors import InstantiationException
         from hydra.utils import instantiate
 
-        retriever = instantiate(spec) if "_target_" in spec else None
+        try:
+            retriever = instantiate(spec) if "_target_" in spec else None
+        except InstantiationException as error:  # a bad setting: the retriever's own message
+            if isinstance(error.__cause__, UserError):
+                raise error.__cause__ from None
+            raise
         if not isinstance(retriever, Retriever):
             raise UserError(f"retriever config must name a Retriever class in _target_, got {spec.get('_target_')!r}")
     cache = None if cache_dir is None else IndexCache(cache_dir, corpus_hash or passages_hash(passages))
@@ -105,6 +111,7 @@ def build_retriever(
     return retriever
 
 
-def job_retriever(cfg, passages: Sequence[Passage]) -> Retriever:
-    """The job's retriever (``cfg.retriever``) over ``passages``, its index cached in ``paths.index_dir``."""
-    return build_retriever(cfg.retriever, passages, cache_dir=cfg.paths.index_dir)
+def job_retriever(node: Mapping[str, Any], passages: Sequence[Passage], index_dir: str | Path) -> Retriever:
+    """A job's retriever from its config node (``cfg.retriever``) over ``passages``, its index cached in
+    ``index_dir`` (``paths.index_dir``); what else it needs (a request cache) its node names itself."""
+    return build_retriever(node, passages, cache_dir=index_dir)

@@ -1,7 +1,9 @@
-"""Dense retrieval: sentence-transformers embeddings, exact inner-product search."""
+"""Dense retrieval: sentence-transformers bi-encoders (one model, or a query and a passage model), exact
+inner-product search."""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,8 @@ from esgexp.retrieval.base import Hit, Retriever, top_k
 
 # Queries scored per matrix product: bounds the similarity matrix to QUERY_BLOCK x passages.
 QUERY_BLOCK = 256
+#: sentence-transformers' pooling modes a config may choose (``pooling``).
+POOLING_MODES = ("cls", "mean", "max", "lasttoken", "weightedmean")
 
 
 def default_model_path() -> str:
@@ -23,63 +27,85 @@ def default_model_path() -> str:
     return str(get_model_path())
 
 
-@lru_cache(maxsize=2)
-def load_encoder(model_path: str, device: str) -> Any:
-    """A SentenceTransformer from a local folder, shared by every retriever of this process."""
-    if not Path(model_path).is_dir():
-        raise UserError(f"retriever dense: model_path {model_path} is not a folder")
+def resolve_source(source: str | None, retriever: str, setting: str = "model") -> str:
+    """The folder or hub id to load: a local folder as it is, a hub id (``org/name``) checked in the local
+    Hugging Face cache (a one-line download message when the hub is offline and it is not there); None:
+    the packaged all-MiniLM-L6-v2."""
+    if not source:
+        return default_model_path()
+    path = Path(str(source)).expanduser()
+    if path.is_dir():
+        return str(path)
+    if str(source).startswith(("/", ".", "~")) or str(source).count("/") > 1 or path.exists():
+        raise UserError(f"retriever {retriever}: {setting} {source} is not a folder")
+    from esgexp.models.loading import check_hub_cache
+
+    check_hub_cache(retriever, str(source), kind="retriever", setting=f"retriever.{setting}")
+    return str(source)
+
+
+def source_stamp(source: str) -> str:
+    """A folder's files (name, size, modification time: weights saved over in place make a new index-cache
+    key); a hub id's snapshot (commit) in the local cache."""
+    folder = Path(source)
+    if folder.is_dir():
+        files = sorted(f for f in folder.rglob("*") if f.is_file())
+        return ";".join(f"{f.relative_to(folder)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    from esgexp.backends.local import weights_stamp
+
+    return weights_stamp(source)
+
+
+def pick_device(device: str) -> str:
+    """``auto``: cuda when available, else cpu; ``cpu`` and ``cuda`` as they are."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def hub_offline() -> bool:
+    import os
+
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "false", "no", "")
+
+
+@lru_cache(maxsize=4)
+def load_encoder(source: str, device: str, pooling: str | None = None) -> Any:
+    """A SentenceTransformer from a resolved folder or hub id, shared by every retriever of this process;
+    ``pooling`` replaces the model's pooling mode (a hub model without a sentence-transformers config gets
+    mean pooling from the library)."""
     from sentence_transformers import SentenceTransformer
 
-    if device == "auto":
-        import torch
+    model = SentenceTransformer(source, device=pick_device(device), local_files_only=hub_offline())
+    if pooling is not None:
+        from sentence_transformers.sentence_transformer.modules import Pooling
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return SentenceTransformer(model_path, device=device, local_files_only=True)
-
-
-def model_stamp(path: str) -> str:
-    """Size and modification time of every file in the model folder: weights changed in place
-    (a fine-tuned copy saved over the old one) make a new index-cache key."""
-    folder = Path(path)
-    if not folder.is_dir():
-        return "missing"
-    files = sorted(f for f in folder.rglob("*") if f.is_file())
-    return ";".join(f"{f.relative_to(folder)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+        names = [name for name, module in model.named_children() if isinstance(module, Pooling)]
+        if not names:
+            raise UserError(f"retriever: {source} has no pooling layer to set to {pooling!r}")
+        dimension = model._modules[names[0]].get_embedding_dimension()
+        model._modules[names[0]] = Pooling(dimension, pooling_mode=pooling)
+    return model
 
 
-class DenseRetriever(Retriever):
-    """Cosine similarity of L2-normalised embeddings (an exact inner-product search).
+class VectorRetriever(Retriever):
+    """Passages as one embedding matrix, ranked by inner product with each query's vector (exact search).
 
-    ``model_path``: a local sentence-transformers folder (None: the packaged all-MiniLM-L6-v2);
-    ``backend``: ``numpy`` (matrix product + partial sort) or ``faiss`` (``IndexFlatIP``);
-    ``device``: ``auto`` (cuda when available, else cpu), ``cpu`` or ``cuda``. A scoped query
-    is scored against its document's rows of the embedding matrix only.
+    Subclasses implement ``encode(texts, query)``; ``backend``: ``numpy`` (matrix product + partial sort)
+    or ``faiss`` (``IndexFlatIP``), both exact. A scoped query is scored against its document's rows only.
     """
 
-    def __init__(
-        self,
-        name: str = "dense",
-        model_path: str | None = None,
-        batch_size: int = 64,
-        backend: str = "numpy",
-        device: str = "auto",
-    ) -> None:
+    def __init__(self, name: str, backend: str = "numpy") -> None:
         super().__init__(name)
-        self.model_path = str(model_path) if model_path else default_model_path()
-        self.batch_size, self.backend, self.device = batch_size, backend, device
+        self.backend = backend
         self.embeddings = np.empty((0, 0), dtype=np.float32)
         self._faiss: Any = None
 
-    def settings(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "model_files": model_stamp(self.model_path)}
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """float32 unit vectors, one row per text."""
-        model = load_encoder(self.model_path, self.device)
-        vectors = model.encode(
-            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+    @abstractmethod
+    def encode(self, texts: list[str], query: bool = False) -> np.ndarray:
+        """float32 vectors, one row per text (``query``: the texts are queries, else passages)."""
 
     def build_index(self, passages: list[Passage]) -> None:
         self.embeddings = self.encode([p.text for p in passages])
@@ -93,7 +119,7 @@ class DenseRetriever(Retriever):
         self._faiss = None
 
     def _search(self, queries: list[str], k: int, scopes: list[str | None]) -> list[list[Hit]]:
-        vectors = self.encode(queries)
+        vectors = self.encode(queries, query=True)
         by_scope: dict[str | None, list[int]] = {}
         for i, doc in enumerate(scopes):
             by_scope.setdefault(doc, []).append(i)
@@ -132,3 +158,63 @@ class DenseRetriever(Retriever):
         # Equal scores in passage order, as the numpy backend ranks them (faiss returns ties reversed).
         orders = [np.lexsort((r, -s)) for r, s in zip(rows, scores)]
         return [(r[order], s[order]) for r, s, order in zip(rows, scores, orders)]
+
+
+class DenseRetriever(VectorRetriever):
+    """A sentence-transformers bi-encoder: inner products of query and passage embeddings (cosine when
+    ``normalize``).
+
+    ``model``: a hub id (loaded from the local Hugging Face cache) or a local sentence-transformers folder
+    (None: the packaged all-MiniLM-L6-v2); ``query_model``: a separate query encoder (DPR, DRAGON+; None:
+    ``model`` encodes both); ``query_prompt`` / ``passage_prompt``: text put before each query / passage
+    (BGE's query instruction); ``pooling``: one of ``POOLING_MODES`` to replace the model's own (None: keep
+    it); ``normalize``: unit vectors (cosine), or the model's vectors as it gives them (dot product, as DPR,
+    Contriever and DRAGON+ were trained); ``backend``: numpy or faiss; ``device``: ``auto``, ``cpu`` or ``cuda``. The index depends on
+    the passage side only (model and its files, passage prompt, pooling, normalize).
+    """
+
+    def __init__(
+        self,
+        name: str = "dense",
+        model: str | None = None,
+        query_model: str | None = None,
+        query_prompt: str = "",
+        passage_prompt: str = "",
+        pooling: str | None = None,
+        normalize: bool = True,
+        batch_size: int = 64,
+        backend: str = "numpy",
+        device: str = "auto",
+    ) -> None:
+        super().__init__(name, backend)
+        self.model = resolve_source(model, name)
+        self.query_model = resolve_source(query_model, name, "query_model") if query_model else self.model
+        self.query_prompt, self.passage_prompt = query_prompt or "", passage_prompt or ""
+        self.pooling, self.normalize = pooling, bool(normalize)
+        self.batch_size, self.device = batch_size, device
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "model_files": source_stamp(self.model),
+            "passage_prompt": self.passage_prompt,
+            "pooling": self.pooling,
+            "normalize": self.normalize,
+        }
+
+    def encoder(self, query: bool = False) -> Any:
+        """The loaded SentenceTransformer for queries or for passages."""
+        return load_encoder(self.query_model if query else self.model, self.device, self.pooling)
+
+    def encode(self, texts: list[str], query: bool = False) -> np.ndarray:
+        """float32 vectors, one row per text (unit vectors when ``normalize``)."""
+        prompt = self.query_prompt if query else self.passage_prompt
+        vectors = self.encoder(query).encode(
+            texts,
+            prompt=prompt or None,
+            batch_size=self.batch_size,
+            normalize_embeddings=self.normalize,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)

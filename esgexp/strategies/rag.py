@@ -85,7 +85,7 @@ def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str
             len(known_docs),
             ", ".join(missing[:10]),
         )
-    retriever = job_retriever(cfg, passages)
+    retriever = job_retriever(cfg.retriever, passages, cfg.paths.index_dir)
     chosen_items = [items[i] for i in searchable]
     extra = {"gold": [gold[item.id] for item in chosen_items]} if retriever.needs_gold else {}
     hits = retriever.search(

@@ -126,7 +126,7 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
         texts, backend_stats = explanation_queries(cfg, data.queries)
     else:
         texts, backend_stats = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions), {}
-    retriever = job_retriever(cfg, data.passages)
+    retriever = job_retriever(cfg.retriever, data.passages, cfg.paths.index_dir)
     search = {"gold": [ranked_gold(q.relevance) for q in data.queries]} if retriever.needs_gold else {}
     hits = retriever.search([texts[q.id] for q in data.queries], max(ks), [q.doc_scope for q in data.queries], **search)
     rankings = {q.id: [hit.passage_id for hit in found] for q, found in zip(data.queries, hits)}
@@ -174,14 +174,14 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
         raise UserError(
             f"no question's report is in the corpus {cfg.retrieval.corpus} ({len(known)} docs, e.g. {sorted(known)[:3]})"
         )
-    retriever = job_retriever(cfg, corpus.passages)
+    retriever = job_retriever(cfg.retriever, corpus.passages, cfg.paths.index_dir)
     by_id = {p.id: p for p in corpus.passages}
     gold = [item.meta["evidence_pages"] for item in usable]
     search = {}
     if retriever.needs_gold:
         search["gold"] = [corpus.on_pages(item_doc(item), pages) for item, pages in zip(usable, gold)]
     hits = retriever.search([item.question for item in usable], max(ks), [item_doc(item) for item in usable], **search)
-    metrics: dict = {"n_queries": len(usable), "n_missing_reports": len(items) - len(usable)}
+    metrics: dict = {"n_queries": len(usable), "n_missing_reports": len(items) - len(usable), **retriever.stats()}
     per_query: list[dict] = [{} for _ in usable]
     for k in ks:
         # The 0-based pages of the first k chunks, in rank order (a chunk over two pages gives both).
