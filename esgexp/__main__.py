@@ -5,23 +5,24 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
-from esgexp.errors import exit_on_user_error, suggest_misspelt_keys
+from esgexp.config import CONF_DIR
+from esgexp.errors import check_command_line, exit_on_user_error, run_command
 
 log = logging.getLogger("esgexp")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> dict:
     from esgexp.run import run_job
 
     with exit_on_user_error(log):
+        check_command_line(cfg, log)
         return run_job(cfg)
 
 
 def cli() -> None:
     """The ``esgexp`` console command and ``python -m esgexp``."""
-    with suggest_misspelt_keys():
-        main()
+    run_command(main, "config")
 
 
 if __name__ == "__main__":

@@ -356,14 +356,9 @@ def main(argv: list[str]) -> None:
 
 def cli() -> None:
     """``esgexp-compare`` and ``python -m esgexp.compare``."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from esgexp.errors import run_command
 
-    try:
-        main(sys.argv[1:])
-    except (UserError, HydraException, OmegaConfBaseException) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_command(lambda: main(sys.argv[1:]), "compare", split_arguments(sys.argv[1:])[1])
 
 
 if __name__ == "__main__":

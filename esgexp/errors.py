@@ -1,13 +1,28 @@
-"""The error for user mistakes (bad config, missing file, bad data), and how entry points report it."""
+"""User mistakes (bad config, missing file, bad data) and how every command reports them.
 
+``user_message(error)`` is the one place that tells a user mistake (ours, Hydra's, OmegaConf's, a missing
+file, a component given a key it does not take) from a bug, and words it as one line. ``run_command``
+wraps each console command: a mistake is one ``error:`` line and exit 2, Ctrl-C one ``interrupted`` line
+and exit 130; a bug keeps its traceback. ``exit_on_user_error`` does the same inside a Hydra job, where
+it also writes the run folder's FAILED file and lets a sweep go on."""
+
+import difflib
+import errno
 import logging
+import os
 import re
+import signal
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 
 
 class UserError(Exception):
     """A mistake the user can fix; the CLI prints it as one line, without a traceback."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, saying what was kept and how to go on (``12 answers kept in DIR; resume=true continues``)."""
 
 
 def log_to_files(log: logging.Logger, level: int, message: str) -> None:
@@ -26,29 +41,32 @@ def log_to_files(log: logging.Logger, level: int, message: str) -> None:
 
 @contextmanager
 def exit_on_user_error(log: logging.Logger):
-    """Inside a command: a user mistake (ours, or a bad config value) becomes one ``error: ...`` line on
-    stderr, also recorded in the run's log file, and exit status 2. Any failure also leaves a ``FAILED``
-    file (its one-line reason) in the run folder, so a folder without results says why; a ``FAILED``
-    left there by an earlier try of the same folder is removed first.
+    """Inside a Hydra job: a user mistake (``user_message``) becomes one ``error: ...`` line on stderr,
+    also recorded in the run's log file, and exit status 2. Any failure also leaves a ``FAILED`` file (its
+    one-line reason) in the run folder, so a folder without results says why; a ``FAILED`` left there by
+    an earlier try of the same folder is removed first. Ctrl-C is recorded in the log file and goes on to
+    ``run_command``, which prints it.
 
     In a job of a sweep (``-m``) nothing ends the process: a mistake, or any other error (its traceback
     goes to the job's log file), is written to the job's ``FAILED`` file and the sweep goes on to the
     next job; the sweep's end reports every job (esgexp/sweep.py)."""
-    from hydra.errors import InstantiationException
-    from omegaconf.errors import OmegaConfBaseException
-
     from esgexp.sweep import clear_failed, in_multirun, mark_failed
 
     clear_failed()
     try:
         yield
-    except (UserError, OmegaConfBaseException, InstantiationException) as error:
-        log_to_files(log, logging.ERROR, str(error))
-        print(f"error: {error}", file=sys.stderr)
-        mark_failed(str(error))
-        if not in_multirun():
-            sys.exit(2)
+    except KeyboardInterrupt as interrupt:
+        log_to_files(log, logging.ERROR, interrupted_line(interrupt))
+        raise
     except Exception as error:
+        message = user_message(error)
+        if message is not None:
+            log_to_files(log, logging.ERROR, message)
+            print(f"error: {message}", file=sys.stderr)
+            mark_failed(message)
+            if not in_multirun():
+                sys.exit(2)
+            return
         reason = f"{type(error).__name__}: {error}"
         if not in_multirun():
             mark_failed(reason)
@@ -61,93 +79,163 @@ def exit_on_user_error(log: logging.Logger):
         )
 
 
-OVERRIDE_ERROR = re.compile(r"Could not override '([^']+)'")
+def check_command_line(cfg, log: logging.Logger) -> None:
+    """First thing in a Hydra job: the keys its command line added (``+key=value``) checked against ``cfg``
+    (a component's unknown key: UserError; a key nothing reads: a warning line)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from esgexp import overrides
+
+    if HydraConfig.initialized():
+        for warning in overrides.check_added_keys(cfg, list(HydraConfig.get().overrides.task)):
+            log_to_files(log, logging.WARNING, warning)
+            print(f"warning: {warning}", file=sys.stderr)
 
 
-def did_you_mean(key: str, known: list[str]) -> str | None:
-    """The known dotted key closest to a misspelt ``key`` (difflib), or None when none is close."""
-    import difflib
+def run_command(main: Callable[[], object], config: str, overrides: list[str] | None = None) -> None:
+    """Run a console command's ``main`` (its config is ``config``; its Hydra overrides ``overrides``, by
+    default the command line, whose sweep is checked first: esgexp/sweeper.py): a user mistake is one
+    ``error:`` line and exit 2, Ctrl-C one ``interrupted`` line and exit 130, any other error its
+    traceback. Keys ``overrides`` add that nothing reads are a warning line first (commands that compose
+    their config themselves)."""
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its own report
+    on_command_line = overrides is None
+    overrides = sys.argv[1:] if on_command_line else overrides
+    try:
+        if on_command_line:  # a Hydra command: a sweep's values are checked before it starts
+            from esgexp.sweeper import checked_sweep
 
-    parent = key.rpartition(".")[0]
-    siblings = [name for name in known if name.rpartition(".")[0] == parent]
-    for pool in (siblings, known):
-        close = difflib.get_close_matches(key, pool, n=1, cutoff=0.75)
-        if close:
-            return close[0]
+            sys.argv[1:] = overrides = checked_sweep(config, overrides)
+        if any(o.startswith("+") for o in overrides) and config in COMPOSED_COMMANDS:
+            from esgexp import overrides as command_line
+
+            for warning in command_line.check_added_keys(command_line.compose_config(config, overrides), overrides):
+                print(f"warning: {warning}", file=sys.stderr)
+        main()
+    except KeyboardInterrupt as interrupt:
+        signal.signal(signal.SIGINT, lambda *_: os._exit(130))  # a second Ctrl-C while threads finish
+        print(interrupted_line(interrupt), file=sys.stderr, flush=True)
+        sys.exit(130)
+    except Exception as error:
+        message = user_message(error, config, overrides)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+# Commands that compose their config with hydra.compose (not @hydra.main, whose jobs check their own keys).
+COMPOSED_COMMANDS = ("compare", "leaderboard", "export_adapter")
+
+
+def interrupted_line(interrupt: KeyboardInterrupt) -> str:
+    return f"interrupted: {interrupt}" if str(interrupt) else "interrupted (Ctrl-C)"
+
+
+def user_message(error: BaseException, config: str | None = None, overrides: list[str] = ()) -> str | None:
+    """The one line that tells the user what is wrong and what to do, or None when ``error`` is a bug.
+
+    ``config`` and ``overrides`` (the command's config name and command line) let an unknown key get the
+    closest known one."""
+    from hydra.errors import HydraException, InstantiationException, OverrideParseException
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    if isinstance(error, UserError):
+        return str(error)
+    if isinstance(error, InstantiationException):
+        return instantiation_message(error)
+    if isinstance(error, OverrideParseException):
+        reason = " ".join(line for line in str(error).splitlines() if line.strip() and not line.startswith("See "))
+        return (
+            f"cannot read {getattr(error, 'override', 'an override')!r}: {reason} (quote a value with special "
+            "characters, e.g. key='a,b'; the grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+        )
+    if isinstance(error, HydraException):
+        return composition_message(error, config, list(overrides))
+    if isinstance(error, MissingMandatoryValue):
+        key = getattr(error, "full_key", None) or ""
+        return f"{one_line(error)} (set it on the command line: {key}=...)"
+    if isinstance(error, OmegaConfBaseException):
+        return one_line(error)
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        where = f" writing {error.filename}" if error.filename else ""
+        return f"no space left on the device{where}: free some space; what was written is kept (resume=true continues)"
+    if (
+        isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError))
+        and error.filename
+    ):
+        return f"{error.strerror}: {error.filename} (check the path)"
     return None
 
 
-def config_keys(overrides: list[str], skip: str) -> list[str]:
-    """Every dotted key of the config composed from ``overrides`` without those setting ``skip`` (and
-    without sweeps or hydra settings); with no override at all when that fails."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    from esgexp.config import CONF_DIR
-
-    def key_of(override: str) -> str:
-        return override.split("=", 1)[0].lstrip("+~")
-
-    kept = [
-        o
-        for o in overrides
-        if "=" in o
-        and not o.startswith("-")
-        and key_of(o) != skip
-        and not key_of(o).startswith("hydra")
-        and "," not in o
-    ]
-    GlobalHydra.instance().clear()  # the failed composition left it set
-    for attempt in (kept, []):
-        try:
-            with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-                cfg = compose("config", overrides=attempt)
-            break
-        except Exception:
-            cfg = None
-    if cfg is None:
-        return []
-    keys: list[str] = []
-
-    def walk(node, prefix: str) -> None:
-        for name in node.keys() if OmegaConf.is_dict(node) else []:
-            keys.append(f"{prefix}{name}")
-            walk(node._get_node(name), f"{prefix}{name}.")
-
-    walk(cfg, "")
-    return keys
+def one_line(error: BaseException) -> str:
+    """``error``'s text on one line: OmegaConf's ``full_key``/``object_type`` lines folded into ``(at KEY)``."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    kept, at = [], None
+    for line in lines:
+        if line.startswith("full_key:"):
+            at = line.removeprefix("full_key:").strip()
+        elif not line.startswith(("object_type=", "reference_type=")):
+            kept.append(line)
+    text = " ".join(kept)
+    return f"{text} (at {at})" if at and at not in text else text
 
 
-class SuggestingStream:
-    """Wraps stderr: after Hydra's "Could not override 'KEY'" it adds "did you mean `NEAR`?" when a known
-    key is close to KEY."""
-
-    def __init__(self, stream, overrides: list[str]):
-        self.stream = stream
-        self.overrides = overrides
-
-    def write(self, text: str) -> int:
-        written = self.stream.write(text)
-        match = OVERRIDE_ERROR.search(text)
-        if match:
-            key = match.group(1)
-            near = did_you_mean(key, config_keys(self.overrides, key))
-            if near:
-                value = next((o.split("=", 1)[1] for o in self.overrides if o.split("=", 1)[0] == key), "...")
-                self.stream.write(f"did you mean `{near}`? ({near}={value})\n")
-        return written
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
+NOT_FOUND = re.compile(r"Could not find '([^']+)'")
+UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'\.\s*To append to your config use \+(\S+)")
+ALREADY_THERE = re.compile(r"An item is already at '([^']+)'")
 
 
-@contextmanager
-def suggest_misspelt_keys():
-    """Inside: Hydra's error for an unknown key on the command line also names the closest known key."""
-    stream = sys.stderr
-    sys.stderr = SuggestingStream(stream, sys.argv[1:])
-    try:
-        yield
-    finally:
-        sys.stderr = stream
+def composition_message(error: BaseException, config: str | None, overrides: list[str]) -> str:
+    """Hydra's composition errors (unknown key, unknown group option, key already there) in one line."""
+    text = str(error)
+    unknown = UNKNOWN_KEY.search(text)
+    if unknown:
+        from esgexp.overrides import config_keys, unknown_key_message
+
+        key, value = unknown.group(1), unknown.group(2).split("=", 1)[-1]
+        return unknown_key_message(key, value, config_keys(config, overrides, key) if config else [])
+    missing = NOT_FOUND.search(text)
+    if missing:
+        group, _, option = missing.group(1).rpartition("/")
+        listing = text.split("Available options in", 1)[-1].split("Config search path", 1)[0]
+        options = [line.strip() for line in listing.splitlines()[1:] if line.strip()]
+        listed = f": choose one of {', '.join(options)}" if "Available options in" in text else ""
+        near = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+        hint = f": did you mean {group}={near[0]}?" if near else ""
+        return f"Could not find '{group}/{option}' ({group}={option}){hint}{listed}"
+    there = ALREADY_THERE.search(text)
+    if there:
+        return f"+{there.group(1)}: {there.group(1)} is already a setting; set it without the + ({there.group(1)}=...)"
+    cause = error.__cause__
+    return one_line(error) + (f": {one_line(cause)}" if cause is not None else "")
+
+
+TARGET = re.compile(r"target '([^']+)'")
+FULL_KEY = re.compile(r"full_key: (\S+)")
+UNEXPECTED = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+def instantiation_message(error: BaseException) -> str | None:
+    """A component that could not be built: a key its constructor does not take (named with the ones it
+    does), a missing argument, an unknown ``_target_``, or a user mistake it raised; None for a bug."""
+    from esgexp.overrides import not_a_setting
+
+    text, cause = str(error), error.__cause__
+    target = TARGET.search(text)
+    full_key = FULL_KEY.search(text)
+    node = full_key.group(1) if full_key else ""
+    if text.startswith("Error locating target"):
+        name = target.group(1) if target else ""
+        return f"{node or 'a config'}: _target_ {name} cannot be imported: {one_line(cause or error)}"
+    if isinstance(cause, TypeError) and target:
+        unexpected = UNEXPECTED.search(str(cause))
+        message = unexpected and not_a_setting(node, target.group(1), unexpected.group(1))
+        if message:
+            return message
+        if "required" in str(cause) and "argument" in str(cause):
+            return f"{node or target.group(1)}: {cause} (set it: {node + '.' if node else ''}NAME=...)"
+    if cause is not None:
+        inner = user_message(cause)
+        return f"{node}: {inner}" if inner and node else inner
+    return one_line(error)

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.config import CONF_DIR
-from esgexp.errors import UserError, exit_on_user_error
+from esgexp.errors import UserError, run_command
 
 log = logging.getLogger("esgexp")
 
@@ -60,22 +60,24 @@ def export(cfg: DictConfig) -> Path:
 
 
 def main(overrides: list[str]) -> None:
+    from esgexp.settings import check_settings
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    with exit_on_user_error(log):
-        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            cfg = compose("export_adapter", overrides=overrides)
-        if OmegaConf.is_missing(cfg.model, "adapter"):
-            raise UserError(
-                "Missing mandatory value: model.adapter (an adapter folder, a training run folder or an MLflow run id)"
-            )
-        out_dir = export(cfg)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("export_adapter", overrides=overrides)
+    if OmegaConf.is_missing(cfg.model, "adapter"):
+        raise UserError(
+            "Missing mandatory value: model.adapter (an adapter folder, a training run folder or an MLflow run id)"
+        )
+    check_settings(cfg)
+    out_dir = export(cfg)
     print(f"merged model: {out_dir}")
     print(f"evaluate it with: python -m esgexp model=local model.path={out_dir} ...")
 
 
 def cli() -> None:
     """``esgexp-export-adapter`` and ``python -m esgexp.export_adapter``."""
-    main(sys.argv[1:])
+    run_command(lambda: main(sys.argv[1:]), "export_adapter")
 
 
 if __name__ == "__main__":

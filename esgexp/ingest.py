@@ -10,18 +10,20 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from esgexp.errors import UserError, exit_on_user_error
+from esgexp.config import CONF_DIR
+from esgexp.errors import UserError, check_command_line, exit_on_user_error, run_command
 
 log = logging.getLogger("esgexp")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="ingest")
-def main(cfg: DictConfig) -> None:
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="ingest")
+def job(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
     from esgexp.data.corpus import ingest
 
     with exit_on_user_error(log):
+        check_command_line(cfg, log)
         out_dir = Path(cfg.corpus.dir).resolve()
         if not isinstance(cfg.tables, bool):
             raise UserError(f"tables must be true or false, got {cfg.tables!r}")
@@ -34,6 +36,11 @@ def main(cfg: DictConfig) -> None:
         f"in {report['seconds']:.1f} s"
     )
     print(f"corpus: {out_dir}")
+
+
+def main() -> None:
+    """``esgexp-ingest`` and ``python -m esgexp.ingest``."""
+    run_command(job, "ingest")
 
 
 if __name__ == "__main__":

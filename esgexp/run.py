@@ -15,7 +15,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from esgexp.errors import UserError
+from esgexp.errors import Interrupted, UserError
 from esgexp.jobs import check_config, finish, job_backend, job_tags, same_job, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
 
@@ -93,8 +93,7 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
                 usage = predict(cfg, task, backend, todo, prompts, retrieval, predictions, fingerprints)
         except (KeyboardInterrupt, SystemExit):
             kept = len(predictions.read())
-            log.error("interrupted: %d predictions kept in %s; rerun with resume=true", kept, output_dir)
-            raise
+            raise Interrupted(f"{kept} answers kept in {output_dir}; resume=true continues") from None
         finally:
             backend.close()
         records, metrics, info = task.score(items, latest_records(predictions, items))

@@ -145,6 +145,33 @@ class URL:
         return "a server URL such as http://127.0.0.1:8000/v1"
 
 
+# MLflow's tracking stores: a folder path (no scheme), file:, a database (sqlite:///FILE, postgresql:, mysql:,
+# mssql:, each also as DIALECT+DRIVER:), a server (http:, https:), Databricks.
+STORE_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
+
+
+@dataclass(frozen=True)
+class StoreURI:
+    """An MLflow tracking store: a folder path, or a URI whose scheme MLflow knows (``sqlite:///FILE``, ...)."""
+
+    optional: bool = False
+
+    def accepts(self, value) -> bool:
+        if not isinstance(value, str) or not value:
+            return False
+        scheme, colon, rest = value.partition(":")
+        if not colon or len(scheme) == 1 or "/" in scheme:  # a path (C:\... on Windows)
+            return True
+        scheme = scheme.lower().split("+")[0]
+        return scheme in STORE_SCHEMES and (scheme != "sqlite" or rest.startswith("///"))
+
+    def expected(self) -> str:
+        return (
+            "a tracking store: a folder path, sqlite:///FILE.db, http(s)://HOST:PORT, or a URI with one of the "
+            f"schemes {', '.join(s + ':' for s in STORE_SCHEMES)}"
+        )
+
+
 def _within(value, low, high) -> bool:
     return (low is None or value >= low) and (high is None or value <= high)
 
@@ -161,7 +188,7 @@ def _number(value) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-Rule = Integer | Number | Choice | Flag | Integers | Encoding | URL
+Rule = Integer | Number | Choice | Flag | Integers | Encoding | URL | StoreURI
 
 
 def _context_rule(cfg: DictConfig) -> Rule | None:
@@ -188,6 +215,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "task": Choice(TASKS),
     "seed": Integer(0, 2**32 - 1),
     "resume": Flag(),
+    "skip_invalid_jobs": Flag(),
     "cache": Choice(CACHE_MODES),
     "dataset.limit": Integer(1, optional=True),
     "dataset.seed": Integer(0, 2**32 - 1),
@@ -247,6 +275,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "stats.bootstrap": Integer(100),  # fewer resamples leave a percentile interval's ends to chance
     "stats.seed": Integer(0, 2**32 - 1),
     "stats.confidence": Number(0.5, 1, below=True),
+    "tracking.uri": StoreURI(),
     "tracking.offline": Flag(),
     # colbertv2 (token budgets), random (seed), embeddings (the server and its client's knobs)
     "retriever.query_length": Integer(1, optional=True),
@@ -290,8 +319,10 @@ def problems(cfg: DictConfig) -> list[str]:
     found = []
     for key, rule in SCHEMA.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
+        if value is _ABSENT:
+            continue
         rule = rule(cfg) if callable(rule) else rule
-        if value is _ABSENT or rule is None or _copies_another_key(cfg, key) or (value is None and rule.optional):
+        if rule is None or _copies_another_key(cfg, key) or (value is None and rule.optional):
             continue
         if isinstance(value, ListConfig):
             value = OmegaConf.to_container(value, resolve=True)

@@ -5,8 +5,10 @@ A sweep's folder (``-m``) stands for its job folders.
 Each folder's ``tracking_pending.json`` (params, tags, metrics, artifact paths) goes to the run's own
 ``tracking.uri`` (from its config.yaml; ``tracking.KEY=VALUE`` arguments override it), into the run the job
 had opened there when it still exists, else a new one; what that run already holds is not logged twice.
-The MLflow run id is then written to ``tracking_synced.json``: a second sync of the folder does nothing.
-A folder whose job failed or did not finish is refused. Exit status 2 when any folder was refused.
+Each store the folder was synced to is recorded in ``tracking_synced.json`` (keyed by the store's URI: the
+MLflow run id, experiment and time): a second sync to the same store does nothing, a sync to another
+store logs the run there too. A folder whose job failed or did not finish is refused. Exit status 2 when
+any folder was refused.
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ def tracking_settings(run_dir: Path, overrides: dict[str, str]) -> DictConfig:
 
 
 def check_folder(run_dir: Path) -> dict | None:
-    """The folder's pending record once it is a finished, not yet synced run; None when nothing is left
-    to do (its message then comes from ``nothing_to_do``); UserError for a folder that cannot be synced."""
+    """The folder's pending record once it is a finished run; None when it has none (it was tracked while
+    it ran: ``nothing_to_do`` says so); UserError for a folder that cannot be synced."""
     if not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
     if (run_dir / FAILED_FILE).is_file():
@@ -60,7 +62,7 @@ def check_folder(run_dir: Path) -> dict | None:
         raise UserError(
             f"{run_dir} is marked FAILED ({reason}): a failed job is not logged; fix it and run the job again"
         )
-    if (run_dir / SYNCED_FILE).is_file() or not (run_dir / PENDING_FILE).is_file():
+    if not (run_dir / PENDING_FILE).is_file():
         return None
     pending = read_json(run_dir / PENDING_FILE)
     if pending.get("status") != "FINISHED":
@@ -72,11 +74,23 @@ def check_folder(run_dir: Path) -> dict | None:
     return pending
 
 
+def synced_stores(run_dir: Path) -> dict[str, dict]:
+    """``{store URI: {run_id, experiment_id, synced_at}}`` of the stores the folder was synced to (a file
+    written before syncs were kept per store holds one record with its ``uri``)."""
+    path = run_dir / SYNCED_FILE
+    if not path.is_file():
+        return {}
+    record = read_json(path)
+    if "uri" in record:
+        return {record["uri"]: {k: v for k, v in record.items() if k != "uri"}}
+    return record.get("stores", {})
+
+
+def already_synced(run_dir: Path, uri: str, record: dict) -> str:
+    return f"{run_dir}: already synced to run {record['run_id']} in {uri} on {record['synced_at']}: nothing to do"
+
+
 def nothing_to_do(run_dir: Path) -> str:
-    synced = run_dir / SYNCED_FILE
-    if synced.is_file():
-        record = read_json(synced)
-        return f"{run_dir}: already synced to run {record['run_id']} in {record['uri']} on {record['synced_at']}: nothing to do"
     if not (run_dir / "metrics.json").is_file():
         raise UserError(f"{run_dir}: the job did not finish (no metrics.json): nothing to sync")
     return f"{run_dir}: tracked while it ran (no {PENDING_FILE}): nothing to do"
@@ -126,8 +140,11 @@ def sync_run(run_dir: Path, overrides: dict[str, str]) -> str:
     if pending is None:
         return nothing_to_do(run_dir)
     settings = tracking_settings(run_dir, overrides)
-    check_tracking(settings)
     uri = str(settings.uri)
+    synced = synced_stores(run_dir)
+    if uri in synced:
+        return already_synced(run_dir, uri, synced[uri])
+    check_tracking(settings)
     try:
         return log_pending(run_dir, pending, uri, settings.get("artifact_location"))
     except Exception:
@@ -159,9 +176,8 @@ def log_pending(run_dir: Path, pending: dict, uri: str, artifact_location: str |
         retry_locked(upload, run_id, str(path), artifact["artifact_path"])
     retry_locked(client.set_terminated, run_id, pending["status"], pending["end_time"])
     synced_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    write_json(
-        run_dir / SYNCED_FILE, {"uri": uri, "experiment_id": experiment_id, "run_id": run_id, "synced_at": synced_at}
-    )
+    stores = {**synced_stores(run_dir), uri: {"experiment_id": experiment_id, "run_id": run_id, "synced_at": synced_at}}
+    write_json(run_dir / SYNCED_FILE, {"stores": stores})
     into = "the run it had opened" if existed else "a new run"
     return (
         f"{run_dir}: synced to run {run_id} in {uri} ({into}): {len(params)} params, {len(metrics)} metric values, "
@@ -213,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def cli() -> None:
     """``esgexp-sync`` and ``python -m esgexp.sync``."""
-    sys.exit(main())
+    from esgexp.errors import run_command
+
+    run_command(lambda: sys.exit(main()), "sync", [])
 
 
 if __name__ == "__main__":

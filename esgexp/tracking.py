@@ -78,6 +78,11 @@ def check_tracking(tracking_cfg: DictConfig, offline_hint: bool = False) -> None
     (for every request this process makes, e.g. reading an adapter's run) and refuse, naming the URI and
     the ways out (``offline_hint``, for a job: also running offline), a tracking server that does not answer
     within ``tracking.connect_timeout_s``; with ``tracking.offline=true`` the server is not asked."""
+    from omegaconf import OmegaConf
+
+    from esgexp.settings import check_settings
+
+    check_settings(OmegaConf.create({"tracking": OmegaConf.to_container(tracking_cfg, resolve=True)}))  # uri scheme
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(tracking_cfg.http_timeout_s))
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(tracking_cfg.http_max_retries))
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = str(HTTP_BACKOFF_FACTOR)

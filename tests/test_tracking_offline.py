@@ -138,7 +138,7 @@ def test_mlflows_own_retries_to_a_lost_server_take_seconds_not_minutes(tmp_path,
     assert time.monotonic() - started < 15
 
 
-def test_offline_cli_run_then_sync_then_a_second_sync_does_nothing(tmp_path, clean_env):
+def test_offline_cli_run_then_sync_per_store_and_a_second_sync_to_a_store_does_nothing(tmp_path, clean_env):
     """On ESGBench scoring (no model: the cheapest job); the other kinds are synced below."""
     run_dir = tmp_path / "run"
     job = python(
@@ -189,15 +189,28 @@ def test_offline_cli_run_then_sync_then_a_second_sync_does_nothing(tmp_path, cle
         == listed
         >= {"config.yaml", "metrics.json", "predictions.jsonl"}
     )
-    assert json.loads((run_dir / tracking.SYNCED_FILE).read_text())["run_id"] == run.info.run_id
+    assert json.loads((run_dir / tracking.SYNCED_FILE).read_text())["stores"][uri]["run_id"] == run.info.run_id
 
     second = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir))
     assert (
         second.returncode == 0
-        and f"already synced to run {run.info.run_id}" in second.stdout
+        and f"already synced to run {run.info.run_id} in {uri}" in second.stdout
         and "nothing to do" in second.stdout
     )
     assert [r.info.run_id for r in store_runs(uri, experiment)] == [run.info.run_id]
+
+    # Syncs are kept per store: another store still gets the run, once.
+    other = f"sqlite:///{tmp_path}/other/mlflow.db"
+    to_other = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir), f"tracking.uri={other}")
+    assert to_other.returncode == 0, to_other.stderr[-3000:]
+    [copy] = store_runs(other, experiment)
+    assert f"{run_dir}: synced to run {copy.info.run_id} in {other} (a new run)" in to_other.stdout
+    assert copy.data.metrics == run.data.metrics and copy.info.status == "FINISHED"
+    again = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir), f"tracking.uri={other}")
+    assert again.returncode == 0 and f"already synced to run {copy.info.run_id} in {other}" in again.stdout
+    assert len(store_runs(other, experiment)) == 1 and len(store_runs(uri, experiment)) == 1
+    synced = json.loads((run_dir / tracking.SYNCED_FILE).read_text())["stores"]
+    assert {k: v["run_id"] for k, v in synced.items()} == {uri: run.info.run_id, other: copy.info.run_id}
 
 
 @pytest.fixture(scope="module")

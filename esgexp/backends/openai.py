@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -169,7 +170,19 @@ class OpenAIBackend(Backend):
         return {"type": "json_schema", "json_schema": {"name": "output", "strict": True, "schema": schema}}
 
     def answer_generation(self, request: GenerationRequest) -> Response:
-        data, retries = self.post(*self.generation_body(request))
+        try:
+            data, retries = self.post(*self.generation_body(request))
+        except RequestFailed as error:
+            refused = "HTTP 400" in str(error) and re.search(r"response_format|json_schema", str(error))
+            if request.json_schema and refused:
+                other = "json_object" if self.response_format == "json_schema" else "json_schema"
+                raise UserError(
+                    f"the server at {self.base_url} refuses the JSON Schema as sent (backend.response_format="
+                    f"{self.response_format}): {error}. Try backend.response_format={other} (json_object: "
+                    "llama-cpp-python's server), a server with structured outputs (vLLM, llama.cpp's llama-server), "
+                    "or backend=hf"
+                ) from None
+            raise
         choice = first_choice(data)
         text = choice["message"].get("content") if self.api == "chat" else choice.get("text")
         return Response(

@@ -6,18 +6,32 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
-from esgexp.errors import exit_on_user_error
+from esgexp.config import CONF_DIR
+from esgexp.errors import Interrupted, check_command_line, exit_on_user_error, run_command
 
 log = logging.getLogger("esgexp")
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="build")
-def main(cfg: DictConfig) -> None:
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="build")
+def job(cfg: DictConfig) -> None:
     from esgexp.builders.run import run_build
 
     with exit_on_user_error(log):
-        dataset = run_build(cfg)
+        check_command_line(cfg, log)
+        try:
+            dataset = run_build(cfg)
+        except KeyboardInterrupt as interrupt:
+            if isinstance(interrupt, Interrupted) or cfg.cache in ("off", "read_only"):
+                raise
+            raise Interrupted(
+                f"the answers received are kept in the request cache; rerun with out={cfg.out} resume=true to go on"
+            ) from None
         print(f"dataset: {dataset}")
+
+
+def main() -> None:
+    """``esgexp-build``, ``python -m esgexp.builders`` and ``python -m esgexp.build``."""
+    run_command(job, "build")
 
 
 if __name__ == "__main__":

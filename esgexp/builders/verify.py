@@ -154,18 +154,20 @@ def cli() -> None:
     import hydra
     from omegaconf import DictConfig
 
-    from esgexp.errors import exit_on_user_error
+    from esgexp.config import CONF_DIR
+    from esgexp.errors import check_command_line, exit_on_user_error, run_command
 
-    @hydra.main(version_base="1.3", config_path="../../conf", config_name="verify")
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="verify")
     def main(cfg: DictConfig) -> None:
         with exit_on_user_error(log):
+            check_command_line(cfg, log)
             out_dir = Path(cfg.out).resolve()
             report = main_audit(cfg.dataset.path, cfg.corpus, out_dir)
         rejected = ", ".join(f"{reason} {n}" for reason, n in report["rejected"].items()) or "none"
         print(f"{report['n_kept']} of {report['n_rows']} pairs verified; rejected: {rejected}")
         print(f"report: {out_dir / 'verify_report.json'}")
 
-    main()
+    run_command(main, "verify")
 
 
 if __name__ == "__main__":

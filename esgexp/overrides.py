@@ -1,0 +1,192 @@
+"""Command-line overrides measured against the config they change.
+
+``did_you_mean`` finds the known key closest to a misspelt one (``config_keys`` lists a config's keys).
+``check_added_keys`` looks at each key added with ``+`` (``+dataset.limt=3``, ``+foo=bar``): one a
+component's constructor does not take is a UserError naming its valid settings, before any work; one
+that no esgexp code reads is a warning line (the job goes on, the key stays in config.yaml).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+from functools import cache
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.config import CONF_DIR
+from esgexp.errors import UserError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def did_you_mean(key: str, known: list[str]) -> str | None:
+    """The known dotted key closest to a misspelt ``key`` (difflib), or None when none is close."""
+    parent = key.rpartition(".")[0]
+    siblings = [name for name in known if name.rpartition(".")[0] == parent]
+    for pool in (siblings, known):
+        close = difflib.get_close_matches(key, pool, n=1, cutoff=0.75)
+        if close:
+            return close[0]
+    return None
+
+
+def key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
+    """``config_name`` composed with ``overrides`` (inside a Hydra app, or on its own)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name, overrides=overrides)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose(config_name, overrides=overrides)
+
+
+def config_keys(config_name: str, overrides: list[str], skip: str) -> list[str]:
+    """Every dotted key of ``config_name`` composed from ``overrides`` without those setting ``skip`` (and
+    without sweeps, flags or hydra settings); with no override at all when that fails."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    kept = [
+        o
+        for o in overrides
+        if "=" in o
+        and not o.startswith("-")
+        and key_of(o) != skip
+        and not key_of(o).startswith("hydra")
+        and "," not in o
+    ]
+    GlobalHydra.instance().clear()  # a failed composition may have left it set
+    for attempt in (kept, []):
+        try:
+            cfg = compose_config(config_name, attempt)
+            break
+        except Exception:
+            GlobalHydra.instance().clear()
+            cfg = None
+    if cfg is None:
+        return []
+    keys: list[str] = []
+
+    def walk(node, prefix: str) -> None:
+        for name in node.keys() if OmegaConf.is_dict(node) else []:
+            keys.append(f"{prefix}{name}")
+            walk(node._get_node(name), f"{prefix}{name}.")
+
+    walk(cfg, "")
+    return keys
+
+
+def unknown_key_message(key: str, value: str, known: list[str]) -> str:
+    """What to say about ``key=value`` when the config has no ``key``: the close known key, else its siblings."""
+    near = did_you_mean(key, known)
+    if near:
+        return f"{key} is not a setting: did you mean {near}? ({near}={value})"
+    parent = key.rpartition(".")[0]
+    siblings = sorted(k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == parent)
+    where = f"under {parent}" if parent else "at the top level"
+    listed = f": {', '.join(siblings)}" if siblings else ""
+    return f"{key} is not a setting: check its spelling (the settings {where}{listed})"
+
+
+def added_keys(overrides: list[str]) -> dict[str, str]:
+    """``{key: value}`` of the overrides that add a key (``+key=value``, ``++key=value``), not a config group."""
+    added = {}
+    for override in overrides:
+        if not override.startswith("+") or "=" not in override:
+            continue
+        key, value = override.lstrip("+").split("=", 1)
+        group = key.split("@")[0]
+        if "@" in key or group.startswith("hydra") or (CONF_DIR / group).is_dir():
+            continue
+        added[key] = value
+    return added
+
+
+def new_part(cfg: DictConfig, key: str, added: set[str]) -> int:
+    """The index of the first part of dotted ``key`` that the added keys created (its node holds nothing else)."""
+    parts = key.split(".")
+    for i in range(len(parts) - 1):
+        prefix = ".".join(parts[: i + 1])
+        node = OmegaConf.select(cfg, prefix)
+        leaves = [f"{prefix}.{k}" for k in _leaves(node)] if isinstance(node, DictConfig) else [prefix]
+        if all(leaf in added for leaf in leaves):
+            return i
+    return len(parts) - 1
+
+
+def _leaves(node: DictConfig, prefix: str = "") -> list[str]:
+    found = []
+    for name in node.keys():
+        child = node._get_node(name)
+        if isinstance(child, DictConfig) and len(child):
+            found += _leaves(child, f"{prefix}{name}.")
+        else:
+            found.append(f"{prefix}{name}")
+    return found
+
+
+def settings_of(target: str) -> list[str] | None:
+    """The keyword arguments a ``_target_`` takes; None when it takes any (``**kwargs``) or cannot be read."""
+    from hydra.utils import get_object
+
+    try:
+        signature = inspect.signature(get_object(target))
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return None
+    params = signature.parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+
+
+def not_a_setting(node_key: str, target: str, name: str) -> str | None:
+    """The message for a key ``name`` under the node ``node_key`` whose ``_target_`` does not take it;
+    None when it does (or takes anything)."""
+    valid = settings_of(target)
+    if valid is None or name in valid:
+        return None
+    prefix = f"{node_key}." if node_key else ""
+    near = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    hint = f": did you mean {prefix}{near[0]}?" if near else ""
+    return f"{prefix}{name} is not a setting of {target}{hint} (its settings: {', '.join(valid)})"
+
+
+@cache
+def package_source() -> str:
+    own = {Path(__file__).resolve(), PACKAGE_DIR / "errors.py"}  # they name example keys
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(PACKAGE_DIR.rglob("*.py")) if p not in own)
+
+
+def read_by_code(name: str) -> bool:
+    """Whether any esgexp module names a key ``name`` (``cfg.name``, ``.get("name")``, a keyword)."""
+    return re.search(rf"\b{re.escape(name)}\b", package_source()) is not None
+
+
+def check_added_keys(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """Raise a UserError for an added key a component's constructor does not take; return a warning for
+    each added key that no esgexp code reads."""
+    added = added_keys(overrides)
+    warnings = []
+    for key, value in added.items():
+        parts = key.split(".")
+        i = new_part(cfg, key, set(added))
+        node_key = ".".join(parts[:i])
+        node = OmegaConf.select(cfg, node_key) if node_key else cfg
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        if target:
+            problem = not_a_setting(node_key, str(target), parts[i])
+            if problem:
+                raise UserError(f"+{key}={value}: {problem}")
+        elif not read_by_code(parts[i]):
+            warnings.append(
+                f"+{key}={value}: no config has {'.'.join(parts[: i + 1])} and nothing in esgexp reads it; "
+                "it is saved in config.yaml but changes nothing (check its spelling, or leave it out)"
+            )
+    return warnings
