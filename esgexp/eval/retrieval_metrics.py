@@ -155,3 +155,65 @@ def _f1(precision: float, recall: float) -> float:
     if math.isnan(precision) or math.isnan(recall):
         return float("nan")
     return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+
+# ClimRetrieve's own analysis (Experiments/analyse_results.py in its repository): every (paragraph, question) row
+# of a searched report is a binary prediction, "in the top K", against relevance >= 2, scored with scikit-learn's
+# precision, recall and F1 over all rows at once; Table R.1 averages the F1 over K = 5, 10, 15.
+PAPER_KS = (5, 10, 15)
+PAPER_THRESHOLD = 2
+PAPER_PREFIX = "climretrieve/"
+
+
+def climretrieve_counts(
+    rankings: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]
+) -> dict[str, list[float]]:
+    """Per query the counts the paper's metric pools: hits and passages retrieved at each K of PAPER_KS, then
+    the relevant passages (grade >= PAPER_THRESHOLD)."""
+    per_query = per_query_metrics(rankings, qrels, PAPER_KS, PAPER_THRESHOLD)
+    return {
+        qid: [v for k in PAPER_KS for v in (values[f"tp@{k}"], values[f"retrieved@{k}"])] + [values["n_relevant"]]
+        for qid, values in per_query.items()
+    }
+
+
+def climretrieve_values(sums: Sequence[float]) -> dict[str, float]:
+    """The paper's metrics from pooled counts (``climretrieve_counts`` summed): ``precision@K``, ``recall@K``,
+    ``f1@K`` = 2 hits / (retrieved + relevant) as scikit-learn computes them (0 with nothing to divide), and
+    ``f1``, their mean over K (a Table R.1 cell); keys prefixed ``climretrieve/``."""
+    relevant = sums[-1]
+    out: dict[str, float] = {}
+    for i, k in enumerate(PAPER_KS):
+        tp, retrieved = sums[2 * i], sums[2 * i + 1]
+        out[f"{PAPER_PREFIX}precision@{k}"] = tp / retrieved if retrieved else 0.0
+        out[f"{PAPER_PREFIX}recall@{k}"] = tp / relevant if relevant else 0.0
+        out[f"{PAPER_PREFIX}f1@{k}"] = 2 * tp / (retrieved + relevant) if retrieved + relevant else 0.0
+    out[f"{PAPER_PREFIX}f1"] = sum(out[f"{PAPER_PREFIX}f1@{k}"] for k in PAPER_KS) / len(PAPER_KS)
+    return out
+
+
+def climretrieve_metrics(
+    rankings: Mapping[str, Sequence[str]],
+    qrels: Mapping[str, Mapping[str, int]],
+    clusters: Sequence[str] | None,
+    settings,
+    searched_k: int = max(PAPER_KS),
+) -> dict:
+    """The ClimRetrieve paper's metrics (``climretrieve_values``) with a percentile bootstrap interval each
+    (queries resampled, or whole ``clusters``; ``settings``: an esgexp.stats.StatsSettings). The rankings must
+    go down to K = 15 (``searched_k``: how deep they were searched)."""
+    from esgexp.stats import statistic_interval
+
+    if searched_k < max(PAPER_KS):
+        raise UserError(
+            f"the ClimRetrieve metric (retrieval.climretrieve_metric) needs rankings down to K = {max(PAPER_KS)}: "
+            f"set retrieval.ks to include {max(PAPER_KS)} (they reach {searched_k})"
+        )
+    counts = climretrieve_counts(rankings, qrels)
+    rows = [counts[qid] for qid in rankings]
+    metrics: dict = {}
+    for key in climretrieve_values([0.0] * (2 * len(PAPER_KS) + 1)):
+        found = statistic_interval(rows, lambda sums, key=key: climretrieve_values(sums)[key], clusters, settings)
+        metrics[key] = found.estimate
+        metrics.update(found.as_metrics(key))
+    return metrics

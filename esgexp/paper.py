@@ -1,0 +1,161 @@
+"""``python -m esgexp.paper table=NAME [dry_run=true] [data.KEY=PATH] [rows=[...]] [overrides=[...]]``: a seed
+paper's table, reproduced. The table's grid (conf/paper/NAME.yaml, esgexp/papers/grid.py) becomes Hydra
+multiruns of ordinary ``python -m esgexp`` jobs (the resume, request cache, launchers and MLflow of any sweep;
+each multirun sweeps one key), a job that cannot run here is listed with why, and the results are laid beside
+the published cells in ``<out_dir>/NAME.md`` and ``NAME.json`` (shown on the leaderboard page too).
+``dry_run=true`` lists the jobs and what they would send (requests, prompt tokens, cost) and runs nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.errors import UserError, exit_on_user_error
+from esgexp.outputs import write_atomic
+from esgexp.papers.grid import Grid, Job, load_grid, quote, sweeps
+from esgexp.sweep import job_status
+
+log = logging.getLogger("esgexp.paper")
+
+
+def compose_paper(overrides: list[str]) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+
+    from esgexp.config import CONF_DIR
+
+    # data.KEY: the keys are the table's (conf/paper/NAME.yaml), not in conf/paper.yaml
+    overrides = [f"++{o}" if o.startswith("data.") else o for o in overrides]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("paper", overrides=overrides)
+    if OmegaConf.is_missing(cfg, "table"):
+        from esgexp.papers import TABLES
+
+        raise UserError(f"Missing mandatory value: table (table=NAME, one of {', '.join(TABLES)})")
+    return cfg
+
+
+def job_line(job: Job, extra: str = "") -> str:
+    columns = ", ".join(dict.fromkeys(column for _, column in job.cells))
+    state = "runnable" if job.runnable else "cannot run: " + "; ".join(job.problems)
+    return f"  {job.id}  {job.row} | {columns}{extra}\n      {' '.join(job.overrides)}\n      {state}"
+
+
+def dry_run(grid: Grid) -> str:
+    """The job list with each job's requests, estimated prompt tokens and cost (nothing is sent)."""
+    from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
+
+    loaded: dict = {}
+    lines, requests, cost, priced = [], 0, 0.0, 0
+    for job in grid.jobs:
+        found = (
+            estimate(job.cfg, loaded) if job.cfg is not None and not any("data." in p for p in job.problems) else None
+        )
+        extra = ""
+        if found is not None:
+            requests += found.requests
+            extra = f"  [{found.requests} requests, ~{found.prompt_tokens} prompt tokens"
+            if found.cost is not None:
+                extra += f", at most ${found.cost:.2f} (prompt ${found.prompt_tokens * float(job.cfg.model.price.prompt) / 1e6:.2f})"
+                cost += found.cost
+                priced += 1
+            extra += f"{'; ' + found.note if found.note else ''}]"
+        lines.append(job_line(job, extra))
+    runnable = sum(job.runnable for job in grid.jobs)
+    head = f"{grid.title}: {len(grid.jobs)} jobs ({runnable} can run here, {len(grid.jobs) - runnable} cannot)"
+    tail = (
+        f"dry run: nothing sent. {requests} model requests; {priced} priced jobs at most ${cost:.2f} "
+        f"(prompt tokens estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's budget)"
+    )
+    return "\n".join([head, *lines, tail])
+
+
+def run_grid(cfg: DictConfig, grid: Grid) -> tuple[dict[str, dict], dict[str, str], list[dict]]:
+    """Run the runnable jobs as multiruns; (metrics by job id, why a job gave none, the job list for the JSON)."""
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    extra = [str(o) for o in cfg.overrides] + (["resume=true"] if cfg.resume else [])
+    results: dict[str, dict] = {}
+    status = {job.id: "cannot run here: " + "; ".join(job.problems) for job in grid.jobs if not job.runnable}
+    folders: dict[str, str] = {}
+    for index, (jobs, overrides, swept) in enumerate(sweeps([job for job in grid.jobs if job.runnable])):
+        sweep_dir = Path(jobs[0].cfg.paths.runs_dir) / jobs[0].experiment / f"paper-{grid.name}" / f"{stamp}-{index}"
+        command = [sys.executable, "-m", "esgexp", "-m", *overrides, *extra, f"hydra.sweep.dir={quote(str(sweep_dir))}"]
+        log.info("sweep %d: %d job(s) in %s", index, len(jobs), sweep_dir)
+        print(f"$ python -m esgexp -m {' '.join(overrides + extra)}", flush=True)
+        code = subprocess.run(command, check=False, cwd=cfg.paths.root_dir).returncode
+        for job, folder in match_folders(jobs, swept, sweep_dir).items():
+            folders[job.id] = str(folder) if folder else ""
+            state, detail = (
+                job_status(folder) if folder else ("not run", f"its multirun ended (exit {code}) before it started")
+            )
+            if state == "ok":
+                results[job.id] = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+            else:
+                status[job.id] = f"{state}: {detail}" if detail else state
+    listing = [
+        {
+            "id": job.id,
+            "row": job.row,
+            "overrides": job.overrides,
+            "status": "ok" if job.id in results else status.get(job.id, "not run"),
+            "run_dir": folders.get(job.id, ""),
+        }
+        for job in grid.jobs
+    ]
+    return results, status, listing
+
+
+def match_folders(jobs: list[Job], swept: list[str], sweep_dir: Path) -> dict[Job, Path | None]:
+    """Each job's folder in ``sweep_dir``, by the swept values its ``.hydra/overrides.yaml`` records."""
+    folders = sorted((p for p in sweep_dir.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
+    if not swept:
+        return {jobs[0]: folders[0] if folders else None}
+    by_values = {}
+    for folder in folders:
+        recorded = folder / ".hydra" / "overrides.yaml"
+        found = dict(str(o).partition("=")[::2] for o in OmegaConf.load(recorded)) if recorded.is_file() else {}
+        by_values[tuple(unquote(found.get(key, "")) for key in swept)] = folder
+    values = {job: dict(o.partition("=")[::2] for o in job.overrides) for job in jobs}
+    return {job: by_values.get(tuple(unquote(values[job][key]) for key in swept)) for job in jobs}
+
+
+def unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1].replace("\\'", "'").replace("\\\\", "\\")
+    return value
+
+
+def main(overrides: list[str]) -> None:
+    from esgexp.papers.report import compare, table_json, to_markdown
+
+    cfg = compose_paper(overrides)
+    grid = load_grid(cfg)
+    if cfg.dry_run:
+        print(dry_run(grid))
+        return
+    for job in grid.jobs:
+        if not job.runnable:
+            print(job_line(job), file=sys.stderr)
+    results, status, listing = run_grid(cfg, grid)
+    table = table_json(grid, compare(grid, results, status), listing)
+    out_dir = Path(cfg.out_dir)
+    write_atomic(out_dir / f"{grid.name}.json", json.dumps(table, indent=1, ensure_ascii=False) + "\n")
+    markdown = to_markdown(table)
+    write_atomic(out_dir / f"{grid.name}.md", markdown)
+    print(markdown, end="")
+    print(f"written: {out_dir / (grid.name + '.md')}, {out_dir / (grid.name + '.json')}")
+
+
+def cli() -> None:
+    """``esgexp-paper`` and ``python -m esgexp.paper``."""
+    with exit_on_user_error(log):
+        main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,330 @@
+"""A paper table's grid: ``conf/paper/<name>.yaml`` -> the ordinary esgexp jobs that fill its cells.
+
+A grid file has ``cells`` (the published cells, esgexp/papers/tables/), ``scale`` (published = ours × scale;
+a column may set its own), ``data`` (the table's data files: ``about`` and ``candidates``, the first existing one
+is the default of ``data.<key>``), ``base`` (overrides of every job), ``rows`` (row label -> overrides) and
+``columns`` (column label -> ``overrides``, or ``variants``: several override lists whose values the cell
+averages, ``scale``). A job is base + row + one column variant; columns with equal overrides share it.
+
+Each job is composed (as ``python -m esgexp`` would) and checked: its configs exist, its data files, model
+weights (in the Hugging Face cache), API keys; a job that cannot run here says why and the rest run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.config import CONF_DIR
+from esgexp.errors import UserError
+from esgexp.papers.cells import Cell, load_cells
+
+DATA_REF = re.compile(r"\$\{data\.(\w+)\}")
+PLAIN_VALUE = re.compile(r"^[\w/.\-+@:~\[\],]*$")
+# Query formulations that need no model (the others are written by the configured LLM).
+FIXED_QUERIES = ("question", "definition", "concepts")
+
+
+@dataclass(eq=False)
+class Job:
+    """One esgexp job of the grid: ``overrides`` (data paths filled in), the cells it serves as
+    ``(row, column)`` pairs, why it cannot run here (``problems``) and its composed config."""
+
+    id: str
+    row: str
+    overrides: list[str]
+    cells: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    cfg: DictConfig | None = None
+
+    @property
+    def runnable(self) -> bool:
+        return not self.problems
+
+    @property
+    def experiment(self) -> str:
+        return str(self.cfg.experiment_name) if self.cfg is not None else "paper"
+
+
+@dataclass
+class Column:
+    label: str
+    variants: list[list[str]]
+    scale: float
+
+
+@dataclass
+class Grid:
+    """The table's published cells, its columns and jobs, and the data files chosen."""
+
+    name: str
+    title: str
+    cells: list[Cell]
+    rows: list[str]
+    columns: dict[str, Column]
+    jobs: list[Job]
+    data: dict[str, str | None]
+
+    def jobs_of(self, row: str, column: str) -> list[Job]:
+        """The jobs whose results make the cell (one, or one per variant)."""
+        return [job for job in self.jobs if (row, column) in job.cells]
+
+
+def grid_file(name: str) -> Path:
+    path = CONF_DIR / "paper" / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in (CONF_DIR / "paper").glob("*.yaml")))
+        raise UserError(f"table={name}: no grid conf/paper/{name}.yaml (tables: {known})")
+    return path
+
+
+def quote(value: str) -> str:
+    """``value`` as a Hydra override value: quoted when it holds a space, a quote or another special character."""
+    if PLAIN_VALUE.match(value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def choose_data(spec: DictConfig, given: dict) -> dict[str, str | None]:
+    """``data.<key>`` as given, else the first candidate path that exists (None: none does)."""
+    known = dict(spec.get("data") or {})
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise UserError(f"data.{unknown[0]} is not a data file of this table (its data files: {', '.join(known)})")
+    chosen = {}
+    for key, about in known.items():
+        if given.get(key):
+            chosen[key] = str(given[key])
+            continue
+        candidates = [os.path.normpath(str(c)) for c in (about.get("candidates") or [])]
+        chosen[key] = next((c for c in candidates if Path(c).exists()), None)
+    return chosen
+
+
+def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
+    """The grid of ``cfg.table`` (the paper command's config) with its jobs composed and checked (``check=False``:
+    only the job list, its data and config files checked; composing takes about 0.2-1 s a job)."""
+    name = str(cfg.table)
+    spec = OmegaConf.load(grid_file(name))
+    root = cfg.copy()
+    OmegaConf.set_struct(root, False)
+    root.grid = spec
+    data = choose_data(root.grid, OmegaConf.to_container(cfg.data) or {})
+    for key, value in data.items():
+        root.data[key] = quote(value) if value else None
+    raw = OmegaConf.to_container(spec)  # overrides as written (${data.KEY} unresolved): a job's identity
+    resolved = OmegaConf.to_container(root.grid, resolve=True)
+    columns = {
+        label: Column(
+            label,
+            [list(v) for v in (col.get("variants") or [col.get("overrides") or []])],
+            float(col.get("scale", resolved.get("scale", 1))),
+        )
+        for label, col in (resolved.get("columns") or {}).items()
+    }
+    raw_columns = {
+        label: [list(v) for v in (col.get("variants") or [col.get("overrides") or []])]
+        for label, col in (raw.get("columns") or {}).items()
+    }
+    rows = list(resolved.get("rows") or {})
+    chosen_rows = chosen(cfg.rows, rows, "rows", name)
+    columns = {label: columns[label] for label in chosen(cfg.columns, list(columns), "columns", name)}
+    jobs: dict[str, Job] = {}
+    for row in chosen_rows:
+        for label, column in columns.items():
+            for variant, raw_variant in zip(column.variants, raw_columns[label]):
+                symbolic = [*raw.get("base", []), *raw["rows"][row], *raw_variant]
+                job_id = "j" + hashlib.sha256(json.dumps(symbolic).encode()).hexdigest()[:10]
+                if job_id not in jobs:
+                    overrides = [*resolved.get("base", []), *resolved["rows"][row], *variant]
+                    jobs[job_id] = Job(job_id, row, overrides)
+                    missing = sorted({key for text in symbolic for key in DATA_REF.findall(text) if not data.get(key)})
+                    jobs[job_id].problems += [
+                        data_problem(key, spec.data[key], resolved["data"][key]) for key in missing
+                    ]
+                jobs[job_id].cells.append((row, label))
+    grid = Grid(
+        name, str(spec.get("title", name)), load_cells(str(spec.cells)), chosen_rows, columns, list(jobs.values()), data
+    )
+    if not check:
+        for job in grid.jobs:
+            job.problems += missing_configs(job.overrides)
+        return grid
+    extra = [str(o) for o in cfg.overrides if not str(o).startswith("hydra")]
+    if Path(cfg.paths.root_dir).resolve() != Path.cwd().resolve():  # the jobs run there (esgexp/paper.py)
+        extra.append(f"paths.root_dir={quote(str(cfg.paths.root_dir))}")
+    compose_jobs(grid.jobs, extra)
+    return grid
+
+
+def chosen(wanted, labels: list[str], what: str, table: str) -> list[str]:
+    """The ``wanted`` labels (all when None), in the paper's order; an unknown one is a UserError."""
+    if wanted is None:
+        return labels
+    wanted = [str(w) for w in ([wanted] if isinstance(wanted, str) else wanted)]
+    unknown = [w for w in wanted if w not in labels]
+    if unknown:
+        raise UserError(f"{what}: {unknown[0]!r} is not one of the {what} of {table} ({', '.join(labels)})")
+    return [label for label in labels if label in wanted]
+
+
+def data_problem(key: str, about, resolved: dict) -> str:
+    tried = ", ".join(resolved.get("candidates") or []) or "no default"
+    return f"data.{key} not found: pass data.{key}=PATH ({about.get('about', '')}; looked at: {tried})"
+
+
+def compose_jobs(jobs: list[Job], extra: list[str]) -> None:
+    """Compose each job's config as ``python -m esgexp`` would and record why it cannot run here."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        for job in jobs:
+            missing = missing_configs(job.overrides)
+            if missing:
+                job.problems += missing
+                continue
+            try:
+                job.cfg = compose("config", overrides=[*job.overrides, *extra])
+            except Exception as error:  # a bad override: Hydra's message names it
+                job.problems.append(f"config: {str(error).splitlines()[0]}")
+                continue
+            if not job.problems:
+                job.problems += job_problems(job.cfg)
+
+
+def missing_configs(overrides: list[str]) -> list[str]:
+    """``conf/<group>/<option>.yaml`` files that an override ``group=option`` names and that do not exist."""
+    found = []
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if "." in key or not value or not (CONF_DIR / key).is_dir():
+            continue
+        if not (CONF_DIR / key / f"{value}.yaml").is_file():
+            found.append(f"no config conf/{key}/{value}.yaml ({key}={value} is not written yet)")
+    return found
+
+
+def job_problems(cfg: DictConfig) -> list[str]:
+    """Why a composed job cannot run on this machine: data files, model weights or API key, retriever."""
+    problems = []
+    paths = [("dataset.path", cfg.dataset.get("path") if not cfg.dataset.get("hf_id") else None)]
+    if cfg.task == "esgbench_score":
+        paths.append(("predictions", cfg.get("predictions")))
+    query = cfg.get("query") or {}
+    if cfg.task == "retrieval" and query.get("mode") in ("definition", "concepts"):
+        paths.append(("query.core_questions", query.get("core_questions")))
+    for key, path in paths:
+        if path and not Path(str(path)).exists():
+            problems.append(f"{key}: {path} does not exist")
+    uses_model = cfg.task in ("mcq", "qa") or (cfg.task == "retrieval" and query.get("mode") not in FIXED_QUERIES)
+    if uses_model:
+        problems += model_problems(cfg)
+    if cfg.task == "retrieval":
+        problems += retriever_problems(cfg.retriever)
+    return problems
+
+
+def model_problems(cfg: DictConfig) -> list[str]:
+    """An API model without its key; local weights missing or not in the (offline) Hugging Face cache."""
+    model = cfg.model
+    if cfg.backend.name == "openai":
+        env = cfg.backend.get("api_key_env")
+        if env and not os.environ.get(str(env)):
+            return [f"model {model.name}: API key not set (environment variable {env})"]
+        return []
+    try:
+        if model.get("path"):
+            from esgexp.models.loading import resolve_model_dir
+
+            resolve_model_dir(model, cfg.paths.cache_dir)
+        elif model.get("gguf"):
+            from esgexp.models.loading import find_package_file
+
+            find_package_file(model.gguf.package, model.gguf.file)
+        elif model.get("hub_id"):
+            from esgexp.models.loading import check_hub_cache
+
+            check_hub_cache(model.name, model.hub_id)
+        if model.get("adapter") and not _is_run_id(str(model.adapter)) and not Path(str(model.adapter)).exists():
+            return [f"model.adapter: {model.adapter} does not exist"]
+    except UserError as error:
+        return [f"weights: {str(error).split('. Download')[0]}"]
+    return []
+
+
+def _is_run_id(value: str) -> bool:
+    return bool(re.fullmatch(r"[0-9a-f]{32}", value))
+
+
+def retriever_problems(node: DictConfig) -> list[str]:
+    """A retriever's API key not set, or an encoder (a hub id or folder anywhere in its node) not on disk."""
+    problems = []
+    container = OmegaConf.to_container(node, resolve=True)
+    for key, value in _leaves(container):
+        if not isinstance(value, str) or not value:
+            continue
+        name = key.rsplit(".", 1)[-1]
+        if name == "api_key_env" and not os.environ.get(value):
+            problems.append(f"retriever {node.name}: API key not set (environment variable {value})")
+        elif name.endswith(("model_path", "model", "hub_id", "model_id")) and "/" in value:
+            if Path(value).expanduser().exists():
+                continue
+            if value.startswith(("/", ".", "~")) or not _in_hub_cache(value):
+                problems.append(
+                    f"retriever {node.name}: {value} ({key}) is neither a folder nor in the Hugging Face cache"
+                )
+    return problems
+
+
+def _leaves(node, prefix: str = ""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip("."), node
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", "modules.json"))
+
+
+def sweeps(jobs: list[Job]) -> list[tuple[list[Job], list[str], list[str]]]:
+    """The runnable jobs as Hydra multiruns: [(jobs, overrides, swept keys)]. Jobs with the same experiment and
+    override keys whose values form a full product are one sweep over every varying key (``key=v1,v2``);
+    otherwise each sweep varies one key, the others shared. Together the sweeps run exactly these jobs."""
+    groups: dict[tuple, list[Job]] = {}
+    for job in jobs:
+        keys = tuple(o.partition("=")[0] for o in job.overrides)
+        groups.setdefault((job.experiment, keys), []).append(job)
+    out = []
+    for (_, keys), members in groups.items():
+        values = [[o.partition("=")[2] for o in job.overrides] for job in members]
+        distinct = [list(dict.fromkeys(v[i] for v in values)) for i in range(len(keys))]
+        varying = [i for i in range(len(keys)) if len(distinct[i]) > 1]
+        if math.prod(len(distinct[i]) for i in varying) == len(members):
+            out.append((members, _sweep_overrides(keys, distinct, varying), [keys[i] for i in varying]))
+            continue
+        # the key to sweep: the one that leaves the fewest groups of equal other values
+        sweep_at = min(varying, key=lambda i: len({tuple(v[:i] + v[i + 1 :]) for v in values}))
+        by_rest: dict[tuple, list[Job]] = {}
+        for job, vals in zip(members, values):
+            by_rest.setdefault(tuple(v for i, v in enumerate(vals) if i != sweep_at), []).append(job)
+        for group in by_rest.values():
+            chosen = [[o.partition("=")[2]] for o in group[0].overrides]
+            chosen[sweep_at] = [job.overrides[sweep_at].partition("=")[2] for job in group]
+            out.append((group, _sweep_overrides(keys, chosen, [sweep_at]), [keys[sweep_at]]))
+    return out
+
+
+def _sweep_overrides(keys: tuple, values: list[list[str]], swept: list[int]) -> list[str]:
+    fixed = [f"{keys[i]}={values[i][0]}" for i in range(len(keys)) if i not in swept]
+    return fixed + [f"{keys[i]}={','.join(values[i])}" for i in swept]

@@ -1,0 +1,376 @@
+"""The seed papers' tables: published cells against the papers' text, the grids, the ClimRetrieve metric
+against scikit-learn on its row-level form, ours beside theirs, and the table command end to end (ESGBench
+from the reference predictions, ClimRetrieve's random and BM25 rows on the shared sample: no language model)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from esgexp.papers import TABLES
+from esgexp.papers.cells import Cell, load_cells, parse_value
+from esgexp.papers.grid import Column, Grid, Job, load_grid, sweeps
+from esgexp.papers.report import compare, leaderboard_sections, table_json, to_markdown
+
+REPO = Path(__file__).resolve().parent.parent
+PAPERS = REPO.parent / "shared" / "papers"
+SAMPLES = REPO.parent / "shared" / "data" / "samples"
+
+
+@pytest.fixture
+def papers() -> Path:
+    if not PAPERS.is_dir():
+        pytest.skip(f"../shared papers' text not present at {PAPERS}")
+    return PAPERS
+
+
+def paper_cfg(*overrides: str):
+    from esgexp.paper import compose_paper
+
+    return compose_paper(list(overrides))
+
+
+# --- published cells ---
+
+
+def test_every_published_cell_is_on_the_line_it_names(papers):
+    for name in TABLES:
+        cells = load_cells(name)
+        assert cells, name
+        for cell in cells:
+            file, _, line = cell.source.partition(", line ")
+            text = (papers / file.split(",")[0]).read_text(encoding="utf-8").splitlines()[int(line) - 1]
+            fields = [f.strip().rstrip("%") for f in text.split("\t")]
+            assert cell.text in fields, (name, cell, text)
+
+
+def test_a_few_cells_read_as_the_paper_prints_them(papers):
+    def one(name, row, column):
+        (found,) = [c for c in load_cells(name) if (c.row, c.column) == (row, column)]
+        return found
+
+    assert one("esgenius_table2", "o3", "Zero-Shot").value == 0.7254
+    assert one("esgenius_table2", "Gemma-3 27B I-T", "RAG").value == 0.8336
+    assert one("esgenius_table2", "Qwen3 0.6B", "RAG").value == 0.0942
+    assert one("sustainableqa_table4", "Zero+Context | Llama 3.3 70B", "Factoid R").value == 60.76
+    assert one("sustainableqa_table4", "Finetune | Llama 3.1 8B-FT", "Tabular BLU").value == 57.56
+    assert one("sustainableqa_table5", "Non-Fact. | BGE", "MRR").value == 57.9
+    assert one("climretrieve_table_r1", "text-embedding-3-large", "inf_all").value == 0.179
+    assert one("climretrieve_table_r1", "DRAGON+", "question").value == 0.139
+    assert one("esgbench", "RAG baseline", "EM").value == 21.0
+    recall = one("esgbench", "RAG baseline", "Recall@5")
+    assert (recall.value, recall.low, recall.high) == (None, 70.0, 80.0)
+    table2 = load_cells("esgenius_table2")
+    assert len({c.row for c in table2}) == 50
+    assert len(table2) == 50 + 43  # the 7 API models have no RAG value
+    assert len(load_cells("sustainableqa_table4")) == 19 * 12
+    assert len(load_cells("climretrieve_table_r1")) == 8 * 6
+
+
+def test_a_published_range_and_a_bad_value():
+    assert parse_value("70–80") == (None, 70.0, 80.0)
+    assert parse_value("45.3%") == (45.3, 45.3, 45.3)
+    with pytest.raises(ValueError):
+        parse_value("n/a")
+
+
+# --- grids ---
+
+
+def test_esgenius_table2_grid_has_100_jobs_over_existing_model_configs(tmp_path):
+    cfg = paper_cfg("table=esgenius_table2", f"paths.root_dir={tmp_path}")
+    grid = load_grid(cfg, check=False)
+    assert len(grid.jobs) == 100
+    assert len(grid.rows) == 50
+    assert not [p for job in grid.jobs for p in job.problems if p.startswith("no config")]
+    # no data file under tmp_path: every job says which setting to pass
+    assert all(any(p.startswith("data.esgenius") for p in job.problems) for job in grid.jobs)
+
+
+def test_climretrieve_grid_averages_the_four_explanation_variants(tmp_path):
+    cfg = paper_cfg("table=climretrieve_table_r1", f"paths.root_dir={tmp_path}")
+    grid = load_grid(cfg, check=False)
+    assert len(grid.jobs) == 8 * (3 + 3 * 4)
+    generic = grid.jobs_of("BM25", "generic")
+    assert len(generic) == 4
+    assert {tuple(o for o in job.overrides if o.startswith("query.")) for job in generic} == {
+        ("query.words=60", "query.with_question=true"),
+        ("query.words=60", "query.with_question=false"),
+        ("query.words=150", "query.with_question=true"),
+        ("query.words=150", "query.with_question=false"),
+    }
+
+
+def test_unknown_row_column_and_data_settings_are_named(tmp_path):
+    from esgexp.errors import UserError
+
+    for override, named in (
+        ("rows=[no-such-row]", "no-such-row"),
+        ("columns=[R@99]", "R@99"),
+        ("data.nope=x", "data.nope"),
+    ):
+        with pytest.raises(UserError, match=named):
+            load_grid(paper_cfg("table=sustainableqa_table5", override), check=False)
+    with pytest.raises(UserError, match="tables: climretrieve_table_r1"):
+        load_grid(paper_cfg("table=no_such_table"), check=False)
+
+
+class _Cfg:
+    def __init__(self, name):
+        self.experiment_name = name
+
+
+def _job(i, *overrides, experiment="e"):
+    job = Job(f"j{i}", f"row{i}", list(overrides))
+    job.cfg = _Cfg(experiment)
+    return job
+
+
+def test_sweeps_run_exactly_the_jobs():
+    full = [
+        _job(i, "experiment=e", f"query={q}", f"retriever={r}")
+        for i, (q, r) in enumerate([(q, r) for q in "ab" for r in "xyz"])
+    ]
+    (only,) = sweeps(full)
+    assert only[1] == ["experiment=e", "query=a,b", "retriever=x,y,z"] and only[2] == ["query", "retriever"]
+    partial = full[:4]  # not a product: one sweep per query, each over the retrievers it has
+    found = sweeps(partial)
+    assert sorted(o for _, overrides, _ in found for o in overrides if o.startswith("retriever")) == [
+        "retriever=x",
+        "retriever=x,y,z",
+    ]
+    assert sorted(j.id for jobs, _, _ in found for j in jobs) == sorted(j.id for j in partial)
+    apart = [_job(1, "model=m", experiment="a"), _job(2, "model=m", experiment="b")]
+    assert len(sweeps(apart)) == 2
+
+
+# --- ours beside theirs ---
+
+
+def _grid(cells, columns, jobs):
+    rows = list(dict.fromkeys(c.row for c in cells))
+    return Grid("t", "T", cells, rows, columns, jobs, {})
+
+
+def test_compare_interval_difference_range_and_variants():
+    cells = [
+        Cell("P", "T", "r", "a", "m", 0.5, 0.5, 0.5, "p.txt, T, line 1", "0.5"),
+        Cell("P", "T", "r", "b", "m", None, 70.0, 80.0, "p.txt, T, line 2", "70–80"),
+        Cell("P", "T", "r", "c", "m", 0.2, 0.2, 0.2, "p.txt, T, line 3", "0.2"),
+    ]
+    j1, j2, j3, j4 = (Job(f"j{i}", "r", []) for i in range(4))
+    j1.cells = [("r", "a")]
+    j2.cells = [("r", "b")]
+    j3.cells = j4.cells = [("r", "c")]
+    columns = {"a": Column("a", [[]], 1.0), "b": Column("b", [[]], 100.0), "c": Column("c", [[], []], 1.0)}
+    results = {
+        "j0": {"m": 0.45, "m/ci_low": 0.40, "m/ci_high": 0.52, "n_items": 10},
+        "j1": {"m": 0.85, "m/ci_low": 0.78, "m/ci_high": 0.90},
+        "j2": {"m": 0.10, "m/ci_low": 0.05, "m/ci_high": 0.15},
+    }
+    entries = {e["column"]: e for e in compare(_grid(cells, columns, [j1, j2, j3, j4]), results, {"j3": "failed: x"})}
+    assert entries["a"]["ours"] == 0.45 and entries["a"]["inside"] is True
+    assert math.isclose(entries["a"]["difference"], -0.05)
+    assert entries["b"]["ours"] == 85.0 and entries["b"]["inside"] is True  # 78-90 overlaps 70-80
+    assert math.isclose(entries["b"]["difference"], 5.0)  # 85 against the nearer end, 80
+    assert "ours" not in entries["c"] and entries["c"]["why"] == "failed: x"
+    results["j3"] = {"m": 0.30, "m/ci_low": 0.25, "m/ci_high": 0.35}
+    entries = {e["column"]: e for e in compare(_grid(cells, columns, [j1, j2, j3, j4]), results, {})}
+    assert math.isclose(entries["c"]["ours"], 0.2) and math.isclose(entries["c"]["ci_low"], 0.15)
+    assert entries["c"]["inside"] is True and math.isclose(entries["c"]["difference"], 0.0, abs_tol=1e-12)
+
+
+# --- the ClimRetrieve metric ---
+
+
+def test_climretrieve_metric_is_sklearn_on_every_report_row():
+    """Rows = (paragraph, question) of each searched report; prediction = in the top K; gold = grade >= 2."""
+    import random
+
+    from esgexp.eval.retrieval_metrics import climretrieve_metrics
+    from esgexp.stats import StatsSettings
+
+    metrics_module = pytest.importorskip("sklearn.metrics")  # scikit-learn comes with sentence-transformers
+    f1_score, precision_score, recall_score = (
+        metrics_module.f1_score,
+        metrics_module.precision_score,
+        metrics_module.recall_score,
+    )
+    rng = random.Random(3)
+    qrels, rankings = {}, {}
+    for q in range(12):
+        passages = [f"d{q % 3}#p{i}" for i in range(40)]
+        qrels[f"q{q}"] = {pid: rng.choice([0, 0, 0, 0, 1, 2, 3]) for pid in passages}
+        rankings[f"q{q}"] = rng.sample(passages, 15)
+    metrics = climretrieve_metrics(rankings, qrels, None, StatsSettings(bootstrap=200, seed=0))
+    f1s = []
+    for k in (5, 10, 15):
+        gold, predicted = [], []
+        for q, grades in qrels.items():
+            top = set(rankings[q][:k])
+            for pid, grade in grades.items():
+                gold.append(int(grade >= 2))
+                predicted.append(int(pid in top))
+        assert math.isclose(metrics[f"climretrieve/precision@{k}"], precision_score(gold, predicted))
+        assert math.isclose(metrics[f"climretrieve/recall@{k}"], recall_score(gold, predicted))
+        assert math.isclose(metrics[f"climretrieve/f1@{k}"], f1_score(gold, predicted))
+        f1s.append(f1_score(gold, predicted))
+    assert math.isclose(metrics["climretrieve/f1"], sum(f1s) / 3)
+    assert metrics["climretrieve/f1/ci_low"] < metrics["climretrieve/f1"] < metrics["climretrieve/f1/ci_high"]
+
+
+def test_climretrieve_metric_needs_rankings_to_15():
+    from esgexp.errors import UserError
+    from esgexp.eval.retrieval_metrics import climretrieve_metrics
+    from esgexp.stats import StatsSettings
+
+    with pytest.raises(UserError, match=r"retrieval.ks to include 15"):
+        climretrieve_metrics({"q": ["a"]}, {"q": {"a": 2}}, None, StatsSettings(), searched_k=10)
+
+
+# --- model configs of the tables' systems ---
+
+
+def test_new_model_configs_compose(make_cfg):
+    expected = {
+        "o3": ("openai", "o3", True),
+        "o4-mini": ("openai", "o4-mini", True),
+        "qwen2.5-max": ("openai", "qwen-max-2025-01-25", False),
+        "llama-3-8b": ("hf", "meta-llama/Meta-Llama-3-8B", False),
+        "mistral-7b-instruct": ("hf", "mistralai/Mistral-7B-Instruct-v0.3", False),
+    }
+    for name, (backend, hub_id, reasoning) in expected.items():
+        cfg = make_cfg(f"model={name}", "experiment=esgenius_zero_shot")
+        assert (cfg.backend.name, cfg.model.hub_id, cfg.model.reasoning) == (backend, hub_id, reasoning), name
+        if backend == "openai":
+            assert cfg.model.price.prompt > 0 and cfg.backend.api_key_env
+
+
+# --- the table command ---
+
+
+def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path, monkeypatch, shared_samples):
+    from esgexp.paper import dry_run
+    from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    questions = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
+    cfg = paper_cfg(
+        "table=esgenius_table2",
+        f"paths.root_dir={tmp_path}",
+        f"data.esgenius={questions}",
+        "rows=[GPT-4o,o3,'Meta-Llama-3 8B']",
+    )
+    grid = load_grid(cfg)
+    text = dry_run(grid)
+    assert len(grid.jobs) == 6 and text.startswith("ESGenius Table 2")
+    (gpt4o,) = [j for j in grid.jobs if j.row == "GPT-4o" and j.cells == [("GPT-4o", "Zero-Shot")]]
+    assert gpt4o.problems == ["model gpt-4o: API key not set (environment variable OPENAI_API_KEY)"]
+    found = estimate(gpt4o.cfg, {})
+    assert found.requests == 40
+    assert found.prompt_tokens > 40 * 50  # every prompt holds a question and four options
+    assert math.isclose(found.cost, found.prompt_tokens * 2.50 / 1e6 + found.completion_budget * 10.00 / 1e6)
+    assert f"[40 requests, ~{found.prompt_tokens} prompt tokens, at most ${found.cost:.2f}" in text
+    (o3,) = [j for j in grid.jobs if j.row == "o3" and j.cells == [("o3", "Zero-Shot")]]
+    assert estimate(o3.cfg, {}).completion_budget == 40 * 8192  # a reasoning model's whole budget
+    (llama,) = [j for j in grid.jobs if j.row == "Meta-Llama-3 8B" and j.cells[0][1] == "Zero-Shot"]
+    assert llama.problems and "meta-llama/Meta-Llama-3-8B" in llama.problems[0]
+    rag = [j for j in grid.jobs if j.cells[0][1] == "RAG"]
+    assert all(j.problems[0].startswith("data.esgenius_w_ref not found") for j in rag)
+    assert f"{CHARS_PER_TOKEN} characters per token" in text
+
+
+def run_paper(tmp_path, *args, timeout=300):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env.pop("HYDRA_FULL_ERROR", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "esgexp.paper", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_esgbench_table_from_the_reference_predictions(tmp_path, shared_samples):
+    from esgexp.eval.esgbench_metrics import normalize
+
+    gold = shared_samples / "esgbench" / "esgbench_open_source_sample40.jsonl"
+    preds = shared_samples / "esgbench" / "esgbench_preds_sample40.jsonl"
+    result = run_paper(tmp_path, "table=esgbench", f"data.gold={gold}", f"data.predictions={preds}")
+    table = json.loads((tmp_path / "papers" / "esgbench.json").read_text())
+    cells = {e["column"]: e for e in table["cells"]}
+    answers = {(r["doc_name"], r["question"]): r["answer"] for r in map(json.loads, gold.read_text().splitlines())}
+    said = {(r["doc_name"], r["question"]): r["pred"] for r in map(json.loads, preds.read_text().splitlines())}
+    em = sum(normalize(said[key]) == normalize(answer) for key, answer in answers.items()) / len(answers)
+    assert math.isclose(cells["EM"]["ours"], 100 * em) and cells["EM"]["published"] == "21.0"
+    assert cells["EM"]["ci_low"] <= cells["EM"]["ours"] <= cells["EM"]["ci_high"]
+    assert cells["EM"]["inside"] == (cells["EM"]["ci_low"] <= 21.0 <= cells["EM"]["ci_high"])
+    assert cells["Recall@5"]["published"] == "70–80" and cells["Recall@5"]["n"] == 40
+    assert "| RAG baseline | 21.0 → " in (tmp_path / "papers" / "esgbench.md").read_text()
+    assert "RAG baseline" in result.stdout
+    # the leaderboard page shows the table beside its boards
+    from esgexp.leaderboard import export
+
+    export(
+        f"sqlite:///{tmp_path}/mlruns/mlflow.db", tmp_path / "board", formats=("html",), papers_dir=tmp_path / "papers"
+    )
+    page = (tmp_path / "board" / "index.html").read_text()
+    assert "Paper tables" in page and "ESGBench Table 2" in page and "21.0 → " in page
+
+
+def test_climretrieve_random_and_bm25_rows_on_the_shared_sample(tmp_path, shared_samples):
+    from esgexp.data.climretrieve import ClimRetrieveReportLevel
+
+    sample = shared_samples / "climretrieve" / "report_level_sample.csv"
+    run_paper(
+        tmp_path,
+        "table=climretrieve_table_r1",
+        "rows=[random,BM25]",
+        "columns=[question]",
+        f"data.climretrieve={sample}",
+        "overrides=['dataset.cluster_key=null']",  # the sample is one report: intervals over its questions
+    )
+    table = json.loads((tmp_path / "papers" / "climretrieve_table_r1.json").read_text())
+    cells = {e["row"]: e for e in table["cells"]}
+    assert set(cells) == {"random", "BM25"} and cells["BM25"]["published"] == "0.113"
+    # ours recomputed from the job's rankings: every (paragraph, question) row, top K against grade >= 2
+    data = ClimRetrieveReportLevel(name="c", path=str(sample)).load()
+    (job,) = [j for j in table["jobs"] if j["row"] == "BM25"]
+    rankings = {
+        r["id"]: [h["id"] for h in r["retrieved"]]
+        for r in map(json.loads, (Path(job["run_dir"]) / "rankings.jsonl").open())
+    }
+    f1s = []
+    for k in (5, 10, 15):
+        hits = sum(q.relevance.get(p, 0) >= 2 for q in data.queries for p in rankings[q.id][:k])
+        retrieved = sum(len(rankings[q.id][:k]) for q in data.queries)
+        relevant = sum(g >= 2 for q in data.queries for g in q.relevance.values())
+        f1s.append(2 * hits / (retrieved + relevant))
+    assert math.isclose(cells["BM25"]["ours"], sum(f1s) / 3)
+    assert cells["BM25"]["ours"] > cells["random"]["ours"]
+    assert cells["BM25"]["ci_low"] <= cells["BM25"]["ours"] <= cells["BM25"]["ci_high"]
+
+
+def test_leaderboard_sections_show_each_written_table(tmp_path):
+    cells = [Cell("P", "T", "r", "a", "m", 0.5, 0.5, 0.5, "p.txt, T, line 1", "0.5")]
+    job = Job("j0", "r", [])
+    job.cells = [("r", "a")]
+    grid = Grid("esgbench", "A table", cells, ["r"], {"a": Column("a", [[]], 1.0)}, [job], {})
+    table = table_json(grid, compare(grid, {"j0": {"m": 0.4, "m/ci_low": 0.3, "m/ci_high": 0.6}}, {}), [])
+    assert "| r | 0.5 → 0.4 [0.3, 0.6] ✓ |" in to_markdown(table)
+    assert leaderboard_sections(tmp_path) == [] and leaderboard_sections(None) == []
+    (tmp_path / "esgbench.json").write_text(json.dumps(table))
+    (tmp_path / "not-a-table.json").write_text("{}")
+    sections = leaderboard_sections(tmp_path)
+    assert len(sections) == 2 and "A table" in sections[1] and "mark-yes" in sections[1]
