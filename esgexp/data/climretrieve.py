@@ -97,6 +97,7 @@ def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: 
     skipped: list[str] = []
     paragraphs: dict[str, dict[str, str]] = {}  # report -> paragraph text -> passage id
     grades: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}  # (report, question) -> id -> (grade, where)
+    annotations: dict[tuple[str, str], dict[str, int]] = {}  # (report, question) -> annotated text -> grade
     for number, row in rows:
         try:
             report, question, paragraph = (required_text(row, name) for name in ("report", "question", "paragraph"))
@@ -116,6 +117,9 @@ def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: 
                 f"in {high_row} for the same paragraph and question; kept {high}",
             )
         graded[passage_id] = max(earlier or (grade, number), (grade, number))
+        if grade:
+            annotated = (row.get("relevant_text") or "").strip() or paragraph
+            annotations.setdefault((report, question), {}).setdefault(annotated, grade)
 
     passages = [
         Passage(id=pid, doc_id=doc_id_for(report), text=text, page_start=UNKNOWN_PAGE, page_end=UNKNOWN_PAGE)
@@ -135,7 +139,11 @@ def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: 
                 text=question,
                 relevance=relevance,
                 doc_scope=doc_id,
-                meta={"report": report, "question": question},
+                meta={
+                    "report": report,
+                    "question": question,
+                    "annotations": [(g, t) for t, g in annotations.get((report, question), {}).items()],
+                },
             )
         )
         dataset.n_candidates[query_id] = len(relevance)
@@ -289,7 +297,12 @@ def annotations_to_queries(
                 text=first.question,
                 relevance=relevance,
                 doc_scope=doc_id,
-                meta={"document": document, "core": any(a.core for a in group), "sources": len(group)},
+                meta={
+                    "document": document,
+                    "core": any(a.core for a in group),
+                    "sources": len(group),
+                    "annotations": [(a.relevance, a.relevant) for a in group if a.relevance],
+                },
             )
         )
         dataset.n_candidates[query_id] = len(by_doc[doc_id])
