@@ -125,7 +125,7 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
 
 
 # Commands that compose their config with hydra.compose (not @hydra.main, whose jobs check their own keys).
-COMPOSED_COMMANDS = ("compare", "leaderboard", "export_adapter")
+COMPOSED_COMMANDS = ("compare", "leaderboard", "export_adapter", "paper")
 
 
 def interrupted_line(interrupt: KeyboardInterrupt) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.errors import UserError, exit_on_user_error
+from esgexp.errors import UserError, run_command
 from esgexp.outputs import write_atomic
 from esgexp.papers.grid import Grid, Job, load_grid, quote, sweeps
 from esgexp.sweep import job_status
@@ -149,12 +149,15 @@ def main(overrides: list[str]) -> None:
     write_atomic(out_dir / f"{grid.name}.md", markdown)
     print(markdown, end="")
     print(f"written: {out_dir / (grid.name + '.md')}, {out_dir / (grid.name + '.json')}")
+    bad = [job for job in grid.jobs if job.runnable and job.id not in results]
+    if bad:  # as a sweep does: the table is written, the exit status says a job that could run did not end ok
+        print(f"{len(bad)} runnable job(s) did not end ok, e.g. {bad[0].row}: {status[bad[0].id]}", file=sys.stderr)
+        sys.exit(1)
 
 
 def cli() -> None:
     """``esgexp-paper`` and ``python -m esgexp.paper``."""
-    with exit_on_user_error(log):
-        main(sys.argv[1:])
+    run_command(lambda: main(sys.argv[1:]), "paper")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ def checked_sweep(config_name: str, args: list[str]) -> list[str]:
     overrides = OverridesParser.create().parse_overrides([args[i] for i in positions])
     # hydra.* settings (run and sweep folders, launcher) do not change what a job's config can be.
     fixed = [o.input_line for o in overrides if not o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
-    skip = bool(compose_config(config_name, fixed).get(SKIP_KEY, False))
+    settings = compose_config(config_name, fixed)
+    skippable = SKIP_KEY in settings  # the main command's config (conf/config.yaml) has the setting
+    skip = skippable and bool(settings[SKIP_KEY])
     fixed_args, bad = list(args), []
     for position, override in zip(positions, overrides, strict=True):
         if not override.is_sweep_override() or override.key_or_group.startswith("hydra"):
@@ -51,10 +53,8 @@ def checked_sweep(config_name: str, args: list[str]) -> list[str]:
     if not bad:
         return args
     if not skip:
-        raise UserError(
-            f"the sweep cannot run {len(bad)} of its values: {'; '.join(bad)}. Fix or drop them, or run the "
-            f"jobs of the other values only with {SKIP_KEY}=true"
-        )
+        way_out = f", or run the jobs of the other values only with {SKIP_KEY}=true" if skippable else ""
+        raise UserError(f"the sweep cannot run {len(bad)} of its values: {'; '.join(bad)}. Fix or drop them{way_out}")
     for message in bad:
         print(f"warning: skipped jobs: {message}", file=sys.stderr)
     return fixed_args

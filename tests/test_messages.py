@@ -66,6 +66,36 @@ def test_a_misspelt_key_is_one_message_with_the_key_it_is_close_to_in_every_comm
     the_error(command(tmp_path, clean_env, module, *args), message)
 
 
+# A bad value for each console command of pyproject.toml, and the words its one error line must hold.
+CONSOLE_MISTAKES = {
+    "esgexp": (["seeed=3"], "did you mean seed? (seed=3)"),
+    "esgexp-ingest": (["chunker=nope"], "Could not find 'chunker/nope' (chunker=nope): choose one of"),
+    "esgexp-build": (["builder=nope", "corpus=x"], "Could not find 'builder/nope' (builder=nope): choose one of"),
+    "esgexp-verify": (["dataset.pat=x", "corpus=y"], "did you mean dataset.path?"),
+    "esgexp-leaderboard": (["alpha=0.05", "formatt=md"], "did you mean format? (format=md)"),
+    "esgexp-compare": (["run-a", "run-b", "metricc=x"], "did you mean metric? (metric=x)"),
+    "esgexp-sync": (["/no/such/run"], "/no/such/run is not a run folder"),
+    "esgexp-export-adapter": (["out_dirr=x"], "did you mean out_dir? (out_dir=x)"),
+    "esgexp-paper": (["tabel=x"], "did you mean table? (table=x)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONSOLE_MISTAKES))
+def test_every_console_command_turns_a_mistake_into_one_message(tmp_path, clean_env, name):
+    """Through the function pyproject.toml names (what the console script runs), not only ``python -m``."""
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(scripts) == set(CONSOLE_MISTAKES)
+    module, _, function = scripts[name].partition(":")
+    args, message = CONSOLE_MISTAKES[name]
+    code = f"import sys; sys.argv[0] = {name!r}; from {module} import {function}; {function}()"
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120
+    )
+    the_error(result, message)
+
+
 @pytest.mark.parametrize(
     "module, args, message",
     [
@@ -214,3 +244,67 @@ def test_ctrl_c_is_one_line_saying_what_was_kept_and_how_to_go_on(tmp_path, clea
     assert lines == [f"interrupted: {kept} answers kept in {tmp_path / 'run'}; resume=true continues"], stderr
     assert 3 <= kept < 40 and not [noise for noise in NOISE if noise in output], output[-3000:]
     assert json.loads((tmp_path / "run" / "tracking_pending.json").read_text())["status"] == "KILLED"
+
+
+@pytest.mark.parametrize(
+    "module, args",
+    [("esgexp.leaderboard", []), ("esgexp.compare", ["0123abcd", "4567cdef"])],
+    ids=["leaderboard", "compare"],
+)
+def test_ctrl_c_is_one_line_in_the_other_commands(tmp_path, clean_env, module, args):
+    """Here while each waits for a tracking server that takes connections and never answers."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        job = subprocess.Popen(
+            [sys.executable, "-m", module, *args, f"tracking.uri={uri}", "tracking.connect_timeout_s=60"],
+            cwd=tmp_path,
+            env=clean_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(6)  # imports done, waiting for /health
+        job.send_signal(signal.SIGINT)
+        stdout, stderr = job.communicate(timeout=60)
+    assert job.returncode == 130, stdout + stderr
+    assert [line for line in stderr.splitlines() if line.strip()] == ["interrupted (Ctrl-C)"]
+    assert not [noise for noise in NOISE if noise in stdout + stderr]
+
+
+def test_ctrl_c_in_a_build_says_where_its_answers_are_and_how_to_go_on(tmp_path, clean_env, corpus_dir):
+    with FakeOpenAI(delay=1.0, answer="{}") as server:
+        out = tmp_path / "built"
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "esgexp.build",
+                f"corpus={corpus_dir}",
+                "backend=openai",
+                f"backend.base_url={server.base_url}",
+                f"out={out}",
+                f"paths.request_cache={tmp_path}/requests.sqlite",
+                "tracking.offline=true",
+                "progress=false",
+            ],
+            cwd=tmp_path,
+            env=clean_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and job.poll() is None and server.count < 2:
+            time.sleep(0.1)
+        job.send_signal(signal.SIGINT)
+        stdout, stderr = job.communicate(timeout=60)
+    assert job.returncode == 130, stdout + stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("interrupted")]
+    assert lines == [
+        f"interrupted: the answers received are kept in the request cache; rerun with out={out} resume=true to go on"
+    ], stderr
+    assert not [noise for noise in NOISE if noise in stdout + stderr], stdout + stderr
