@@ -302,13 +302,23 @@ def run_paper(tmp_path, *args, timeout=300):
     return result
 
 
-def test_esgbench_table_from_the_reference_predictions(tmp_path, shared_samples):
+@pytest.fixture(scope="module")
+def esgbench_table(tmp_path_factory):
+    """The ESGBench table from the shared sample's published gold and predictions, by the command (once)."""
+    if not SAMPLES.is_dir():
+        pytest.skip(f"../shared benchmark samples not present at {SAMPLES}")
+    root = tmp_path_factory.mktemp("esgbench-table")
+    gold = SAMPLES / "esgbench" / "esgbench_open_source_sample40.jsonl"
+    preds = SAMPLES / "esgbench" / "esgbench_preds_sample40.jsonl"
+    result = run_paper(root, "table=esgbench", f"data.gold={gold}", f"data.predictions={preds}")
+    return root, gold, preds, result
+
+
+def test_esgbench_table_from_the_reference_predictions(esgbench_table):
     from esgexp.eval.esgbench_metrics import normalize
 
-    gold = shared_samples / "esgbench" / "esgbench_open_source_sample40.jsonl"
-    preds = shared_samples / "esgbench" / "esgbench_preds_sample40.jsonl"
-    result = run_paper(tmp_path, "table=esgbench", f"data.gold={gold}", f"data.predictions={preds}")
-    table = json.loads((tmp_path / "papers" / "esgbench.json").read_text())
+    root, gold, preds, result = esgbench_table
+    table = json.loads((root / "papers" / "esgbench.json").read_text())
     cells = {e["column"]: e for e in table["cells"]}
     answers = {(r["doc_name"], r["question"]): r["answer"] for r in map(json.loads, gold.read_text().splitlines())}
     said = {(r["doc_name"], r["question"]): r["pred"] for r in map(json.loads, preds.read_text().splitlines())}
@@ -317,15 +327,16 @@ def test_esgbench_table_from_the_reference_predictions(tmp_path, shared_samples)
     assert cells["EM"]["ci_low"] <= cells["EM"]["ours"] <= cells["EM"]["ci_high"]
     assert cells["EM"]["inside"] == (cells["EM"]["ci_low"] <= 21.0 <= cells["EM"]["ci_high"])
     assert cells["Recall@5"]["published"] == "70–80" and cells["Recall@5"]["n"] == 40
-    assert "| RAG baseline | 21.0 → " in (tmp_path / "papers" / "esgbench.md").read_text()
+    assert "| RAG baseline | 21.0 → " in (root / "papers" / "esgbench.md").read_text()
     assert "RAG baseline" in result.stdout
-    # the leaderboard page shows the table beside its boards
+
+
+def test_the_leaderboard_page_shows_the_paper_table(esgbench_table, tmp_path):
     from esgexp.leaderboard import export
 
-    export(
-        f"sqlite:///{tmp_path}/mlruns/mlflow.db", tmp_path / "board", formats=("html",), papers_dir=tmp_path / "papers"
-    )
-    page = (tmp_path / "board" / "index.html").read_text()
+    root = esgbench_table[0]
+    export(f"sqlite:///{root}/mlruns/mlflow.db", tmp_path, formats=("html",), papers_dir=root / "papers")
+    page = (tmp_path / "index.html").read_text()
     assert "Paper tables" in page and "ESGBench Table 2" in page and "21.0 → " in page
 
 
