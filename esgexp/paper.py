@@ -46,6 +46,10 @@ def job_line(job: Job, extra: str = "") -> str:
     return f"  {job.id}  {job.row} | {columns}{extra}\n      {' '.join(job.overrides)}\n      {state}"
 
 
+def dollars(value: float) -> str:
+    return f"${value:.2f}" if value >= 0.1 else f"${value:.4f}"
+
+
 def dry_run(grid: Grid) -> str:
     """The job list with each job's requests, estimated prompt tokens and cost (nothing is sent)."""
     from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
@@ -54,14 +58,17 @@ def dry_run(grid: Grid) -> str:
     lines, requests, cost, priced = [], 0, 0.0, 0
     for job in grid.jobs:
         found = (
-            estimate(job.cfg, loaded) if job.cfg is not None and not any("data." in p for p in job.problems) else None
+            estimate(job.cfg, loaded)
+            if job.cfg is not None and not any(p.startswith("data.") for p in job.problems)
+            else None
         )
         extra = ""
         if found is not None:
             requests += found.requests
             extra = f"  [{found.requests} requests, ~{found.prompt_tokens} prompt tokens"
             if found.cost is not None:
-                extra += f", at most ${found.cost:.2f} (prompt ${found.prompt_tokens * float(job.cfg.model.price.prompt) / 1e6:.2f})"
+                prompt_cost = found.prompt_tokens * float(job.cfg.model.price.prompt) / 1e6
+                extra += f", at most {dollars(found.cost)} (prompt {dollars(prompt_cost)})"
                 cost += found.cost
                 priced += 1
             extra += f"{'; ' + found.note if found.note else ''}]"
@@ -69,7 +76,7 @@ def dry_run(grid: Grid) -> str:
     runnable = sum(job.runnable for job in grid.jobs)
     head = f"{grid.title}: {len(grid.jobs)} jobs ({runnable} can run here, {len(grid.jobs) - runnable} cannot)"
     tail = (
-        f"dry run: nothing sent. {requests} model requests; {priced} priced jobs at most ${cost:.2f} "
+        f"dry run: nothing sent. {requests} model requests; {priced} priced jobs at most {dollars(cost)} "
         f"(prompt tokens estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's budget)"
     )
     return "\n".join([head, *lines, tail])

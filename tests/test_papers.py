@@ -256,7 +256,7 @@ def test_new_model_configs_compose(make_cfg):
 
 
 def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path, monkeypatch, shared_samples):
-    from esgexp.paper import dry_run
+    from esgexp.paper import dollars, dry_run
     from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -277,7 +277,7 @@ def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path
     assert found.requests == 40
     assert found.prompt_tokens > 40 * 50  # every prompt holds a question and four options
     assert math.isclose(found.cost, found.prompt_tokens * 2.50 / 1e6 + found.completion_budget * 10.00 / 1e6)
-    assert f"[40 requests, ~{found.prompt_tokens} prompt tokens, at most ${found.cost:.2f}" in text
+    assert f"[40 requests, ~{found.prompt_tokens} prompt tokens, at most {dollars(found.cost)}" in text
     (o3,) = [j for j in grid.jobs if j.row == "o3" and j.cells == [("o3", "Zero-Shot")]]
     assert estimate(o3.cfg, {}).completion_budget == 40 * 8192  # a reasoning model's whole budget
     (llama,) = [j for j in grid.jobs if j.row == "Meta-Llama-3 8B" and j.cells[0][1] == "Zero-Shot"]
@@ -285,6 +285,34 @@ def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path
     rag = [j for j in grid.jobs if j.cells[0][1] == "RAG"]
     assert all(j.problems[0].startswith("data.esgenius_w_ref not found") for j in rag)
     assert f"{CHARS_PER_TOKEN} characters per token" in text
+
+
+def test_climretrieve_dry_run_prices_the_llm_written_queries(tmp_path, monkeypatch, shared_samples):
+    from esgexp.papers.estimate import estimate, tokens
+    from esgexp.retrieval.explain import prompt_for
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    sample = shared_samples / "climretrieve" / "report_level_sample.csv"
+    cfg = paper_cfg(
+        "table=climretrieve_table_r1",
+        f"paths.root_dir={tmp_path}",
+        f"data.climretrieve={sample}",
+        "rows=[BM25]",
+        "columns=[question,generic]",
+        "overrides=['model=gpt-4o']",
+    )
+    grid = load_grid(cfg)
+    (question,) = grid.jobs_of("BM25", "question")
+    assert question.runnable and estimate(question.cfg, {}).requests == 0
+    loaded = {}
+    for job in grid.jobs_of("BM25", "generic"):
+        assert job.problems == ["model gpt-4o: API key not set (environment variable OPENAI_API_KEY)"]
+        found = estimate(job.cfg, loaded)
+        (data,) = loaded.values()
+        prompts = {prompt_for(job.cfg.query, q, data.queries, job.cfg.seed)[0] for q in data.queries}
+        assert found.requests == len(prompts) == 6  # one explanation per question of the one report
+        assert found.prompt_tokens == sum(map(tokens, prompts))
+        assert math.isclose(found.cost, found.prompt_tokens * 2.5e-6 + 6 * job.cfg.query.max_new_tokens * 10e-6)
 
 
 def run_paper(tmp_path, *args, timeout=300):

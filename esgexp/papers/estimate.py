@@ -37,36 +37,52 @@ def tokens(text: str) -> int:
 
 
 def estimate(cfg: DictConfig, loaded_cache: dict) -> Estimate:
-    """The requests a composed job would send (``loaded_cache`` keeps each dataset loaded once)."""
+    """The model requests a composed job would send (``loaded_cache`` keeps each dataset loaded once)."""
     if cfg.task == "esgbench_score":
         return Estimate(note="scores a predictions file: no model")
     if cfg.task == "retrieval":
-        mode = cfg.query.get("mode")
-        if mode in ("question", "definition", "concepts"):
+        if cfg.query.get("mode") != "explanation":
             return Estimate(note="retrieval with fixed query texts: no model")
-        return Estimate(
-            note=f"query={mode}: one explanation per question by model {cfg.model.name} (cached per question)"
-        )
+        return explanation_estimate(cfg, loaded(cfg, loaded_cache))
     if cfg.task not in ("mcq", "qa"):
         return Estimate(note=f"task={cfg.task}: not estimated")
     if cfg.strategy.name == "rag":
         return Estimate(note="strategy=rag: prompts depend on retrieval, not estimated")
     from esgexp.run import make_requests, make_task
 
-    key = json.dumps(OmegaConf.to_container(cfg.dataset, resolve=True), sort_keys=True, default=str)
-    if key not in loaded_cache:
-        loaded_cache[key] = instantiate(cfg.dataset).load().items
     try:
         task = make_task(cfg)
-        items = task.prepare(list(loaded_cache[key]))
+        items = task.prepare(list(loaded(cfg, loaded_cache).items))
         prompts = {item.id: task.prompt(item, None) for item in items}
     except UserError as error:
         return Estimate(note=f"not estimated: {error}")
     requests = make_requests(cfg, items, prompts)
-    prompt_tokens = sum(tokens(prompts[r.id]) for r in requests)
     budget = sum(getattr(r, "max_new_tokens", 1) for r in requests)
+    return priced(cfg, len(requests), sum(tokens(prompts[r.id]) for r in requests), budget)
+
+
+def loaded(cfg: DictConfig, cache: dict):
+    """The job's dataset, loaded once per distinct dataset node."""
+    key = json.dumps(OmegaConf.to_container(cfg.dataset, resolve=True), sort_keys=True, default=str)
+    if key not in cache:
+        cache[key] = instantiate(cfg.dataset).load()
+    return cache[key]
+
+
+def explanation_estimate(cfg: DictConfig, data) -> Estimate:
+    """LLM-written queries (ClimRetrieve generic / inf_*): one request per distinct prompt, as the job sends them."""
+    from esgexp.retrieval.explain import prompt_for
+
+    prompts = {prompt_for(cfg.query, item, data.queries, cfg.seed)[0] for item in data.queries}
+    found = priced(cfg, len(prompts), sum(map(tokens, prompts)), len(prompts) * int(cfg.query.max_new_tokens))
+    found.note = f"query={cfg.query.name}: explanations by model {cfg.model.name}"
+    return found
+
+
+def priced(cfg: DictConfig, requests: int, prompt_tokens: int, budget: int) -> Estimate:
+    """The estimate with its cost at the model's list prices (None without prices)."""
     price = cfg.model.get("price")
     cost = None
     if price:
         cost = prompt_tokens * float(price.prompt) / 1e6 + budget * float(price.get("completion", 0)) / 1e6
-    return Estimate(len(requests), prompt_tokens, budget, cost)
+    return Estimate(requests, prompt_tokens, budget, cost)
