@@ -315,6 +315,36 @@ def test_climretrieve_dry_run_prices_the_llm_written_queries(tmp_path, monkeypat
         assert math.isclose(found.cost, found.prompt_tokens * 2.5e-6 + 6 * job.cfg.query.max_new_tokens * 10e-6)
 
 
+def test_sustainableqa_grids_compose_on_our_sample_in_its_schema(tmp_path, monkeypatch):
+    """Tables 4 and 5 on the bundled SustainableQA files (the published ones are not public here)."""
+    from esgexp.config import BUNDLED_DIR
+    from esgexp.papers.estimate import estimate
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = BUNDLED_DIR / "sustainableqa"
+    rows = "rows=['Zero-shot | GPT-4o','Few-shot | Mistral 7B','Finetune | Llama 3.1 8B-FT']"
+    grid = load_grid(
+        paper_cfg("table=sustainableqa_table4", f"paths.root_dir={tmp_path}", f"data.sustainableqa={folder}", rows)
+    )
+    assert len(grid.jobs) == 9  # 3 rows x factoid, non-factoid, tabular (the columns of one type share a job)
+    by = {(job.row, job.cfg.experiment_name): job for job in grid.jobs}
+    gpt4o = by[("Zero-shot | GPT-4o", "sustainableqa_factoid")]
+    assert gpt4o.problems == ["model gpt-4o: API key not set (environment variable OPENAI_API_KEY)"]
+    assert len(gpt4o.cells) == 4 and estimate(gpt4o.cfg, {}).requests == 21  # EM, F1, P, R; the sample's factoids
+    mistral = by[("Few-shot | Mistral 7B", "sustainableqa_table")]
+    assert mistral.cfg.strategy.name == "few_shot" and "Mistral-7B-Instruct-v0.3" in mistral.problems[0]
+    assert estimate(mistral.cfg, {}).requests == 9
+    tuned = by[("Finetune | Llama 3.1 8B-FT", "sustainableqa_nonfactoid")]
+    assert tuned.problems[0].startswith("data.adapter not found") and "model.adapter=null" in tuned.overrides
+    table5 = load_grid(
+        paper_cfg("table=sustainableqa_table5", f"paths.root_dir={tmp_path}", f"data.sustainableqa={folder}")
+    )
+    assert len(table5.jobs) == 8
+    (bm25,) = table5.jobs_of("Factoid | BM25", "MRR")
+    assert bm25.runnable and list(bm25.cfg.dataset.qtypes) == ["factoid"] and bm25.cfg.task == "retrieval"
+
+
 def run_paper(tmp_path, *args, timeout=300):
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     env.pop("HYDRA_FULL_ERROR", None)

@@ -118,7 +118,7 @@ def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
     root.grid = spec
     data = choose_data(root.grid, OmegaConf.to_container(cfg.data) or {})
     for key, value in data.items():
-        root.data[key] = quote(value) if value else None
+        root.data[key] = quote(value) if value else "null"  # a job that reads it is listed as not runnable
     raw = OmegaConf.to_container(spec)  # overrides as written (${data.KEY} unresolved): a job's identity
     resolved = OmegaConf.to_container(root.grid, resolve=True)
     columns = {
