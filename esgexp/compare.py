@@ -14,6 +14,11 @@ dropped ones are counted); the metric (default: the first run's headline) is com
 
 More than two runs: every run against the first (``against=first``) or every pair (``against=all``),
 p-values Holm-corrected. Writes compare.json and compare.md to ``out_dir``.
+
+Items a run never answered (its retries ran out: ``failed`` records) are left out of its pairs and
+counted (``n_unanswered_a``/``_b``); the table names such a run incomplete. With fewer than two items
+(or clusters) shared there is no interval nor p-value: ``ci_note`` says why. Runs of one name (model /
+strategy / scoring) are told apart by the settings in which they differ (``limit=3``).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class RunData:
     records: dict[str, dict]
     run_id: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    variant: str = ""  # what tells it apart from compared runs of the same label (set by compare_runs)
 
     @property
     def task(self) -> str:
@@ -70,6 +76,16 @@ class RunData:
         return "/".join(str(c[group]["name"]) for group in ("model", "strategy", "scoring"))
 
     @property
+    def name(self) -> str:
+        """The label, with the variant (``(limit=3)``) when one is set."""
+        return f"{self.label} ({self.variant})" if self.variant else self.label
+
+    @property
+    def n_unanswered(self) -> int:
+        """Items this run never answered (retries ran out): left out of every comparison."""
+        return sum(1 for r in self.records.values() if r.get("failed"))
+
+    @property
     def headline(self) -> str:
         found = self.metrics.get("headline_metric") or self.tags.get("headline_metric")
         if not found:
@@ -82,8 +98,8 @@ class RunData:
         return value is True or str(value).lower() == "true"
 
     def scores(self, metric: str) -> ItemScores:
-        """The per-item values behind ``metric`` (the task's own definition of them)."""
-        records = list(self.records.values())
+        """The per-item values behind ``metric`` (the task's own definition of them) of the answered items."""
+        records = [r for r in self.records.values() if not r.get("failed")]
         if self.task == "mcq":
             from esgexp.tasks.mcq import item_scores
 
@@ -238,8 +254,8 @@ def compare_pair(a: RunData, b: RunData, metric: str | None = None, settings: St
     clusters = _pick(scores_a.clusters, rows_a) if scores_a.clusters and scores_b.clusters else None
     paired = paired_bootstrap(va, vb, clusters, settings, wa, wb)
     result = {
-        "a": a.label,
-        "b": b.label,
+        "a": a.name,
+        "b": b.name,
         "a_ref": a.ref,
         "b_ref": b.ref,
         "task": a.task,
@@ -250,6 +266,8 @@ def compare_pair(a: RunData, b: RunData, metric: str | None = None, settings: St
         "n_shared": len(pairs),
         "n_only_a": len(scores_a.ids) - len(pairs),
         "n_only_b": len(scores_b.ids) - len(pairs),
+        "n_unanswered_a": a.n_unanswered,
+        "n_unanswered_b": b.n_unanswered,
         "a_value": sum(va) / (sum(wa) if wa else len(va)),
         "b_value": sum(vb) / (sum(wb) if wb else len(vb)),
         "difference": paired.difference,
@@ -258,6 +276,7 @@ def compare_pair(a: RunData, b: RunData, metric: str | None = None, settings: St
         "confidence": settings.confidence,
         "p_value": paired.p_value,
         "test": paired.method,
+        "ci_note": paired.note,
         "cluster_key": a.metrics.get("stats/cluster_key") if clusters else None,
         "n_clusters": len(set(clusters)) if clusters else len(pairs),
     }
@@ -265,7 +284,7 @@ def compare_pair(a: RunData, b: RunData, metric: str | None = None, settings: St
         only_a = sum(1 for x, y in zip(va, vb) if x and not y)
         only_b = sum(1 for x, y in zip(va, vb) if y and not x)
         result.update(only_a_right=only_a, only_b_right=only_b)
-        if clusters is None:
+        if clusters is None and not paired.note:
             result.update(p_value=mcnemar_exact(only_a, only_b), test="mcnemar_exact")
     return result
 
@@ -282,6 +301,7 @@ def compare_runs(
         raise UserError(f"compare needs at least two runs, got {len(runs)}")
     if against not in ("first", "all"):
         raise UserError(f"against must be first or all, got {against!r}")
+    set_variants(runs)
     pairs = [(runs[0], run) for run in runs[1:]] if against == "first" else list(itertools.combinations(runs, 2))
     metric = metric or runs[0].headline
     comparisons = [compare_pair(a, b, metric, settings) for a, b in pairs]
@@ -290,8 +310,29 @@ def compare_runs(
     return {"metric": metric, "against": against, "runs": [r.ref for r in runs], "comparisons": comparisons}
 
 
+def set_variants(runs: list[RunData]) -> None:
+    """``run.variant`` for runs that share a label: the settings in which their configs differ."""
+    from esgexp.config import flatten
+    from esgexp.variants import variant_labels
+
+    same: dict[str, list[RunData]] = {}
+    for run in runs:
+        same.setdefault(run.label, []).append(run)
+    for group in same.values():
+        labels = variant_labels({run.ref: flatten(run.config) for run in group})
+        for run in group:
+            run.variant = labels[run.ref]
+
+
 def fmt(value, digits: int = 4) -> str:
     return "n/a" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def interval_text(c: dict) -> str:
+    """``[low, high]``, or why there is none (``interval n/a: one cluster``)."""
+    from esgexp.stats import interval_na
+
+    return interval_na(c["ci_note"]) if c.get("ci_note") else f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]"
 
 
 def to_markdown(report: dict) -> str:
@@ -307,10 +348,20 @@ def to_markdown(report: dict) -> str:
     for c in report["comparisons"]:
         lines.append(
             f"| {c['a']} | {c['b']} | {c['n_shared']} | {c['n_only_a']}/{c['n_only_b']} | {fmt(c['a_value'])} | "
-            f"{fmt(c['b_value'])} | {fmt(c['difference'])} | [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}] | {c['test']} | "
+            f"{fmt(c['b_value'])} | {fmt(c['difference'])} | {interval_text(c)} | {c['test']} | "
             f"{fmt(c['p_value'])} | {fmt(c['p_holm'])} |"
         )
     lines += ["", "Runs: " + ", ".join(f"`{ref}`" for ref in report["runs"])]
+    incomplete = {}
+    for c in report["comparisons"]:
+        for side in ("a", "b"):
+            if c[f"n_unanswered_{side}"]:
+                incomplete[c[f"{side}_ref"]] = (c[side], c[f"n_unanswered_{side}"])
+    for ref, (name, n) in incomplete.items():
+        lines.append(
+            f"Incomplete: {name} (`{ref}`) never answered {n} items; they are left out of its comparisons "
+            "(rerun it with resume=true to finish them)."
+        )
     if first["cluster_key"]:
         lines.append(f"Clustered on `{first['cluster_key']}` ({first['n_clusters']} clusters).")
     return "\n".join(lines) + "\n"

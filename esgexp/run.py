@@ -107,15 +107,18 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
         metrics["n_resumed"] = len(done)
         metrics.update(backend.stats())
         metrics.update(usage_metrics(usage, cfg.model.get("price")))
+        info = {**info, "complete": "false" if metrics["n_failed"] else "true"}
         finish(run, metrics, ["predictions.jsonl", "skipped_rows.txt", "calibration.json"], info)
         if metrics["n_failed"] == len(items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
             raise UserError(
                 f"every item failed (errors in {output_dir / 'predictions.jsonl'}); the MLflow run is marked FAILED"
             )
-    rows = [("items", str(metrics["n_items"])), *task.summary_rows(metrics)]
+    rows = [("items", str(metrics["n_items"]))]
+    if metrics["n_failed"]:
+        rows.append(("never answered", f"{metrics['n_failed']} (resume=true finishes them)"))
+    rows += task.summary_rows(metrics)
     counts = (
-        ("failed items", "n_failed"),
         ("skipped rows", "n_skipped_rows"),
         ("answers from the cache", "n_cached"),
         ("retries", "n_retries"),
@@ -123,6 +126,30 @@ def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
     rows += [(name, str(metrics[key])) for name, key in counts if metrics.get(key)]
     title = f"{cfg.dataset.name} | {tags['model']} | {cfg.backend.name} | {cfg.strategy.name} | {cfg.scoring.name}"
     print(summary_table(title, rows, run))
+    if metrics["n_failed"]:
+        error = next(r.get("error") for r in records if r.get("failed"))
+        log.warning(
+            "incomplete run: %d of %d items were never answered (retries ran out; e.g. %s): they count as wrong "
+            "in %s; rerun the same command with resume=true to finish them",
+            metrics["n_failed"],
+            metrics["n_items"],
+            error,
+            metrics.get("headline_metric"),
+        )
+    return metrics
+
+
+# The exit status of a job that ended with items never answered (0: complete, 2: a user error).
+INCOMPLETE_EXIT = 3
+
+
+def exit_if_incomplete(metrics: dict) -> dict:
+    """``metrics`` back for a complete job; for one with items never answered (``n_failed``), exit with
+    INCOMPLETE_EXIT, except in a sweep's job (its end reports it, esgexp/sweep.py)."""
+    from esgexp.sweep import in_multirun
+
+    if metrics.get("n_failed") and not in_multirun():
+        raise SystemExit(INCOMPLETE_EXIT)
     return metrics
 
 

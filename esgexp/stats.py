@@ -48,25 +48,46 @@ class StatsSettings:
 @dataclass(frozen=True)
 class Interval:
     """A point estimate with its interval, standard error and how the interval was computed
-    (``wilson``, ``bootstrap`` or ``cluster_bootstrap``)."""
+    (``wilson``, ``bootstrap``, ``cluster_bootstrap``, or ``none`` with the reason in ``note``)."""
 
     estimate: float
     low: float
     high: float
     stderr: float
     method: str
+    note: str = ""
 
     def as_metrics(self, key: str) -> dict:
-        """``<key>/ci_low``, ``<key>/ci_high``, ``<key>/stderr`` and ``<key>/ci_method``."""
-        return {
+        """``<key>/ci_low``, ``<key>/ci_high``, ``<key>/stderr`` and ``<key>/ci_method`` (NaN, written as
+        null, when there is no interval), and ``<key>/ci_note``: why there is none."""
+        out = {
             f"{key}/ci_low": self.low,
             f"{key}/ci_high": self.high,
             f"{key}/stderr": self.stderr,
             f"{key}/ci_method": self.method,
         }
+        if self.note:
+            out[f"{key}/ci_note"] = self.note
+        return out
 
 
 NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, math.nan, "none")
+# Resampling needs at least this many units (items, or clusters when declared): from one there is no interval.
+MIN_UNITS = 2
+
+
+def too_few_units(n: int, clusters: Sequence | None) -> str:
+    """Why ``n`` items (in ``clusters``) are too few to resample, e.g. ``one cluster``; "" when they are not."""
+    units = len({str(c) for c in clusters}) if clusters is not None else n
+    if units >= MIN_UNITS:
+        return ""
+    kind = "cluster" if clusters is not None else "item"
+    return f"one {kind}" if units == 1 else f"no {kind}"
+
+
+def no_interval(estimate: float, note: str) -> Interval:
+    """A point estimate without an interval (nor standard error), and why."""
+    return Interval(float(estimate), math.nan, math.nan, math.nan, "none", note)
 
 
 def normal_quantile(p: float) -> float:
@@ -169,6 +190,9 @@ def ratio_interval(
     y, x = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
     if not len(x) or x.sum() == 0:
         return NAN_INTERVAL
+    few = too_few_units(len(x), clusters)
+    if few:
+        return no_interval(y.sum() / x.sum(), few)
     with np.errstate(invalid="ignore", divide="ignore"):
         replicates = bootstrap_replicates(np.column_stack([y, x]), lambda s: s[:, 0] / s[:, 1], clusters, settings)
     low, high = _percentile(replicates, settings)
@@ -181,6 +205,8 @@ def mean_interval(values: Sequence[float], clusters: Sequence | None, settings: 
     if not len(x):
         return NAN_INTERVAL
     found = ratio_interval(x, np.ones(len(x)), clusters, settings)
+    if found.note:
+        return found
     return Interval(float(x.mean()), found.low, found.high, mean_stderr(x, clusters), found.method)
 
 
@@ -203,6 +229,9 @@ def statistic_interval(
     rows = np.asarray(rows, dtype=float)
     if not len(rows):
         return NAN_INTERVAL
+    few = too_few_units(len(rows), clusters)
+    if few:
+        return no_interval(statistic(rows.sum(axis=0)), few)
     replicates = bootstrap_replicates(rows, lambda sums: [statistic(row) for row in sums], clusters, settings)
     low, high = _percentile(replicates, settings)
     return Interval(float(statistic(rows.sum(axis=0))), low, high, float(np.std(replicates, ddof=1)), _method(clusters))
@@ -230,13 +259,15 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
 
 @dataclass(frozen=True)
 class PairedResult:
-    """``difference`` = statistic of B minus that of A, its interval, and the two-sided p-value."""
+    """``difference`` = statistic of B minus that of A, its interval, and the two-sided p-value
+    (NaN, with the reason in ``note``, when the items are too few to resample)."""
 
     difference: float
     low: float
     high: float
     p_value: float
     method: str
+    note: str = ""
 
 
 def paired_bootstrap(
@@ -271,6 +302,9 @@ def paired_bootstrap(
         return PairedResult(math.nan, math.nan, math.nan, math.nan, "none")
     sums = rows.sum(axis=0)
     observed = float(sums[2] / sums[3] - sums[0] / sums[1])
+    few = too_few_units(n, clusters)
+    if few:
+        return PairedResult(observed, math.nan, math.nan, math.nan, "none", few)
     with np.errstate(invalid="ignore", divide="ignore"):
         replicates = bootstrap_replicates(rows, lambda s: s[:, 2] / s[:, 3] - s[:, 0] / s[:, 1], clusters, settings)
     low, high = _percentile(replicates, settings)
@@ -382,11 +416,18 @@ def headline(metric: str, higher_is_better: bool = True) -> dict[str, str]:
 
 
 def with_interval(metrics: dict, key: str, digits: int = 3) -> str:
-    """``0.521 [0.470, 0.573]`` for the summary table (the bare value when it has no interval)."""
+    """``0.521 [0.470, 0.573]`` for the summary table; ``0.350 [interval n/a: one cluster]`` when too few
+    units to resample; the bare value when it has no interval for another reason."""
     value = metrics.get(key)
     if not isinstance(value, (int, float)) or value != value:
         return "n/a"
     low, high = metrics.get(f"{key}/ci_low"), metrics.get(f"{key}/ci_high")
     if not isinstance(low, (int, float)) or low != low:
-        return f"{value:.{digits}f}"
+        note = metrics.get(f"{key}/ci_note")
+        return f"{value:.{digits}f}" + (f" [{interval_na(note)}]" if note else "")
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def interval_na(note: str) -> str:
+    """``interval n/a: one cluster``: how a missing interval is shown (summary, compare, leaderboard)."""
+    return f"interval n/a: {note}"

@@ -56,10 +56,16 @@ def clear_failed() -> None:
 
 
 def job_status(folder: Path) -> tuple[str, str]:
-    """(status, detail) of one job folder: ok (metrics.json), failed (FAILED's reason) or not finished."""
+    """(status, detail) of one job folder: ok (metrics.json), incomplete (metrics.json counts items never
+    answered), failed (FAILED's reason) or not finished."""
     if (folder / FAILED_FILE).is_file():
         return "failed", (folder / FAILED_FILE).read_text(encoding="utf-8").strip()
     if (folder / "metrics.json").is_file():
+        import json
+
+        failed = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("n_failed")
+        if failed:
+            return "incomplete", f"{failed} items never answered: rerun the job with resume=true"
         return "ok", ""
     return "not finished", "no metrics.json (killed, or never started)"
 

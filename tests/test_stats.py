@@ -203,3 +203,34 @@ def test_summary_value_shows_its_interval():
     metrics = {"accuracy": 0.5, "accuracy/ci_low": 0.25, "accuracy/ci_high": 0.75, "mrr": float("nan")}
     assert with_interval(metrics, "accuracy") == "0.500 [0.250, 0.750]"
     assert with_interval({"f1": 0.5}, "f1") == "0.500" and with_interval(metrics, "mrr") == "n/a"
+
+
+@pytest.mark.parametrize(
+    "compute",
+    [
+        lambda: proportion_interval([1, 0, 1, 1], ["r", "r", "r", "r"], SETTINGS),
+        lambda: mean_interval([0.2, 0.4, 0.6], ["r", "r", "r"], SETTINGS),
+        lambda: ratio_interval([1, 2], [2, 2], ["r", "r"], SETTINGS),
+        lambda: statistic_interval([[1, 2], [2, 2]], lambda row: row[0] / row[1], ["r", "r"], SETTINGS),
+    ],
+)
+def test_one_cluster_gives_no_interval_and_says_why(compute):
+    found = compute()
+    assert math.isnan(found.low) and math.isnan(found.high) and math.isnan(found.stderr)
+    assert found.method == "none" and found.note == "one cluster" and not math.isnan(found.estimate)
+    metrics = {"accuracy": found.estimate, **found.as_metrics("accuracy")}
+    assert metrics["accuracy/ci_note"] == "one cluster"
+    assert with_interval(metrics, "accuracy") == f"{found.estimate:.3f} [interval n/a: one cluster]"
+
+
+def test_one_item_without_clusters_has_no_bootstrap_interval_but_wilson_holds():
+    assert mean_interval([0.5], None, SETTINGS).note == "one item"
+    assert wilson(1, 1).low == pytest.approx(0.206549, abs=1e-6)  # Wilson is defined from one item on
+    two = mean_interval([0.0, 1.0], ["a", "b"], SETTINGS)
+    assert two.note == "" and two.low < two.high
+
+
+def test_a_paired_test_over_one_cluster_has_no_p_value():
+    found = paired_bootstrap([1, 1, 0, 0], [0, 0, 0, 0], ["r"] * 4, SETTINGS)
+    assert found.difference == pytest.approx(-0.5) and found.note == "one cluster"
+    assert math.isnan(found.p_value) and math.isnan(found.low) and found.method == "none"

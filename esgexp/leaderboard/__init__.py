@@ -2,8 +2,10 @@
 and one self-contained HTML page (``format=all``, or ``csv``, ``md``, ``html``, or a list).
 
 One row per run: its headline metric with the 95% interval, the "not significantly worse than the best"
-mark within its dataset and task, and MCQ, open-QA and retrieval values side by side; a model evaluated
-with a LoRA adapter names its base in ``finetuned_from``. Training runs are left out."""
+mark within its dataset, task and item set (runs over other items, e.g. another ``dataset.limit``, are
+ranked apart: column ``items``), and MCQ, open-QA and retrieval values side by side; a model evaluated
+with a LoRA adapter names its base in ``finetuned_from``; runs of one model that differ in a setting name
+it in ``variant``; an incomplete run (items never answered) is marked, not ranked. Training runs are left out."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ FILES = {"csv": "leaderboard.csv", "md": "leaderboard.md", "html": "index.html"}
 
 
 def collect(tracking_uri: str, latest_only: bool = True, alpha: float = 0.05, download_dir: Path | None = None):
-    """(groups, marks): the finished runs per (dataset, task), best first, and each run's mark."""
+    """(groups, marks): the finished runs per (dataset, task, item set), best first, and each run's mark."""
     from esgexp.leaderboard.significance import group_marks
     from esgexp.leaderboard.store import finished_runs
     from esgexp.leaderboard.table import board_groups

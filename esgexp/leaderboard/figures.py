@@ -15,15 +15,17 @@ QA_VALUES = ("f1", "em", "rougeL", "bertscore_f1", "accuracy", "numeric_accuracy
 LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 50, "b": 60}, "height": 420}
 
 
-def label(run: Run) -> str:
-    """model · strategy · scoring (retrieval: retriever · query; scoring a file: its name), the run's name on a figure."""
+def label(run: Run, with_variant: bool = True) -> str:
+    """model · strategy · scoring (retrieval: retriever · query; scoring a file: its name), the run's name on
+    a figure; ``with_variant``: followed by what tells it apart from runs of the same name (``(limit=3)``)."""
     if run.tags.get("task") == "retrieval":
-        parts = [run.tags.get("retriever"), run.tags.get("query")]
+        parts = [run.tags.get("retriever"), run.tags.get("encoder"), run.tags.get("query")]
     elif run.tags.get("task") == "esgbench_score":
         parts = [Path(run.tags.get("predictions", "")).name]
     else:
         parts = [run.tags.get("model"), run.tags.get("strategy"), run.tags.get("scoring")]
-    return " · ".join(p for p in parts if p) or run.run_id[:8]
+    name = " · ".join(p for p in parts if p) or run.run_id[:8]
+    return f"{name} ({run.variant})" if with_variant and run.variant else name
 
 
 def value(run: Run, name: str) -> float | None:

@@ -14,10 +14,11 @@ from esgexp.leaderboard.assets import PAGE_CSS, PAGE_JS
 from esgexp.leaderboard.questions import question_matrix
 from esgexp.leaderboard.significance import Mark
 from esgexp.leaderboard.store import Run
-from esgexp.leaderboard.table import headline, headline_values
+from esgexp.leaderboard.table import headline, headline_values, interval_note, uses_model
+from esgexp.stats import interval_na
 from esgexp.tracking import metric_name
 
-MARK_TEXT = {"best": "best", "yes": "✓", "no": "✗", "": "–"}
+MARK_TEXT = {"best": "best", "yes": "✓", "no": "✗", "incomplete": "incomplete", "": "–"}
 
 
 def number(value, digits: int = 3) -> str:
@@ -42,6 +43,8 @@ def headline_cell(run: Run, named: bool) -> str:
     if values["ci_low"] != "" and values["ci_high"] != "":
         half = (values["ci_high"] - values["ci_low"]) / 2
         text += f" ± {half:.3f} [{values['ci_low']:.3f}, {values['ci_high']:.3f}]"
+    elif interval_note(run):
+        text += f" [{interval_na(interval_note(run))}]"
     return cell(escape(text), sort=values["value"], css="num", title=f"{values['headline']}: 95% interval")
 
 
@@ -54,6 +57,19 @@ def baselines(run: Run) -> str:
     return ", ".join(f"{name.replace('_', ' ')} {v:.3f}" for name, v in sorted(found.items()))
 
 
+def answered_by(run: Run) -> str:
+    """Who gave the run's answers: its model (with what tells the run apart, ``(limit=3)``); for a job
+    without one, the retriever (and its encoder) or ``external``."""
+    if uses_model(run) or run.tags.get("model") == "external":
+        name = run.tags["model"]
+    elif run.tags.get("retriever"):
+        encoder = run.tags.get("encoder")
+        name = f"{run.tags['retriever']} ({encoder})" if encoder else run.tags["retriever"]
+    else:
+        name = ""
+    return f"{name} ({run.variant})" if name and run.variant else name
+
+
 def mark_cell(mark: Mark | None) -> str:
     mark = mark or Mark("")
     title = mark.note or (f"Holm-adjusted p = {mark.p:.3g} against the best run" if mark.p is not None else "")
@@ -61,7 +77,7 @@ def mark_cell(mark: Mark | None) -> str:
 
 
 def board_table(table_id: str, runs: list[Run], marks: dict[str, Mark]) -> str:
-    """A sortable, filterable table of one (dataset, task) group; a column no run fills is left out."""
+    """A sortable, filterable table of one (dataset, task, item set) group; a column no run fills is left out."""
     declared = {found[0] for found in map(headline, runs) if found}
     one = next(iter(declared)) if len(declared) == 1 else None  # runs of one group may declare different ones
     heads = [
@@ -75,6 +91,7 @@ def board_table(table_id: str, runs: list[Run], marks: dict[str, Mark]) -> str:
         "retriever",
         "query",
         "n",
+        "never answered",
         f"{one or 'headline'} ± 95% CI",
         "invalid rate",
         "baselines",
@@ -83,18 +100,22 @@ def board_table(table_id: str, runs: list[Run], marks: dict[str, Mark]) -> str:
     ]
     rows = []
     for run in runs:
-        size = run.param("model.size_b")
+        # A job without a model (retrieval, scoring a file) logs the default model's params: not shown.
+        size = run.param("model.size_b") if uses_model(run) else None
+        family = run.param("model.family") if uses_model(run) else None
         n = run.metrics.get("n_items", run.metrics.get("n_queries"))
+        failed = run.metrics.get("n_failed")
         rows.append(
             [
-                cell(escape(run.tags.get("model", ""))),
-                cell(escape(run.param("model.family") or "")),
-                cell(escape(size or ""), sort=size, css="num"),
+                cell(escape(answered_by(run))),
+                cell(escape(family or "")),
+                cell(escape(size), sort=size, css="num") if size else cell(""),
                 *(
                     cell(escape(run.tags.get(key, "")))
                     for key in ("finetuned_from", "strategy", "scoring", "backend", "retriever", "query")
                 ),
                 cell(str(int(n)) if n is not None else "", sort=n, css="num"),
+                cell(str(int(failed)), sort=failed, css="num") if failed else cell(""),
                 headline_cell(run, named=one is None),
                 cell(number(run.metrics.get("invalid_rate")), sort=run.metrics.get("invalid_rate"), css="num"),
                 cell(escape(baselines(run))),
@@ -169,7 +190,8 @@ def card(run: Run) -> str:
     html += f"<dt>prompt template ({escape(run.param('template.name') or 'none')})</dt><dd><pre>{escape(template) or '–'}</pre></dd>"
     html += f"<dt>decoding</dt><dd>{settings('scoring.', 'model.generation.', 'seed')}</dd>"
     html += f"<dt>retrieval</dt><dd>{settings('strategy.', 'retriever.', 'query.', 'retrieval.')}</dd>"
-    html += f"<dt>backend</dt><dd>{settings('backend.', 'model.')}</dd>"
+    if uses_model(run):
+        html += f"<dt>backend</dt><dd>{settings('backend.', 'model.')}</dd>"
     title = " · ".join(x for x in (run.tags.get("dataset"), run.tags.get("task"), figures.label(run)) if x)
     return f'<details class="card" id="card-{run.run_id}"><summary>{escape(title)} <code>{run.run_id[:8]}</code></summary><dl>{html}</dl></details>'
 
@@ -198,21 +220,26 @@ def dataset_figures(page: Page, dataset: str, runs: list[Run], cache: dict) -> N
     page.figure(figures.category_accuracy(qa + by_task.get("esgbench_score", []), f"{dataset}: accuracy per category"))
 
 
-def render(groups: dict[tuple[str, str], list[Run]], marks: dict[str, Mark], source: str) -> str:
-    """The whole page for the (dataset, task) groups of runs (each best first)."""
+def render(
+    groups: dict[tuple[str, str, str], list[Run]], marks: dict[str, Mark], source: str, sections: list[str] | tuple = ()
+) -> str:
+    """The whole page for the (dataset, task, item set) groups of runs (each best first)."""
     from plotly.offline import get_plotlyjs
 
     page = Page()
     page.parts.append(
         "<h2 id='tables'>Leaderboards</h2><p class='note'>Click a column header to sort, type to filter. "
-        "“Not worse than best”: a paired test against the group's best run (Holm-corrected, p ≥ 0.05).</p>"
+        "“Not worse than best”: a paired test against the group's best run (Holm-corrected, p ≥ 0.05). "
+        "A table ranks runs over the same items; “incomplete”: items never answered, not ranked.</p>"
     )
-    for index, ((dataset, task), runs) in enumerate(groups.items()):
-        page.parts.append(f"<h3>{escape(dataset)} · {escape(task)}</h3>")
+    for index, ((dataset, task, items), runs) in enumerate(groups.items()):
+        title = " · ".join(part for part in (dataset, task, items) if part)
+        page.parts.append(f"<h3>{escape(title)}</h3>")
         page.parts.append(board_table(f"board-{index}", runs, marks))
+    page.parts += sections  # e.g. the paper tables (esgexp/papers/report.py)
     page.parts.append("<h2 id='figures'>Figures</h2>")
     by_dataset: dict[str, list[Run]] = {}
-    for (dataset, _), runs in groups.items():
+    for (dataset, _, _), runs in groups.items():
         by_dataset.setdefault(dataset, []).extend(runs)
     cache: dict = {}
     for dataset, runs in by_dataset.items():

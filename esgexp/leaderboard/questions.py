@@ -51,7 +51,10 @@ def dataset_questions(run: Run, cache: dict) -> dict[str, object]:
 
 
 def run_label(run: Run, taken: set[str]) -> str:
+    """The run's row name: its model, with what tells it apart from runs of that model (``limit=3``)."""
     label = run.tags.get("model") or run.run_id[:8]
+    if run.variant:
+        label = f"{label} ({run.variant})"
     if label in taken:
         label = f"{label} · {run.run_id[:8]}"
     taken.add(label)

@@ -1,5 +1,6 @@
-"""The "not significantly worse than the best" mark: every run of a (dataset, task) against its best run,
-paired over shared items (esgexp.compare), Holm-corrected over the group."""
+"""The "not significantly worse than the best" mark: every run of a (dataset, task, item set) against its
+best run, paired over shared items (esgexp.compare), Holm-corrected over the group. An incomplete run
+(items never answered) is neither ranked nor tested: its mark says so."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from dataclasses import dataclass
 
 from esgexp.errors import UserError
 from esgexp.leaderboard.store import Run
-from esgexp.leaderboard.table import signed_value
+from esgexp.leaderboard.table import n_unanswered, signed_value
 
 
 @dataclass(frozen=True)
 class Mark:
-    """``status``: best | yes (not significantly worse) | no | "" (not compared: ``note`` says why);
-    ``p``: the Holm-adjusted p-value against the best run."""
+    """``status``: best | yes (not significantly worse) | no | incomplete (items never answered: not
+    ranked) | "" (not compared: ``note`` says why); ``p``: the Holm-adjusted p-value against the best run."""
 
     status: str
     p: float | None = None
@@ -29,16 +30,17 @@ def run_ref(run: Run) -> str:
 
 
 def group_marks(group: list[Run], alpha: float = 0.05) -> dict[str, Mark]:
-    """Marks for one (dataset, task) group, best run first (as :func:`board_groups` orders it); a run
-    without a headline value gets none."""
-    group = [run for run in group if signed_value(run) > -math.inf]
+    """Marks for one (dataset, task, item set) group, best run first (as :func:`board_groups` orders it);
+    a run without a headline value gets none, an incomplete run ``incomplete``."""
+    marks = {run.run_id: incomplete_mark(run) for run in group if n_unanswered(run)}
+    group = [run for run in group if signed_value(run) > -math.inf and not n_unanswered(run)]
     if not group:
-        return {}
+        return marks
     from esgexp.compare import compare_pair, load_run
     from esgexp.stats import holm
 
     best, others = group[0], group[1:]
-    marks = {best.run_id: Mark("best")}
+    marks[best.run_id] = Mark("best")
     if not others:
         return marks
     try:
@@ -57,3 +59,13 @@ def group_marks(group: list[Run], alpha: float = 0.05) -> dict[str, Mark]:
             Mark("yes" if p >= alpha else "no", p) if p == p else Mark("", note="no p-value (no shared item differs)")
         )
     return marks
+
+
+def incomplete_mark(run: Run) -> Mark:
+    n = run.metrics.get("n_items")
+    total = f" of {int(n)}" if n is not None else ""
+    return Mark(
+        "incomplete",
+        note=f"{n_unanswered(run)}{total} items never answered (counted wrong): not ranked; "
+        "rerun the job with resume=true to finish it",
+    )

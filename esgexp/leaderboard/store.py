@@ -27,6 +27,10 @@ class Run:
     download_dir: Path | None = None  # where artifacts go when the run folder is gone (default: a new temp folder)
     files: dict[str, Path | None] = field(default_factory=dict, repr=False)
     downloads: Path | None = field(default=None, repr=False)
+    # Set by leaderboard.table.board_groups: the item set it is ranked in and what tells it apart from
+    # runs of the same model, strategy and scoring (e.g. ``limit=3``).
+    item_set: str = ""
+    variant: str = ""
 
     def param(self, key: str) -> str | None:
         """The param as logged, or None when missing or logged as None/null."""

@@ -83,7 +83,15 @@ class MCQTask:
         # The rotations of one question are one cluster unless the dataset declares its own key.
         cluster_key = self.cfg.dataset.get("cluster_key") or ("item_id" if self.circular else None)
         records = cluster_records(records, items, cluster_key)
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in OUTCOMES}, self.stats))
+        # An item never answered (its retries ran out) counts as wrong in ``accuracy``, is no invalid answer,
+        # and is left out of ``accuracy/answered``.
+        metrics["invalid_rate"] = sum(OUTCOMES["invalid_rate"](r) for r in records) / len(records)
+        keys = list(OUTCOMES)
+        if any(r.get("failed") for r in records):
+            found = item_scores(records, ANSWERED)
+            metrics[ANSWERED] = sum(found.values) / len(found.values) if found else float("nan")
+            keys.append(ANSWERED)
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in keys}, self.stats))
         metrics.update(
             cluster_info(records, cluster_key),
             headline_metric=self.headline_metric,
@@ -104,8 +112,10 @@ class MCQTask:
         return metrics
 
     def summary_rows(self, metrics: dict) -> list[tuple[str, str]]:
+        answered = [("accuracy over answered items", with_interval(metrics, ANSWERED))] if ANSWERED in metrics else []
         return [
-            ("accuracy", with_interval(metrics, "accuracy")),
+            ("accuracy" + (" (unanswered = wrong)" if answered else ""), with_interval(metrics, "accuracy")),
+            *answered,
             ("invalid rate", with_interval(metrics, "invalid_rate")),
             ("abstention rate", with_interval(metrics, "abstention_rate")),
             ("baseline: random", rate(metrics["baseline/random"])),
@@ -113,17 +123,23 @@ class MCQTask:
         ] + [(name, rate(metrics[key])) for name, key in OPTIONAL_ROWS if metrics.get(key) is not None]
 
 
-# The 0/1 outcome per record behind each rate (as mcq_metrics counts it: Z and INVALID are never correct).
+# The 0/1 outcome per record behind each rate (as mcq_metrics counts it: Z and INVALID are never correct;
+# an item never answered, ``failed``, is wrong and not an invalid answer).
 OUTCOMES = {
     "accuracy": lambda r: bool(r.get("correct")) and r["parsed"] not in (ABSTAIN, INVALID),
-    "invalid_rate": lambda r: r["parsed"] == INVALID,
+    "invalid_rate": lambda r: r["parsed"] == INVALID and not r.get("failed"),
     "abstention_rate": lambda r: r["parsed"] == ABSTAIN,
 }
+# Accuracy over the answered items only (written when some item was never answered).
+ANSWERED = "accuracy/answered"
 
 
 def item_scores(records: list[dict], key: str) -> ItemScores | None:
-    """The 0/1 outcomes behind ``accuracy``, ``invalid_rate`` or ``abstention_rate``; None for another key."""
-    if key not in OUTCOMES:
+    """The 0/1 outcomes behind ``accuracy``, ``accuracy/answered`` (items not ``failed``), ``invalid_rate``
+    or ``abstention_rate``; None for another key or no answered item."""
+    if key == ANSWERED:
+        records, key = [r for r in records if not r.get("failed")], "accuracy"
+    if key not in OUTCOMES or not records:
         return None
     hits = [float(OUTCOMES[key](r)) for r in records]
     return ItemScores([r["id"] for r in records], hits, "proportion", clusters=record_clusters(records))

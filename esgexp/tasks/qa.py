@@ -127,6 +127,7 @@ class QATask:
                 metrics[f"{qtype}/accuracy"] = sum(records[i]["correct"] for i in where) / len(where)
             metrics.update(category_breakdown(qtype, [items[i] for i in where], [records[i]["metrics"] for i in where]))
         metrics.update(self.intervals(metrics, records, corpus))
+        metrics.update(self.over_answered(metrics, records, corpus))
         key = self.headline_metric(metrics)
         metrics.update(
             cluster_info(records, self.cfg.dataset.get("cluster_key")), headline_metric=key, higher_is_better=True
@@ -152,6 +153,21 @@ class QATask:
             out.update(scores.interval(self.stats).as_metrics(key))
         return out
 
+    def over_answered(self, metrics: dict, records: list[dict], corpus: dict) -> dict:
+        """When some item was never answered (it counts as an empty answer in ``<qtype>/<value>``):
+        ``<qtype>/<value>/answered``, the mean over the answered items, with its interval, for every value
+        that is a mean of per-item values; nothing when every item was answered."""
+        answered = [r for r in records if not r.get("failed")]
+        if len(answered) == len(records):
+            return {}
+        out: dict = {}
+        for key in [k for k in metrics if is_run_value(k) and k not in corpus and f"{k}/ci_low" in metrics]:
+            scores = item_scores(answered, key, self.cfg.metrics)
+            if scores is not None:
+                out[f"{key}/answered"] = sum(scores.values) / len(scores.values)
+                out.update(scores.interval(self.stats).as_metrics(f"{key}/answered"))
+        return out
+
     def headline_metric(self, metrics: dict) -> str:
         """The first of ``metrics.headline`` this run has (higher is better), else its first run value."""
         declared = [key for key in self.cfg.metrics.get("headline") or () if key in metrics]
@@ -174,7 +190,7 @@ class QATask:
         return rows
 
 
-INTERVAL_SUFFIXES = ("/ci_low", "/ci_high", "/stderr", "/ci_method")
+INTERVAL_SUFFIXES = ("/ci_low", "/ci_high", "/stderr", "/ci_method", "/ci_note")
 
 
 def is_run_value(key: str) -> bool:

@@ -40,7 +40,12 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
     save_inputs(cfg, output_dir, loaded.skipped)
     explained = cfg.query.mode == "explanation"
     tags = job_tags(
-        cfg, output_dir, retriever=cfg.retriever.name, query=cfg.query.mode, model=cfg.model.name if explained else None
+        cfg,
+        output_dir,
+        retriever=cfg.retriever.name,
+        encoder=encoder_name(cfg.retriever),
+        query=cfg.query.mode,
+        model=cfg.model.name if explained else None,
     )
     with tracked_run(cfg, f"{cfg.retriever.name}/{cfg.query.mode}", tags) as run:
         if hasattr(loaded, "queries"):
@@ -61,6 +66,24 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
     title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={cfg.query.mode}"
     print(summary_table(title, rows, run))
     return metrics
+
+
+# The encoder of a dense retriever whose ``model`` is null (conf/retriever/dense.yaml).
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+
+
+def encoder_name(node) -> str | None:
+    """The encoder a retriever (a hybrid: its dense half) embeds with: its ``model`` (a hub id, or a folder's
+    name; null: the packaged default), ``query_model`` after it when separate; None for one without (bm25)."""
+    dense = node.get("dense") or node
+    if "model" not in dense:
+        return None
+
+    def shown(source: str) -> str:
+        return Path(source).name if Path(source).is_absolute() else source
+
+    name = shown(str(dense.model)) if dense.get("model") else DEFAULT_ENCODER
+    return f"{name}, query: {shown(str(dense.query_model))}" if dense.get("query_model") else name
 
 
 # The headline metric: pooled Recall@K at this K when the job has it, else at its largest K (higher is better).
