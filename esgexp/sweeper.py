@@ -37,7 +37,11 @@ def checked_sweep(config_name: str, args: list[str]) -> list[str]:
         if not override.is_sweep_override() or override.key_or_group.startswith("hydra"):
             continue
         key, good = override.get_key_element(), []
-        for value in override.sweep_string_iterator():
+        try:
+            values = list(override.sweep_string_iterator())
+        except Exception:  # glob(...) needs Hydra's config loader: Hydra checks that sweep itself
+            continue
+        for value in values:
             try:
                 compose_config(config_name, [*fixed, f"{key}={value}"])
                 good.append(value)
@@ -46,7 +50,7 @@ def checked_sweep(config_name: str, args: list[str]) -> list[str]:
                 if message is None:
                     raise
                 bad.append(message)
-        if good and len(good) < len(list(override.sweep_string_iterator())):
+        if good and len(good) < len(values):
             fixed_args[position] = f"{key}={','.join(good)}"
         elif not good:
             skip = False  # no job of the sweep could run
