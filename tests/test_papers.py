@@ -150,6 +150,19 @@ def test_sweeps_run_exactly_the_jobs():
     assert len(sweeps(apart)) == 2
 
 
+def test_data_paths_reach_the_jobs_whole():
+    """A path with a space, a comma or a quote is one value to Hydra (a bare comma would make it a sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from esgexp.paper import unquote
+    from esgexp.papers.grid import quote
+
+    parser = OverridesParser.create()
+    for path in ("/data/ESGenius_1136q.csv", "/my data/a,b.csv", "/it's/x.jsonl"):
+        assert parser.parse_override(f"dataset.path={quote(path)}").value() == path
+        assert unquote(quote(path)) == path
+
+
 # --- ours beside theirs ---
 
 

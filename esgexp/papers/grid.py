@@ -27,7 +27,7 @@ from esgexp.errors import UserError
 from esgexp.papers.cells import Cell, load_cells
 
 DATA_REF = re.compile(r"\$\{data\.(\w+)\}")
-PLAIN_VALUE = re.compile(r"^[\w/.\-+@:~\[\],]*$")
+PLAIN_VALUE = re.compile(r"^[\w/.\-+@:~]*$")
 # Query formulations that need no model (the others are written by the configured LLM).
 FIXED_QUERIES = ("question", "definition", "concepts")
 
