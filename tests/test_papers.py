@@ -263,6 +263,7 @@ def test_new_model_configs_compose(make_cfg):
         assert (cfg.backend.name, cfg.model.hub_id, cfg.model.reasoning) == (backend, hub_id, reasoning), name
         if backend == "openai":
             assert cfg.model.price.prompt > 0 and cfg.backend.api_key_env
+            assert cfg.model.api.get("params") == ("reasoning" if reasoning else None), name  # the o-series rule
 
 
 # --- the table command ---
