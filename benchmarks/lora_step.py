@@ -27,6 +27,16 @@ sides, or --threads N on both. Run from the repository root:
     .venv/bin/python benchmarks/lora_step.py --model-path DIR        # any local causal LM
 
 Prints a Markdown table and writes benchmarks/lora_step.json (--json PATH). Not a test.
+
+--plan-check MODEL[:LAYERS] ...: the memory plan (esgexp.plan, as dry_run=true prints it) beside the
+measured peak of LoRA steps with the plain loop: smollm2-135m (the bundled weights; with :LAYERS a random
+model of its shape), llama-3.2-1b or llama-3.1-8b (random weights built from the transcribed config, no
+download), optionally with only LAYERS decoder layers. Peak: ru_maxrss on the CPU (the whole process),
+torch.cuda.max_memory_allocated on a GPU (--device cuda). On the CPU a shape whose plan exceeds --max-gib
+(default 14) is refused, not run. Writes benchmarks/lora_plan.json (--json PATH):
+
+    .venv/bin/python benchmarks/lora_step.py --plan-check smollm2-135m --batch-size 4 --seq-len 256 --no-checkpointing
+    .venv/bin/python benchmarks/lora_step.py --plan-check llama-3.1-8b llama-3.1-8b:16 --plan-dtype bfloat16 --batch-size 1 --seq-len 32
 """
 
 from __future__ import annotations
@@ -56,6 +66,8 @@ SIDES = ("ours", "plain")
 PRECISION = {"float32": "32-true", "bfloat16": "bf16-mixed"}
 TARGET = 0.90  # ours/plain tok/s: at most 10% overhead
 WORKER_FLAGS = ("model_path", "batch_size", "seq_len", "steps", "warmup", "seed", "threads")
+PLAN_MODELS = ("smollm2-135m", "llama-3.2-1b", "llama-3.1-8b")
+PLAN_JSON = ROOT / "benchmarks" / "lora_plan.json"
 
 
 def project_config():
@@ -144,7 +156,8 @@ def run_ours(model, rows, cfg, args, dtype: str) -> dict:
     return recorder.out | {"seconds": seconds}
 
 
-def run_plain(model, rows, cfg, args, dtype: str) -> dict:
+def run_plain(model, rows, cfg, args, dtype: str, autocast_to: str | None = None) -> dict:
+    """The plain loop on the model's device, under autocast to ``autocast_to`` (bfloat16 when dtype is)."""
     import torch
 
     from esgexp.models.lora_module import lr_factor
@@ -165,13 +178,15 @@ def run_plain(model, rows, cfg, args, dtype: str) -> dict:
     loader = torch.utils.data.DataLoader(
         rows, batch_size=args.batch_size, sampler=sampler, collate_fn=partial(collate, pad_id=args.pad_id)
     )
-    autocast = partial(torch.autocast, "cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else nullcontext
+    device = next(model.parameters()).device
+    autocast_to = autocast_to or ("bfloat16" if dtype == "bfloat16" else None)
+    autocast = partial(torch.autocast, device.type, dtype=getattr(torch, autocast_to)) if autocast_to else nullcontext
     clip = float(cfg.trainer.gradient_clip_val)
 
     def step(batch) -> float:  # one optimiser step; its loss dies with it, as in Lightning's closure
         optimizer.zero_grad()
         with autocast():
-            loss = model(**{k: v for k, v in batch.items() if k != "n_tokens"}, use_cache=False).loss
+            loss = model(**{k: v.to(device) for k, v in batch.items() if k != "n_tokens"}, use_cache=False).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, clip)
         optimizer.step()
@@ -316,6 +331,191 @@ def machine_info() -> dict:
     }
 
 
+def plan_of(spec: str, args):
+    """The model's shape (layers overridden by ``NAME:LAYERS``), the run's TrainSetup and its plan."""
+    from esgexp.models.architectures import ARCHITECTURES
+    from esgexp.plan import DTYPE_BYTES, Shape, TrainSetup, train_plan
+
+    name, _, layers = spec.partition(":")
+    if name not in PLAN_MODELS:
+        sys.exit(f"--plan-check {spec}: one of {', '.join(PLAN_MODELS)}, optionally :LAYERS")
+    config = dict(ARCHITECTURES[name]) | ({"num_hidden_layers": int(layers)} if layers else {})
+    lora = project_config().model.lora
+    setup = TrainSetup(
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        checkpointing=args.checkpointing,
+        weight_bytes=DTYPE_BYTES[args.plan_dtype],
+        mixed=args.autocast != "none",
+        on_gpu=args.device == "cuda",
+        r=int(lora.r),
+        targets=str(lora.target_modules),
+        dropout=float(lora.dropout),
+    )
+    shape = Shape.from_config(config)
+    return config, shape, setup, train_plan(shape, setup)
+
+
+def random_model(config, dtype, device: str):
+    """A Llama of ``config`` with random weights in ``dtype`` on ``device``, made in seconds: built on the
+    meta device (no fp32 transient, no slow init), then every matrix filled from one seeded block of
+    N(0, 0.02) values and every norm weight set to 1."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    with torch.device("meta"):
+        model = LlamaForCausalLM._from_config(config, dtype=dtype)
+    model.to_empty(device=device)
+    model.tie_weights()
+    block = torch.randn(1 << 20, generator=torch.Generator().manual_seed(0)).mul_(0.02).to(dtype=dtype, device=device)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim == 1:
+                param.fill_(1.0)
+                continue
+            flat = param.view(-1)
+            for start in range(0, flat.numel(), block.numel()):
+                count = min(block.numel(), flat.numel() - start)
+                flat[start : start + count].copy_(block[:count])
+        with torch.device(device):  # its inv_freq was computed on the meta device
+            model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
+    return model
+
+
+def plan_worker(args) -> dict:
+    """Build (or load) the model, wrap it with LoRA, run the steps; memory at each stage and the peak."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from esgexp.models.inference import quiet_lightning
+    from esgexp.models.lora import wrap_for_training
+
+    quiet_lightning()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda"
+    imported_mib = rss_mib()
+    cfg = project_config()
+    config, _, _, _ = plan_of(args.plan_worker, args)
+    dtype = getattr(torch, args.plan_dtype)
+    started = time.perf_counter()
+    if ":" not in args.plan_worker and args.plan_worker == "smollm2-135m":
+        from esgexp.models.loading import resolve_model_dir
+
+        source = resolve_model_dir(cfg.model, cfg.paths.cache_dir)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(args.device)
+        origin = f"bundled weights ({source})"
+    else:
+        fields = {k: v for k, v in config.items() if k not in ("model_type", "torch_dtype")}
+        model = random_model(LlamaConfig(**fields, pad_token_id=0), dtype, args.device)
+        origin = "random weights from the transcribed config"
+    load_seconds = time.perf_counter() - started
+    model.config.pad_token_id = model.config.pad_token_id or 0
+    args.pad_id = model.config.pad_token_id
+    loaded_mib = rss_mib()
+    if cuda:
+        torch.cuda.synchronize()
+        loaded_cuda = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(args.seed)
+    model = wrap_for_training(model, cfg.model.lora, args.checkpointing, quantised=False)
+    rows = make_rows(model.config.vocab_size, args.batch_size * (args.warmup + args.steps), args.seq_len, args.seed)
+    run = run_plain(model, rows, cfg, args, "float32", None if args.autocast == "none" else args.autocast)
+    out = {
+        "origin": origin,
+        "load_seconds": load_seconds,
+        "step_seconds": [round(x, 2) for x in run["seconds"]],
+        "losses": [round(x, 4) for x in run["losses"]],
+        "rss_after_imports_mib": imported_mib,
+        "rss_after_load_mib": loaded_mib,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "torch_threads": torch.get_num_threads(),
+    }
+    if cuda:
+        out |= {
+            "cuda_after_load_mib": loaded_cuda / 2**20,
+            "cuda_peak_allocated_mib": torch.cuda.max_memory_allocated() / 2**20,
+            "cuda_peak_reserved_mib": torch.cuda.max_memory_reserved() / 2**20,
+            "gpu": torch.cuda.get_device_name(),
+        }
+    return out
+
+
+def plan_check(args) -> None:
+    """Per model: plan, then (unless refused) the measured run in its own process; a table and the JSON."""
+    from esgexp.plan import GiB
+
+    kept = json.loads(args.json.read_text())["results"] if args.json.is_file() else []
+    results = []
+    for spec in args.plan_check:
+        _, shape, setup, plan = plan_of(spec, args)
+        entry = {
+            "model": spec,
+            "layers": shape.layers,
+            "parameters": shape.parameters(),
+            "dtype": args.plan_dtype,
+            "autocast": args.autocast,
+            "device": args.device,
+            "setup": vars(setup),
+            "plan": plan.as_dict(),
+        }
+        print(f"{spec}: plan {plan.total / GiB:.2f} GiB", file=sys.stderr)
+        if args.plan_only:
+            entry["refused"] = "not run (--plan-only)"
+        elif args.device == "cpu" and plan.total > args.max_gib * GiB:
+            entry["refused"] = f"plan {plan.total / GiB:.2f} GiB > --max-gib {args.max_gib}"
+            print(f"  refused: {entry['refused']}", file=sys.stderr)
+        else:
+            flags = ["--plan-worker", spec, "--device", args.device, "--plan-dtype", args.plan_dtype]
+            flags += ["--autocast", args.autocast, "--checkpointing" if args.checkpointing else "--no-checkpointing"]
+            flags += [
+                item for name in WORKER_FLAGS[1:] for item in (f"--{name.replace('_', '-')}", str(getattr(args, name)))
+            ]
+            done = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True, cwd=ROOT)
+            if done.returncode != 0:
+                entry["error"] = done.stderr[-3000:]
+                print(f"  failed: {done.stderr[-1500:]}", file=sys.stderr)
+            else:
+                entry["measured"] = json.loads(done.stdout.strip().splitlines()[-1])
+        entry["command"], entry["date"] = sys.argv[1:], datetime.datetime.now(datetime.timezone.utc).isoformat()
+        results.append(entry)
+        # earlier runs of other settings stay in the file; a rerun of the same settings replaces its entry
+        same = {run_key(r) for r in results}
+        merged = [r for r in kept if run_key(r) not in same] + results
+        args.json.write_text(json.dumps({"machine": machine_info(), "results": merged}, indent=2) + "\n")
+    print(plan_table(results))
+    print(f"\nwritten: {args.json}")
+
+
+def run_key(entry: dict) -> str:
+    return json.dumps([entry[k] for k in ("model", "dtype", "autocast", "device", "setup")], sort_keys=True)
+
+
+def plan_table(results: list[dict]) -> str:
+    lines = [
+        "| model | layers | params | dtype | batch x seq | checkpointing | plan GiB | measured peak GiB | measured/plan | plan weights+runtime GiB | measured after load GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        plan, setup, m = r["plan"], r["setup"], r.get("measured")
+        fixed = sum(line["gib"] for line in plan["lines"] if line["name"] in ("weights", "runtime"))
+        if m is None:
+            peak = after = ratio = r.get("refused") or "failed"
+        elif r["device"] == "cuda":
+            peak, after = m["cuda_peak_allocated_mib"] / 1024, m["cuda_after_load_mib"] / 1024
+            ratio, fixed = f"{peak / (plan['total_gib'] - 1.0):.3f} (without the 1 GiB runtime line)", fixed - 1.0
+            peak, after = f"{peak:.2f}", f"{after:.2f}"
+        else:
+            peak, after = m["peak_rss_mib"] / 1024, m["rss_after_load_mib"] / 1024
+            ratio, peak, after = f"{peak / plan['total_gib']:.3f}", f"{peak:.2f}", f"{after:.2f}"
+        lines.append(
+            f"| {r['model']} | {r['layers']} | {r['parameters'] / 1e9:.2f} B | {r['dtype']}"
+            f"{'' if r['autocast'] == 'none' else ' + autocast ' + r['autocast']} | {setup['batch_size']} x {setup['seq_len']} "
+            f"| {'yes' if setup['checkpointing'] else 'no'} | {plan['total_gib']:.2f} | {peak} | {ratio} | {fixed:.2f} | {after} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", nargs="+", choices=tuple(PRECISION), default=list(PRECISION))
@@ -331,9 +531,25 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads on both sides (default 0: torch's own)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--worker", nargs=2, metavar=("SIDE", "DTYPE"), help=argparse.SUPPRESS)
+    parser.add_argument("--plan-check", nargs="+", metavar="MODEL[:LAYERS]", help="plan beside measured peak memory")
+    parser.add_argument("--plan-dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    parser.add_argument("--autocast", choices=("none", "bfloat16", "float16"), default="none")
+    parser.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--max-gib", type=float, default=14.0, help="--plan-check on the CPU: refuse larger plans")
+    parser.add_argument("--plan-only", action="store_true", help="--plan-check: record the plans, run nothing")
+    parser.add_argument("--plan-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
+        return
+    if args.plan_worker:
+        print(json.dumps(plan_worker(args)))
+        return
+    if args.plan_check:
+        if args.json == DEFAULT_JSON:
+            args.json = PLAN_JSON
+        plan_check(args)
         return
 
     from omegaconf import OmegaConf
