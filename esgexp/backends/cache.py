@@ -6,6 +6,12 @@ keyed on the request alone). Each response is committed as it arrives, so a kill
 
 Modes: ``read_write`` (default), ``read_only`` (use entries, add none), ``refresh`` (ask again and
 overwrite), ``off``. A sampled request without a seed is never cached.
+
+Only a file that fails sqlite's integrity check (``PRAGMA quick_check``, "file is not a database") is
+moved aside and started anew. A cache that cannot be opened for another reason (a full disk, an I/O
+error, a lock held by another process) is kept as it is and the job stops with one message saying why
+and how to go on (``cache=off`` runs without it); one that stops taking answers mid-run (the disk filled)
+is kept too, and the job goes on with a warning, storing no more answers.
 """
 
 from __future__ import annotations
@@ -13,17 +19,33 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 
 from esgexp.backends.base import Backend, OnResults, Request, Response, request_payload
+from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
 
+# sqlite's primary result codes for a damaged file (SQLITE_CORRUPT, SQLITE_NOTADB); others (SQLITE_FULL,
+# SQLITE_IOERR, SQLITE_BUSY, SQLITE_CANTOPEN...) say nothing about the file's content.
+DAMAGED_CODES = (11, 26)
+DAMAGED_TEXTS = ("file is not a database", "database disk image is malformed")
+
 SCHEMA = "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL, created REAL NOT NULL)"
+
+
+def is_damage(error: sqlite3.DatabaseError) -> bool:
+    """Whether ``error`` reports a damaged database file (corrupt, or not a database at all)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in DAMAGED_CODES
+    return any(text in str(error) for text in DAMAGED_TEXTS)
 
 
 def cache_key(identity: dict, rendered: str, request: Request) -> str:
@@ -38,28 +60,60 @@ def cache_key(identity: dict, rendered: str, request: Request) -> str:
 class RequestCache:
     """Responses by key in one sqlite file; safe across threads (one lock) and processes (WAL, busy timeout)."""
 
-    def __init__(self, path: str | Path, mode: str = "read_write"):
+    def __init__(self, path: str | Path, mode: str = "read_write", timeout_s: float = 60.0):
         self.path = Path(path)
         self.mode = mode
+        self.timeout_s = timeout_s  # how long to wait for another process's lock
+        self.store_error: str | None = None  # why answers are no longer stored (set once, mid-run)
         self._lock = threading.Lock()
         self._db = self._open() if mode != "off" else None
 
     def _open(self) -> sqlite3.Connection:
+        """The connection; a damaged file moved aside first; UserError when the file cannot be used as it is."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             return self._connect()
         except sqlite3.DatabaseError as error:
+            if not self.path.exists() or not self.damaged(error):
+                raise UserError(self.unusable(error)) from error
             aside = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
             log.warning(
-                "request cache %s is unreadable (%s): moved aside to %s and started anew", self.path, error, aside
+                "request cache %s fails sqlite's integrity check (%s): moved aside to %s and started anew",
+                self.path,
+                error,
+                aside,
             )
             self.path.rename(aside)
             for suffix in ("-wal", "-shm"):
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)
             return self._connect()
 
+    def damaged(self, error: sqlite3.DatabaseError) -> bool:
+        """Whether the file itself is damaged: ``error`` says so, or ``PRAGMA quick_check`` finds a fault
+        (a check that cannot run, for a lock or a full disk, finds none)."""
+        if is_damage(error):
+            return True
+        try:
+            with closing(
+                sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout_s)
+            ) as db:
+                return db.execute("PRAGMA quick_check").fetchall() != [("ok",)]
+        except sqlite3.DatabaseError as check_error:
+            return is_damage(check_error)
+
+    def unusable(self, error: sqlite3.Error) -> str:
+        """The message for a cache that cannot be opened, or read, for ``error`` (not damage)."""
+        from esgexp.outputs import mount_point
+
+        free = shutil.disk_usage(self.path.parent).free
+        return (
+            f"request cache {self.path} cannot be used: {error} (a full disk, a failing disk, or a lock held by "
+            f"another process; {free:,} bytes free on {mount_point(self.path)}). The cache is kept as it is: "
+            "free some space or end the process holding it, then run again; cache=off runs without it"
+        )
+
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=self.timeout_s, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute(SCHEMA)
@@ -77,21 +131,52 @@ class RequestCache:
     def get(self, key: str) -> Response | None:
         if self._db is None or not self.reads:
             return None
-        with self._lock:
-            row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        except sqlite3.DatabaseError as error:
+            raise UserError(self.unusable(error)) from error
         if row is None:
             return None
         return Response(**{**json.loads(row[0]), "cached": True})
 
     def put(self, key: str, response: Response) -> None:
-        """Store a successful response (failures are asked again next time)."""
-        if self._db is None or not self.writes or response.failed:
+        """Store a successful response (failures are asked again next time). When the file stops taking
+        answers (a full disk, a lock held too long) it is left as it is: one warning, and no more are stored."""
+        if self._db is None or not self.writes or response.failed or self.store_error:
             return
         stored = {"id": response.id, "output": response.output, "scores": response.scores, "usage": response.usage}
+        try:
+            with self._lock:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO responses (key, response, created) VALUES (?, ?, ?)",
+                    (key, json.dumps(stored), time.time()),
+                )
+        except sqlite3.DatabaseError as error:
+            self.store_error = str(error)
+            log.warning(
+                "request cache %s stopped taking answers (%s): it keeps the ones it has; this run goes on "
+                "without storing new ones",
+                self.path,
+                error,
+            )
+
+    def get_value(self, key: str):
+        """A value stored by ``put_value`` (any JSON: an embedding, say), or None."""
+        if self._db is None or not self.reads:
+            return None
+        with self._lock:
+            row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put_value(self, key: str, value) -> None:
+        """Store a JSON value under ``key`` (in the same table as the responses, under keys of its own)."""
+        if self._db is None or not self.writes:
+            return
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses (key, response, created) VALUES (?, ?, ?)",
-                (key, json.dumps(stored), time.time()),
+                (key, json.dumps(value), time.time()),
             )
 
     def close(self) -> None:
