@@ -191,7 +191,7 @@ def test_retrieval_and_scored_files_show_their_retriever_or_external_and_no_mode
     no_model = [
         c for c in cards if "climretrieve_sample" in c.split("</summary>")[0] or "esgbench" in c.split("</summary>")[0]
     ]
-    assert len(no_model) == 3 and not any("model.size_b" in c for c in no_model)
+    assert len(no_model) == 3 and not any("model.size_b" in c or "SmolLM2" in c for c in no_model)
 
 
 def test_an_interval_from_one_cluster_is_not_available_everywhere(store):
@@ -285,3 +285,15 @@ def test_items_never_answered_make_the_run_incomplete(fault_proxy, llama_server,
     (pair,) = json.loads((tmp_path / "cmp" / "compare.json").read_text())["comparisons"]
     assert pair["n_shared"] == 3 and (pair["n_unanswered_a"], pair["n_unanswered_b"]) == (0, 1)
     assert "(`" + str(incomplete) + "`) never answered 1 items" in (tmp_path / "cmp" / "compare.md").read_text()
+
+
+def test_a_sweep_reports_a_job_with_items_never_answered_as_incomplete(tmp_path):
+    from esgexp.sweep import job_status, sweep_table
+
+    for number, failed in (("0", 0), ("1", 2)):
+        (tmp_path / number).mkdir()
+        (tmp_path / number / "metrics.json").write_text(json.dumps({"n_items": 4, "n_failed": failed}))
+    assert job_status(tmp_path / "0") == ("ok", "")
+    assert job_status(tmp_path / "1") == ("incomplete", "2 items never answered: rerun the job with resume=true")
+    table, bad = sweep_table(tmp_path, {"0": "dataset.limit=4", "1": "dataset.limit=4 backend.base_url=x"})
+    assert bad == 1 and "   1  incomplete    dataset.limit=4 backend.base_url=x  (2 items never answered" in table

@@ -187,8 +187,9 @@ def card(run: Run) -> str:
         ("config hash", run.tags.get("config_hash", "")),
     ]
     html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in entries)
-    html += f"<dt>prompt template ({escape(run.param('template.name') or 'none')})</dt><dd><pre>{escape(template) or '–'}</pre></dd>"
-    html += f"<dt>decoding</dt><dd>{settings('scoring.', 'model.generation.', 'seed')}</dd>"
+    if uses_model(run):  # a job without a model logs the default one's prompt, decoding and backend: not shown
+        html += f"<dt>prompt template ({escape(run.param('template.name') or 'none')})</dt><dd><pre>{escape(template) or '–'}</pre></dd>"
+        html += f"<dt>decoding</dt><dd>{settings('scoring.', 'model.generation.', 'seed')}</dd>"
     html += f"<dt>retrieval</dt><dd>{settings('strategy.', 'retriever.', 'query.', 'retrieval.')}</dd>"
     if uses_model(run):
         html += f"<dt>backend</dt><dd>{settings('backend.', 'model.')}</dd>"
