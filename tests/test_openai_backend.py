@@ -1,6 +1,7 @@
 """backend=openai against a real OpenAI-compatible server (llama.cpp's, serving SmolLM2), through a fault proxy."""
 
 import json
+import logging
 import os
 import re
 import signal
@@ -27,8 +28,9 @@ def read_jsonl(path):
 
 
 def api(base_url: str, *extra: str) -> tuple[str, ...]:
-    """Overrides for SmolLM2 through the server at ``base_url`` (quick retries for the fault tests)."""
-    return ("backend=openai", f"backend.base_url={base_url}", "backend.backoff_s=0.05", "backend.timeout_s=20", *extra)
+    """Overrides for SmolLM2 through the server at ``base_url`` (quick retries for the fault tests; a timeout
+    long enough for a busy machine, where 8 requests queue for the one slot)."""
+    return ("backend=openai", f"backend.base_url={base_url}", "backend.backoff_s=0.05", "backend.timeout_s=120", *extra)
 
 
 def model_cfg():
@@ -86,14 +88,16 @@ def test_completions_scores_the_letters_from_the_top_list(llama_server, tmp_path
 
 
 def test_a_model_that_ends_its_answer_at_once_has_every_letter_missing(llama_server, tmp_path):
-    """SmolLM2 given a raw (not chat) prompt emits end-of-turn first: no letter, counted, parsed as the empty text."""
+    """SmolLM2 given a raw (not chat) prompt emits end-of-turn first: no letter, counted, parsed as the empty text;
+    a run of such answers only is refused (see test_logprob_on_completions_with_no_letter_...)."""
     backend = OpenAIBackend(
         model_cfg(), RunContext(str(tmp_path), "", 0), llama_server, api="completions", progress_bar=False
     )
-    answers: list = []
-    backend.run([LetterRequest("q", "Question: Which?\nA. x\nB. y\nAnswer:")], answers.extend)
-    assert answers[0].scores == {letter: float("-inf") for letter in "ABCD"} and answers[0].output == ""
+    answer = backend.answer_letters(LetterRequest("q", "Question: Which?\nA. x\nB. y\nAnswer:"))
+    assert answer.scores == {letter: float("-inf") for letter in "ABCD"} and answer.output == ""
     assert backend.stats()["n_letters_missing"] == 4
+    with pytest.raises(UserError, match=r"gave no log-probability to any answer letter on the first 1 question"):
+        backend.run([LetterRequest("q", "Question: Which?\nA. x\nB. y\nAnswer:")], [].extend)
 
 
 def test_faults_are_retried_and_counted(make_cfg, fault_proxy, tmp_path):
@@ -234,3 +238,221 @@ def test_kill_9_mid_run_then_resume_loses_and_repeats_nothing(fault_proxy, tmp_p
     assert len(records) == 8 and len({r["id"] for r in records}) == 8 and not any(r.get("failed") for r in records)
     resent = [b for b in fault_proxy.bodies("/v1/chat/completions")[1:] if b in first_bodies[1 : len(answered) + 1]]
     assert len(first_bodies) >= len(answered) and resent == []
+
+
+# --- faults a user meets (issue 19) -----------------------------------------------------------------------
+
+
+def cli_command(base_url: str, tmp_path, *extra: str) -> list[str]:
+    """``python -m esgexp`` on SmolLM2 through ``base_url``, its runs and request cache under ``tmp_path``."""
+    return [
+        sys.executable,
+        "-m",
+        "esgexp",
+        *api(base_url),
+        f"paths.root_dir={tmp_path}",
+        f"paths.request_cache={tmp_path}/requests.sqlite",
+        "trainer.progress_bar=false",
+        *extra,
+    ]
+
+
+def questions(cfg, n: int) -> list[str]:
+    """The first ``n`` questions of ``cfg``'s dataset, JSON-escaped as they appear in a request body."""
+    from hydra.utils import instantiate
+
+    return [json.dumps(item.question)[1:-1] for item in instantiate(cfg.dataset).load().items[:n]]
+
+
+def test_a_reply_cut_off_after_its_headers_is_retried_and_counted(make_cfg, fault_proxy, tmp_path, clean_env):
+    """200, headers and half the body, then the connection closes: on the probe and on an item (a CLI run)."""
+    [question] = questions(make_cfg("dataset.limit=6"), 1)
+    fault_proxy.fail_next(1, "truncate")  # the start-up probe
+    fault_proxy.fail_when(question, "truncate", times=1)
+    done = subprocess.run(
+        cli_command(fault_proxy.base_url, tmp_path, "dataset.limit=6"),
+        cwd=REPO,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert fault_proxy.faults == ["truncate", "truncate"]
+    (metrics_file,) = tmp_path.glob("runs/**/metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    assert metrics["n_retries"] == 2 and metrics["n_failed"] == 0 and metrics["n_failed_requests"] == 0
+    records = read_jsonl(metrics_file.parent / "predictions.jsonl")
+    assert len(records) == 6 and not any(r.get("failed") for r in records)
+
+
+@pytest.fixture
+def slow_api():
+    """A stand-in API answering every request after 1.5 s, behind a counting FaultProxy (``.base_url``)."""
+    from openai_server import FakeOpenAI, FaultProxy
+
+    with FakeOpenAI(delay=1.5) as fake, FaultProxy(fake.base_url) as proxy:
+        yield proxy
+
+
+def test_ctrl_c_keeps_every_answer_the_server_sent_and_resume_finishes(slow_api, tmp_path, clean_env):
+    """SIGINT while requests are in flight: their answers (arriving during the shutdown) are written too."""
+    command = cli_command(slow_api.base_url, tmp_path, "backend.max_concurrency=3", "dataset.limit=12")
+    process = subprocess.Popen(command, cwd=REPO, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline, predictions = time.monotonic() + 200, None
+    while time.monotonic() < deadline and predictions is None:
+        found = list(tmp_path.glob("runs/**/predictions.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= 3:
+            predictions = found[0]
+        time.sleep(0.05)
+    if predictions is None:
+        process.kill()
+        pytest.fail(f"no 3 answers within 200 s: {process.communicate()[1].decode()[-2000:]}")
+    time.sleep(0.5)  # the next three are on their way
+    in_flight = slow_api.count - slow_api.answered
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode != 0 and in_flight >= 1
+    records = read_jsonl(predictions)
+    # every item answer the server sent (all but the probe) is in predictions.jsonl, none twice, none failed
+    assert len(records) == slow_api.answered - 1 == len({r["id"] for r in records}), stderr.decode()[-2000:]
+    assert len(records) >= 3 + in_flight and not any(r.get("failed") for r in records)
+    assert slow_api.count == slow_api.answered  # nothing was sent after the signal but never answered
+
+    kept = len(records)
+    slow_api.reset()
+    done = subprocess.run(
+        [*command, "resume=true"], cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (latest,) = [p for p in tmp_path.glob("runs/**/predictions.jsonl") if p != predictions]
+    assert len(read_jsonl(latest)) == 12 and slow_api.count_path("/v1/chat/completions") == 1 + 12 - kept
+
+
+def test_timeouts_on_a_one_slot_server_lower_the_concurrency_instead_of_snowballing(make_cfg, caplog):
+    """timeout_s=3 against a single-slot server that takes 6 s on one item (issue 19: 6 items made 30 requests and
+    5 of them failed): the client lowers its concurrency and lengthens the timeouts instead."""
+    from openai_server import FakeOpenAI, FaultProxy
+
+    [slow] = questions(make_cfg("dataset.limit=6"), 1)
+    with FakeOpenAI(delay=0.3) as fake, FaultProxy(fake.base_url, slots=1) as proxy:
+        proxy.fail_when(slow, "delay", delay=6)  # every try of that item: a long answer, holding the one slot
+        logger = logging.getLogger("esgexp.backends.openai_client")
+        logger.addHandler(caplog.handler)
+        try:
+            metrics = run_job(
+                make_cfg(*api(proxy.base_url, "backend.timeout_s=3", "backend.max_concurrency=8"), "dataset.limit=6")
+            )
+        finally:
+            logger.removeHandler(caplog.handler)
+        sent = proxy.count
+    assert metrics["n_failed"] == 0 and metrics["n_items"] == 6
+    assert sent <= 16 and metrics["n_retries"] <= 10, (sent, metrics["n_retries"])  # before: 32 requests, 5 failed
+    assert any("did not answer within its timeout: now at most 4 request(s) at a time" in m for m in caplog.messages)
+
+
+def test_a_long_retry_after_is_logged_with_how_long_and_why(caplog):
+    from openai_server import FakeOpenAI, FaultProxy
+
+    from esgexp.backends.openai_client import OpenAIClient
+
+    with FakeOpenAI() as fake, FaultProxy(fake.base_url) as proxy:
+        proxy.fail_next(1, "429", retry_after=600)
+        client = OpenAIClient(proxy.base_url, backoff_s=0.01, max_wait_s=0.5)
+        started = time.monotonic()
+        logger = logging.getLogger("esgexp.backends.openai_client")  # a job's logging setup may stop propagation
+        logger.addHandler(caplog.handler)
+        try:
+            reply, retries = client.post("/completions", {"prompt": "Hi", "max_tokens": 1})
+        finally:
+            logger.removeHandler(caplog.handler)
+    assert reply["choices"] and retries == 1 and time.monotonic() - started >= 0.5
+    [message] = caplog.messages
+    assert f"the server at {proxy.base_url} asks to retry after 600 s (HTTP 429" in message
+    assert "it asked for 600 s; one wait is at most max_wait_s=0.5 s" in message
+
+
+def test_logprob_on_completions_with_no_letter_is_caught_by_the_first_answers(make_cfg, fault_proxy):
+    """A raw prompt on /completions: SmolLM2 ends its answer at once, so no letter has a log-probability."""
+    with pytest.raises(
+        UserError, match=r"gave no log-probability to any answer letter on the first 3 question"
+    ) as caught:
+        run_job(make_cfg(*api(fault_proxy.base_url, "backend.api=completions"), "scoring=logprob", "dataset.limit=8"))
+    assert fault_proxy.base_url in str(caught.value) and "use backend.api=chat" in str(caught.value)
+    assert fault_proxy.count_path("/v1/completions") == 1 + 3  # the probe and the first three items, no more
+
+
+def test_a_logprob_run_with_every_letter_missing_is_an_error_not_a_result(make_cfg, fault_proxy, tmp_path):
+    """The first answers fail (no probe of the letters), the rest all lack every letter: an error, answers kept."""
+    cfg = make_cfg(
+        *api(fault_proxy.base_url, "backend.api=completions", "backend.max_retries=0"),
+        "scoring=logprob",
+        "dataset.limit=5",
+    )
+    first = questions(cfg, 3)
+    fault_proxy.fail_when(lambda r: any(q in json.dumps(r.json()) for q in first), "500")  # no probe answer at all
+    with pytest.raises(
+        UserError, match=r"gave no log-probability to any answer letter on all 2 question\(s\) it answered"
+    ):
+        run_job(cfg)
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert len(records) == 5 and sum(1 for r in records if r.get("failed")) == 3  # every answer kept on disk
+
+
+# --- OpenAI's o-series reasoning models (issue 20) ------------------------------------------------------------
+
+
+def reasoning_job(make_cfg, base_url: str, *extra: str):
+    return make_cfg(
+        "model=o3",
+        f"backend.base_url={base_url}",
+        "++model.api.params=reasoning",
+        "backend.backoff_s=0.01",
+        "scoring=generate",
+        "dataset.limit=3",
+        *extra,
+    )
+
+
+def test_a_reasoning_model_gets_max_completion_tokens_and_no_temperature(make_cfg, tmp_path, monkeypatch):
+    from openai_server import FakeOpenAI
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+    with FakeOpenAI(reasoning=True, answer="B") as fake:
+        metrics = run_job(reasoning_job(make_cfg, fake.base_url, "++model.api.reasoning_effort=low"))
+        bodies = fake.bodies
+    assert metrics["n_failed"] == 0 and metrics["n_items"] == 3 and len(bodies) == 1 + 3
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert [r["parsed"] for r in records] == ["B"] * 3
+    for body in bodies[1:]:  # the model's generation budget, reasoning included; no stop strings
+        assert body["max_completion_tokens"] >= 1024 and body["reasoning_effort"] == "low" and body["model"] == "o3"
+        assert not {"max_tokens", "temperature", "stop", "logprobs"} & set(body)
+
+
+def test_a_reasoning_model_without_its_parameter_rule_is_refused_by_the_server_at_the_probe(make_cfg, monkeypatch):
+    """Sent as a standard model, the fake endpoint answers what OpenAI's does: 400 on max_tokens."""
+    from openai_server import FakeOpenAI
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+    with FakeOpenAI(reasoning=True) as fake:
+        cfg = reasoning_job(make_cfg, fake.base_url, "++model.api.params=standard", "++model.api.reasoning_effort=null")
+        with pytest.raises(
+            UserError, match=r"refused a generate request for model 'o3': HTTP 400: Unsupported parameter: 'max_tokens'"
+        ):
+            run_job(cfg)
+        assert fake.count == 1  # the probe only
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("scoring=logprob",), "backend=openai cannot answer logprob requests for model 'o3'"),
+        (("++model.api.reasoning_effort=extreme",), "model.api.reasoning_effort must be one of low, medium, high"),
+        (("backend.api=completions",), "model 'o3' (model.api.params=reasoning) answers on chat only"),
+        (("++model.api.params=fast",), "model.api.params must be one of standard, reasoning, got 'fast'"),
+    ],
+)
+def test_bad_reasoning_settings_are_named_before_any_request(make_cfg, monkeypatch, extra, message):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+    with pytest.raises(UserError, match=re.escape(message)):
+        run_job(reasoning_job(make_cfg, "http://127.0.0.1:9/v1", *extra))

@@ -265,3 +265,97 @@ def test_faults_chosen_by_body(fault_proxy):
 def test_unknown_fault_kind_is_refused(fault_proxy):
     with pytest.raises(ValueError, match="unknown fault kind"):
         fault_proxy.fail_next(1, "teapot")
+
+
+def test_fault_truncate_cuts_the_reply_after_its_headers(fault_proxy):
+    fault_proxy.fail_next(1, "truncate")
+    request = urllib.request.Request(
+        f"{fault_proxy.base_url}/completions",
+        data=json.dumps({"model": MODEL_ALIAS, "prompt": "Hello", "max_tokens": 2, "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200 and int(response.headers["Content-Length"]) > 20
+        with pytest.raises(http.client.IncompleteRead):
+            response.read()
+    assert fault_proxy.faults == ["truncate"] and fault_proxy.forwarded == 1  # the server did answer
+    assert complete(fault_proxy.base_url, "Hello", max_tokens=1)["choices"]  # only that one
+
+
+def test_proxy_with_one_slot_serves_one_request_at_a_time(llama_server):
+    from openai_server import FaultProxy
+
+    with FaultProxy(llama_server, slots=1) as proxy:
+        proxy.fail_next(2, "delay", delay=1.0)
+        started = time.monotonic()
+        threads = [
+            threading.Thread(target=complete, args=(proxy.base_url, "Hi"), kwargs={"max_tokens": 1}) for _ in "ab"
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert time.monotonic() - started >= 2.0 and proxy.forwarded == 2  # the delays did not overlap
+
+
+# --- the stand-in OpenAI API ----------------------------------------------------------------------------
+
+
+def test_fake_openai_answers_after_its_delay_in_parallel():
+    from openai_server import FakeOpenAI
+
+    with FakeOpenAI(delay=0.5, answer="B") as fake:
+        answers = []
+        started = time.monotonic()
+        threads = [
+            threading.Thread(
+                target=lambda: answers.append(
+                    post(fake.base_url, "/chat/completions", {"model": "m", "messages": QUESTION})
+                )
+            )
+            for _ in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert time.monotonic() - started < 1.5  # 8 requests of 0.5 s at once, not one after another
+        assert [a["choices"][0]["message"]["content"] for a in answers] == ["B"] * 8 and fake.count == 8
+        text = post(fake.base_url, "/completions", {"model": "m", "prompt": "x", "logprobs": 5})["choices"][0]
+        assert text["text"] == "B" and max(text["logprobs"]["top_logprobs"][0].items(), key=lambda kv: kv[1])[0] == "B"
+
+
+@pytest.mark.parametrize(
+    "fields, param, message",
+    [
+        ({"max_tokens": 16}, "max_tokens", "Use 'max_completion_tokens' instead"),
+        ({"temperature": 0}, "temperature", "does not support 0 with this model. Only the default (1)"),
+        ({"stop": ["\n"]}, "stop", "Unsupported parameter: 'stop'"),
+        ({"logprobs": True, "top_logprobs": 5}, "logprobs", "Unsupported parameter: 'logprobs'"),
+        ({"reasoning_effort": "extreme"}, "reasoning_effort", "Supported values are: 'low', 'medium', and 'high'"),
+    ],
+)
+def test_fake_reasoning_model_rejects_what_openai_rejects(fields, param, message):
+    from openai_server import FakeOpenAI
+
+    with FakeOpenAI(reasoning=True) as fake:
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            post(fake.base_url, "/chat/completions", {"model": "o3", "messages": QUESTION, **fields})
+        error = json.load(caught.value)["error"]
+        assert caught.value.code == 400 and error["param"] == param and message in error["message"]
+        assert error["type"] == "invalid_request_error"
+        ok = post(
+            fake.base_url,
+            "/chat/completions",
+            {
+                "model": "o3",
+                "messages": QUESTION,
+                "max_completion_tokens": 50,
+                "reasoning_effort": "low",
+                "temperature": 1,
+            },
+        )
+        assert ok["choices"][0]["message"]["content"] == "A" and "reasoning_tokens" in str(ok["usage"])
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            post(fake.base_url, "/completions", {"model": "o3", "prompt": "x"})
+        assert caught.value.code == 400

@@ -1,13 +1,22 @@
 """``backend=openai``: any OpenAI-compatible server (OpenAI, DeepSeek, vLLM serve, llama.cpp, ...).
 
-Requests run concurrently up to ``max_concurrency``. A 429, a 5xx, a timeout or a dropped connection
-is retried with exponential backoff and jitter (``Retry-After`` honoured) up to ``max_retries``; any
-other 4xx fails that item at once with the server's message. An item whose retries run out is
-answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it.
+Requests run concurrently up to ``max_concurrency`` through one ``OpenAIClient`` (openai_client.py): a
+429, a 5xx, a timeout or a dropped connection (also one cut off mid-reply) is retried with exponential
+backoff and jitter (``Retry-After`` honoured) up to ``max_retries``, and timeouts lower the concurrency;
+any other 4xx fails that item at once with the server's message. An item whose retries run out is
+answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it. Ctrl-C stops sending:
+the answers of the requests in flight are awaited and handed over before ``KeyboardInterrupt`` (a second
+Ctrl-C stops at once).
+
+``model.api.params: reasoning`` is the parameter rule of OpenAI's o-series reasoning models (o3, o4-mini), which
+reject ``max_tokens``, ``temperature`` and ``stop``: the token limit goes as ``max_completion_tokens``
+(reasoning tokens count against it), ``model.api.reasoning_effort`` is sent when set, and there is no
+temperature, stop string or log-probability (``scoring=generate`` only).
 
 Letter log-probabilities come from the top log-probabilities of the first answer token (``top_logprobs``
 of ``/chat/completions``, ``logprobs`` of ``/completions``); a letter missing from the top list scores
-``-inf`` and is counted. (Scoring each letter by ``echo`` was tried and left out: llama-cpp-python
+``-inf`` and is counted; when every letter is missing on the first answers (a model that ends its answer at
+once: a raw prompt on ``/completions``) the job stops with what to do instead. (Scoring each letter by ``echo`` was tried and left out: llama-cpp-python
 0.3.36 shifts echoed log-probabilities and offsets by one around the BOS token.) A request's
 ``json_schema`` goes to the server as ``response_format`` (``backend.response_format``: OpenAI's
 ``json_schema`` form, or ``json_object`` with a ``schema`` for llama-cpp-python's server). The key
@@ -19,18 +28,25 @@ from __future__ import annotations
 import json
 import logging
 import math
+import queue
 import re
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from omegaconf import DictConfig
 
 from esgexp.backends.base import Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
-from esgexp.backends.openai_client import OpenAIClient, RequestFailed, RetryableError
+from esgexp.backends.openai_client import Interrupted, OpenAIClient, RequestFailed, RetryableError
+from esgexp.backends.sigint import deferred_sigint
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
+
+API_PARAMS = ("standard", "reasoning")
+REASONING_EFFORTS = ("low", "medium", "high")
+#: logprob mode: the first answers double as a probe of the letters; this many without any letter stop the job.
+LETTER_PROBE = 3
 
 
 class OpenAIBackend(Backend):
@@ -58,6 +74,10 @@ class OpenAIBackend(Backend):
         self.response_format = response_format
         if model_cfg.get("adapter"):
             raise UserError("model.adapter needs backend=hf or backend=vllm: an API server serves its own weights")
+        api_node = model_cfg.get("api") or {}
+        self.api_params, self.reasoning_effort = check_api_params(
+            api_node.get("params") or "standard", api_node.get("reasoning_effort"), api, model_cfg.name
+        )
         self.model_cfg = model_cfg
         self.base_url = str(base_url).rstrip("/")
         self.api = api
@@ -75,16 +95,22 @@ class OpenAIBackend(Backend):
             backoff_s=backoff_s,
             needed_by=f"model {model_cfg.name!r} on {self.base_url}",
             key_setting="backend.api_key_env",
+            max_concurrency=self.max_concurrency,
         )
         self._checked: set[str] = set()
         self._letters_missing = 0
+        self._letter_answers: list[bool] = []  # per answered letter request: whether every letter was missing
         self._count_lock = threading.Lock()
+        self._warned: set[str] = set()
 
     def identity(self) -> dict:
-        return {"backend": "openai", "base_url": self.base_url, "model": self.served, "api": self.api}
+        identity = {"backend": "openai", "base_url": self.base_url, "model": self.served, "api": self.api}
+        if self.api_params != "standard":
+            identity.update(api_params=self.api_params, reasoning_effort=self.reasoning_effort)
+        return identity
 
     def supports(self, kind: str) -> bool:
-        return kind in ("generate", "logprob")
+        return kind == "generate" or (kind == "logprob" and self.api_params == "standard")
 
     def rendered(self, request: Request) -> str:
         if self.api == "chat":
@@ -106,26 +132,103 @@ class OpenAIBackend(Backend):
     # --- the run -------------------------------------------------------------------------------
 
     def run(self, requests: Sequence[Request], on_results: OnResults) -> None:
-        """Every request through a pool of ``max_concurrency`` threads; each answer handed over as it arrives."""
+        """Every request through a pool of ``max_concurrency`` threads; each answer handed over as it arrives.
+        logprob: the first LETTER_PROBE answers come first and must hold a letter (else a UserError)."""
         if not requests:
             return
-        self.check_server(requests[0].kind)
+        kind = requests[0].kind
+        self.check_server(kind)
         from tqdm.auto import tqdm
 
-        answer = self.answer_letters if requests[0].kind == "logprob" else self.answer_generation
-        with (
-            ThreadPoolExecutor(self.max_concurrency) as pool,
-            tqdm(total=len(requests), desc=f"{self.served} ({self.api})", disable=not self.progress_bar) as bar,
-        ):
-            futures = [pool.submit(self.answer_safely, answer, r) for r in requests]
-            try:
-                for future in as_completed(futures):
-                    on_results([future.result()])
-                    bar.update(1)
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
+        answer = self.answer_letters if kind == "logprob" else self.answer_generation
+        with tqdm(total=len(requests), desc=f"{self.served} ({self.api})", disable=not self.progress_bar) as bar:
+
+            def hand_over(responses: list[Response]) -> None:
+                on_results(responses)
+                bar.update(len(responses))
+
+            rest = list(requests)
+            first = len(self._letter_answers)  # this run's letter answers start here
+            if kind == "logprob":
+                probe, rest = rest[:LETTER_PROBE], rest[LETTER_PROBE:]
+                self.answer_all(probe, answer, hand_over)
+                if len(self._letter_answers) - first == len(probe):  # every probe answer came back
+                    self.check_letters(first, final=False)
+            self.answer_all(rest, answer, hand_over)
+        if kind == "logprob":
+            self.check_letters(first, final=True)
+
+    def answer_all(self, requests: Sequence[Request], answer, hand_over: Callable[[list[Response]], None]) -> None:
+        """Answer ``requests`` concurrently, handing the answers over on this thread as they come (those that
+        arrived together in one list: one write for them). On Ctrl-C nothing new is sent, the answers in
+        flight are awaited and handed over, then ``KeyboardInterrupt`` is raised."""
+        if not requests:
+            return
+        pool = ThreadPoolExecutor(self.max_concurrency)
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+        go = threading.Event()  # the threads start before any sends: a start need not wait for the busy ones
+
+        def answer_when_all_started(request: Request) -> Response:
+            go.wait()
+            return self.answer_safely(answer, request)
+
+        futures = [pool.submit(answer_when_all_started, r) for r in requests]
+        go.set()
+        for future in futures:
+            future.add_done_callback(finished.put)
+        remaining, stopping = len(futures), False
+        try:
+            with deferred_sigint() as interrupted:
+                while remaining:
+                    batch = []
+                    try:
+                        batch.append(finished.get(timeout=0.2))
+                        while True:
+                            batch.append(finished.get_nowait())
+                    except queue.Empty:
+                        pass
+                    remaining -= len(batch)
+                    answers = [
+                        f.result() for f in batch if not f.cancelled() and not isinstance(f.exception(), Interrupted)
+                    ]
+                    if answers:
+                        hand_over(answers)
+                    if interrupted.is_set() and not stopping:
+                        stopping = True
+                        self.client.stop()
+                        for pending in futures:
+                            pending.cancel()
+                        log.warning(
+                            "interrupted: sending nothing more; waiting for the %d answer(s) in flight "
+                            "(Ctrl-C again to stop at once)",
+                            sum(f.running() for f in futures),
+                        )
+        except BaseException:
+            self.client.stop()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        if stopping:
+            raise KeyboardInterrupt
+
+    def check_letters(self, first: int, final: bool) -> None:
+        """A UserError when every letter request this run answered (those from index ``first`` on) had every
+        letter missing (``final``: at the end of the run; else after the first answers, the probe)."""
+        answers = self._letter_answers[first:]
+        if not answers or not all(answers):
+            return
+        where = f"all {len(answers)} question(s) it answered" if final else f"the first {len(answers)} question(s)"
+        advice = (
+            "backend.api=completions sends the prompt as it is: use backend.api=chat (the server applies the "
+            "model's chat template), or scoring=generate"
+            if self.api == "completions"
+            else "use scoring=generate, or a larger backend.top_logprobs"
+        )
+        raise UserError(
+            f"the server at {self.base_url} gave no log-probability to any answer letter on {where} (model "
+            f"{self.served!r}, backend.api={self.api}): the model ends its answer at once or starts it with other "
+            f"tokens, so every logprob score would be missing; {advice}"
+        )
 
     def answer_safely(self, answer, request: Request) -> Response:
         try:
@@ -151,9 +254,22 @@ class OpenAIBackend(Backend):
     # --- one request ------------------------------------------------------------------------------
 
     def generation_body(self, request: GenerationRequest) -> tuple[str, dict]:
-        body: dict = {"model": self.served, "max_tokens": request.max_new_tokens, "temperature": request.temperature}
-        if request.stop:
-            body["stop"] = list(request.stop)
+        body: dict = {"model": self.served}
+        if self.api_params == "reasoning":
+            body["max_completion_tokens"] = request.max_new_tokens
+            if self.reasoning_effort:
+                body["reasoning_effort"] = self.reasoning_effort
+            if request.stop:
+                self.warn_once("stop", "model.api.params=reasoning: the model takes no stop strings; they are not sent")
+            if request.temperature not in (0, 1):
+                self.warn_once(
+                    "temperature",
+                    "model.api.params=reasoning: the model samples at its own temperature (1), not the one asked",
+                )
+        else:
+            body.update(max_tokens=request.max_new_tokens, temperature=request.temperature)
+            if request.stop:
+                body["stop"] = list(request.stop)
         if request.seed is not None:
             body["seed"] = request.seed
         if request.json_schema is not None:
@@ -188,6 +304,13 @@ class OpenAIBackend(Backend):
         return Response(
             id=request.id, output=text or "", usage=usage_of(data), info={"retries": retries} if retries else {}
         )
+
+    def warn_once(self, key: str, message: str) -> None:
+        with self._count_lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        log.warning(message)
 
     def answer_letters(self, request: LetterRequest, probe_only: bool = False) -> Response:
         """The letters' log-probabilities among the top tokens of the answer's first token."""
@@ -225,9 +348,10 @@ class OpenAIBackend(Backend):
             if letter in scores:
                 scores[letter] = max(scores[letter], float(value))
         missing = sum(1 for value in scores.values() if value == -math.inf)
-        if missing and not probe_only:
+        if not probe_only:
             with self._count_lock:
                 self._letters_missing += missing
+                self._letter_answers.append(missing == len(scores))
         response = letter_response(request, scores, usage_of(data), retries)
         if missing == len(scores):
             response.output = text  # no letter among the top tokens: the answer is parsed from the text
@@ -236,6 +360,24 @@ class OpenAIBackend(Backend):
     def post(self, path: str, body: dict) -> tuple[dict, int]:
         """The JSON answer to ``body`` at ``path`` and how many retries it took (see OpenAIClient.post)."""
         return self.client.post(path, body)
+
+
+def check_api_params(api_params: str, effort: str | None, api: str, model: str) -> tuple[str, str | None]:
+    """``model.api.params`` and ``model.api.reasoning_effort`` as given, or a UserError naming the bad one."""
+    if api_params not in API_PARAMS:
+        raise UserError(f"model.api.params must be one of {', '.join(API_PARAMS)}, got {api_params!r}")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise UserError(
+            f"model.api.reasoning_effort must be one of {', '.join(REASONING_EFFORTS)} or null, got {effort!r}"
+        )
+    if api_params == "standard" and effort is not None:
+        raise UserError(
+            f"model.api.reasoning_effort={effort} is for reasoning models: set model.api.params=reasoning for "
+            f"model {model!r}, or leave reasoning_effort null"
+        )
+    if api_params == "reasoning" and api != "chat":
+        raise UserError(f"model {model!r} (model.api.params=reasoning) answers on chat only: use backend.api=chat")
+    return api_params, effort
 
 
 def first_choice(data: dict) -> dict:

@@ -6,13 +6,23 @@ with exponential backoff and jitter (``Retry-After`` honoured) up to ``max_retri
 ``RetryableError``; any other 4xx, or a reply that is not JSON, is raised at once as ``RequestFailed``
 with the server's message. Before the server's first reply a refused connection is raised at once
 (no server there: say so now, not after the retries). ``probe`` turns both into one ``UserError``
-naming the server. The key is read from the environment variable ``api_key_env`` names and goes into
-the ``Authorization`` header only. Retries and failed requests are counted (``stats()``).
+naming the server. A reply cut off after its headers (``IncompleteRead``, a reset mid-body) is a dropped
+connection like any other: retried and counted. The key is read from the environment variable
+``api_key_env`` names and goes into the ``Authorization`` header only. Retries and failed requests are
+counted (``stats()``).
+
+A slow server is not flooded: with ``max_concurrency`` the client keeps at most that many requests in
+flight and, after a timeout, halves that number and doubles the timeout (once per round of requests
+sent at the last setting; answers in a row raise the number again by one), and the request that timed
+out tries again with four times its last timeout (a slow request, not only a busy server). A ``Retry-After`` pauses
+every request, not only the one that got it; a long wait is logged with how long and why. ``stop()``
+(Ctrl-C) ends every wait and retry at once (``Interrupted``); requests in flight finish.
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import os
 import random
@@ -27,6 +37,10 @@ log = logging.getLogger(__name__)
 
 #: The longest single wait between two tries, whatever the server's Retry-After asks.
 MAX_WAIT_S = 120.0
+#: A wait at least this long is logged (with its reason) when it starts.
+LONG_WAIT_S = 10.0
+#: After timeouts the timeout grows up to this many times ``timeout_s``.
+MAX_TIMEOUT_FACTOR = 16
 
 
 class RetryableError(Exception):
@@ -35,16 +49,21 @@ class RetryableError(Exception):
 
     counted = False  # True once OpenAIClient.post has counted it in n_failed_requests
 
-    def __init__(self, message: str, wait: float | None = None, unreachable: bool = False):
+    def __init__(self, message: str, wait: float | None = None, unreachable: bool = False, timed_out: bool = False):
         super().__init__(message)
         self.wait = wait
         self.unreachable = unreachable
+        self.timed_out = timed_out
 
 
 class RequestFailed(Exception):
     """A failure that another try will not mend (a 4xx other than 429, a malformed answer)."""
 
     counted = False
+
+
+class Interrupted(Exception):
+    """The client was stopped (``OpenAIClient.stop``) before this request had its answer."""
 
 
 def retry_after(value: str | None) -> float | None:
@@ -87,18 +106,26 @@ class OpenAIClient:
         backoff_s: float = 1.0,
         needed_by: str | None = None,
         key_setting: str = "api_key_env",
+        max_concurrency: int | None = None,
+        max_wait_s: float = MAX_WAIT_S,
     ):
         self.base_url = str(base_url).rstrip("/")
         self.timeout_s = float(timeout_s)
         self.connect_timeout_s = float(connect_timeout_s)
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
+        self.max_wait_s = float(max_wait_s)
         self._key = read_key(api_key_env, needed_by or f"the server at {self.base_url}", key_setting)
-        self._local = threading.local()
-        self._sessions: list = []
+        self._headers = {"Content-Type": "application/json"}
+        if self._key:
+            self._headers["Authorization"] = f"Bearer {self._key}"
+        self._pool = None
         self._lock = threading.Lock()
         self._counts = {"n_retries": 0, "n_failed_requests": 0}
         self.answered = False  # whether the server has replied at least once (any status)
+        self.gate = Gate(max_concurrency, self.timeout_s, self.base_url)
+        self._stopped = threading.Event()
+        self._resume_at = 0.0  # time.monotonic() before which no request is sent (a Retry-After)
 
     # --- counting ---------------------------------------------------------------------------------
 
@@ -141,73 +168,145 @@ class OpenAIClient:
         except RequestFailed as error:
             raise UserError(f"the server at {self.base_url} refused {what}: {error}") from None
 
+    def stop(self) -> None:
+        """End every wait and every retry now: each such request raises ``Interrupted``."""
+        self._stopped.set()
+        self.gate.wake()
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stopped.wait(max(0.0, seconds)):
+            raise Interrupted("stopped")
+
     def _post_with_retries(self, path: str, body: dict) -> tuple[dict, int]:
+        own_timeouts = 0
         for attempt in range(self.max_retries + 1):
+            self._sleep(self._resume_at - time.monotonic())
+            round_ = self.gate.enter(self._stopped)
+            # a request that timed out may simply be slow: its own next try waits 4 times as long
+            timeout_s = min(
+                max(self.gate.timeout_s, self.timeout_s * 4**own_timeouts), self.timeout_s * MAX_TIMEOUT_FACTOR
+            )
             try:
-                return self.post_once(path, body), attempt
+                reply = self.post_once(path, body, timeout_s=timeout_s)
+                self.gate.leave(round_)
+                return reply, attempt
             except RetryableError as error:
+                self.gate.leave(round_, timed_out=error.timed_out)
+                own_timeouts += error.timed_out
                 if error.unreachable and not self.answered:  # no server there: say so now, not after the retries
                     raise
                 if attempt == self.max_retries:
                     raise RetryableError(f"{error} (gave up after {self.max_retries} retries)") from None
+                if self._stopped.is_set():
+                    raise Interrupted(str(error)) from None
                 self.count("n_retries")
-                backoff = self.backoff_s * 2**attempt
-                wait = error.wait if error.wait is not None else backoff * (0.5 + random.random())
+                if error.wait is not None:
+                    self._pause(error)
+                    wait = 0.0
+                else:
+                    wait = self.backoff_s * 2**attempt * (0.5 + random.random())
                 log.debug("retrying %s in %.1f s: %s", path, wait, error)
-                time.sleep(min(wait, MAX_WAIT_S))
+                self._sleep(min(wait, self.max_wait_s))
+            except BaseException:
+                self.gate.leave(round_)
+                raise
         raise AssertionError("unreachable")
 
-    def post_once(self, path: str, body: dict) -> dict:
-        """One try: the parsed reply, or ``RetryableError`` / ``RequestFailed``."""
-        import requests
-
-        try:
-            reply = self.session().post(
-                self.base_url + path, json=body, timeout=(self.connect_timeout_s, self.timeout_s)
+    def _pause(self, error: RetryableError) -> None:
+        """Hold every request for the server's ``Retry-After`` (at most ``max_wait_s``); a long one is logged."""
+        wait = min(error.wait, self.max_wait_s)
+        with self._lock:
+            now = time.monotonic()
+            extended = now + wait > self._resume_at + 1.0
+            self._resume_at = max(self._resume_at, now + wait)
+        if extended and error.wait >= LONG_WAIT_S:
+            capped = (
+                f" (it asked for {error.wait:.0f} s; one wait is at most max_wait_s={self.max_wait_s:g} s)"
+                if wait < error.wait
+                else ""
             )
-        except requests.ConnectTimeout:
+            log.warning(
+                "the server at %s asks to retry after %.0f s (%s): every request waits until %s%s",
+                self.base_url,
+                error.wait,
+                str(error)[:80],
+                time.strftime("%H:%M:%S", time.localtime(time.time() + wait)),
+                capped,
+            )
+
+    def post_once(self, path: str, body: dict, timeout_s: float | None = None) -> dict:
+        """One try (``timeout_s``: this try's read timeout, default ``timeout_s``): the parsed reply, or
+        ``RetryableError`` / ``RequestFailed``."""
+        import urllib3
+        from urllib3.exceptions import (
+            ConnectTimeoutError,
+            HTTPError,
+            NewConnectionError,
+            ReadTimeoutError,
+            SSLError,
+        )
+
+        timeout_s = timeout_s or self.timeout_s
+        try:
+            reply = self.pool().request(
+                "POST",
+                self.base_url + path,
+                body=json.dumps(body).encode(),
+                headers=self._headers,
+                timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=timeout_s),
+                retries=False,
+                redirect=False,
+                preload_content=False,
+                enforce_content_length=True,
+            )
+        except (NewConnectionError, SSLError) as error:
+            raise RetryableError(f"connection failed: {connection_cause(error)}", unreachable=True) from None
+        except ConnectTimeoutError:
             raise RetryableError(
                 f"no connection within connect_timeout_s={self.connect_timeout_s:g}", unreachable=True
             ) from None
-        except requests.Timeout:
-            raise RetryableError(f"no answer within timeout_s={self.timeout_s:g}") from None
-        except requests.ConnectionError as error:
-            raise RetryableError(f"connection failed: {connection_cause(error)}", unreachable=True) from None
+        except ReadTimeoutError:
+            raise RetryableError(f"no answer within {timeout_s:g} s (timeout_s)", timed_out=True) from None
+        except (HTTPError, OSError) as error:  # connected, then dropped before the answer's headers
+            raise RetryableError(f"connection dropped: {broken_cause(error)}") from None
         self.answered = True
-        if reply.status_code == 429 or reply.status_code >= 500:
-            raise RetryableError(
-                f"HTTP {reply.status_code}: {reply.text[:200]}", retry_after(reply.headers.get("Retry-After"))
-            )
-        if reply.status_code >= 400:
-            raise RequestFailed(f"HTTP {reply.status_code}: {server_message(reply)}")
         try:
-            return reply.json()
+            data = reply.read()
+        except (HTTPError, OSError) as error:  # IncompleteRead, a reset or a timeout mid-body
+            raise RetryableError(
+                f"the reply broke off after its headers: {broken_cause(error)}",
+                timed_out=isinstance(error, ReadTimeoutError),
+            ) from None
+        finally:
+            reply.release_conn()
+        text = data.decode("utf-8", errors="replace")
+        if reply.status == 429 or reply.status >= 500:
+            raise RetryableError(f"HTTP {reply.status}: {text[:200]}", retry_after(reply.headers.get("Retry-After")))
+        if reply.status >= 400:
+            raise RequestFailed(f"HTTP {reply.status}: {server_message(text)}")
+        try:
+            return json.loads(data)
         except ValueError:
-            raise RequestFailed(f"the answer is not JSON: {reply.text[:200]!r}") from None
+            raise RequestFailed(f"the answer is not JSON: {text[:200]!r}") from None
 
     # --- connections ------------------------------------------------------------------------------
 
-    def session(self):
-        """This thread's ``requests.Session`` (with the key's header)."""
-        import requests
+    def pool(self):
+        """The connection pool (urllib3: thread-safe, one kept-alive connection per request in flight)."""
+        if self._pool is None:
+            import urllib3
 
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            if self._key:
-                session.headers["Authorization"] = f"Bearer {self._key}"
-            self._local.session = session
             with self._lock:
-                self._sessions.append(session)
-        return session
+                if self._pool is None:
+                    self._pool = urllib3.PoolManager(maxsize=self.gate.ceiling or 64)
+        return self._pool
 
     def close(self) -> None:
         """Close every pooled connection."""
         with self._lock:
-            sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            session.close()
-        self._local = threading.local()
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.clear()
 
 
 def connection_cause(error: Exception) -> str:
@@ -216,10 +315,73 @@ def connection_cause(error: Exception) -> str:
     return found.group(0).strip() if found else str(error)[:200]
 
 
-def server_message(reply) -> str:
+def broken_cause(error: Exception) -> str:
+    """The reason a reply broke off (``Connection broken: IncompleteRead(10 bytes read, 10 more expected)``)."""
+    found = re.search(r"Connection broken: [^'\"]*|Read timed out\.?", str(error))
+    return found.group(0).strip() if found else str(error)[:200]
+
+
+def server_message(text: str) -> str:
     """The error message in an OpenAI-style error body, else the body's start."""
     try:
-        error = reply.json().get("error")
+        error = json.loads(text).get("error")
         return str(error.get("message") if isinstance(error, dict) else error)[:500]
     except (ValueError, AttributeError):
-        return reply.text[:500]
+        return text[:500]
+
+
+class Gate:
+    """At most ``limit`` requests in flight (no limit when ``ceiling`` is None). A timeout of a request sent
+    in the current round halves the limit (down to 1) and doubles ``timeout_s`` (up to MAX_TIMEOUT_FACTOR
+    times the setting) and starts a new round; ``limit`` answers in a row raise the limit by one, up to
+    ``ceiling``."""
+
+    def __init__(self, ceiling: int | None, timeout_s: float, server: str):
+        self.ceiling = ceiling
+        self.limit = ceiling
+        self.base_timeout_s = self.timeout_s = timeout_s
+        self.server = server
+        self.in_flight = 0
+        self.round = 0
+        self._streak = 0
+        self._cond = threading.Condition()
+
+    def enter(self, stopped: threading.Event) -> int:
+        """Wait for a free slot (``Interrupted`` once ``stopped`` is set); the round it is taken in."""
+        with self._cond:
+            while self.limit is not None and self.in_flight >= self.limit:
+                if stopped.is_set():
+                    raise Interrupted("stopped")
+                self._cond.wait(0.5)
+            if stopped.is_set():
+                raise Interrupted("stopped")
+            self.in_flight += 1
+            return self.round
+
+    def leave(self, round_: int, timed_out: bool = False) -> None:
+        with self._cond:
+            self.in_flight -= 1
+            if timed_out and round_ == self.round:
+                self.round += 1
+                self._streak = 0
+                self.timeout_s = min(self.timeout_s * 2, self.base_timeout_s * MAX_TIMEOUT_FACTOR)
+                if self.limit is not None:
+                    self.limit = max(1, self.limit // 2)
+                log.warning(
+                    "the server at %s did not answer within its timeout: now %s, timeout %g s",
+                    self.server,
+                    "unlimited requests at a time"
+                    if self.limit is None
+                    else f"at most {self.limit} request(s) at a time",
+                    self.timeout_s,
+                )
+            elif not timed_out and self.limit is not None and self.limit < self.ceiling:
+                self._streak += 1
+                if self._streak >= self.limit:
+                    self.limit += 1
+                    self._streak = 0
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
