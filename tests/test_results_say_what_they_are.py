@@ -297,3 +297,26 @@ def test_a_sweep_reports_a_job_with_items_never_answered_as_incomplete(tmp_path)
     assert job_status(tmp_path / "1") == ("incomplete", "2 items never answered: rerun the job with resume=true")
     table, bad = sweep_table(tmp_path, {"0": "dataset.limit=4", "1": "dataset.limit=4 backend.base_url=x"})
     assert bad == 1 and "   1  incomplete    dataset.limit=4 backend.base_url=x  (2 items never answered" in table
+
+
+def test_open_questions_never_answered_count_as_empty_and_are_kept_apart(make_cfg):
+    """QA: a failed item scores as an empty answer in ``factoid/f1``; ``factoid/f1/answered`` is the mean
+    over the answered ones, with its interval; a complete run has no such key."""
+    from hydra.utils import instantiate
+
+    from esgexp.tasks.qa import QATask
+
+    cfg = make_cfg("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=4")
+    task = QATask(cfg)
+    items = task.prepare(instantiate(cfg.dataset).load().items)
+
+    def answer(item):
+        return {"id": item.id, **task.to_record({"output": item.answers[0]}, item)}
+
+    failed = {"id": items[0].id, **task.to_record({"failed": True}, items[0]), "failed": True}
+    _, metrics, _ = task.score(items, [failed, *map(answer, items[1:])])
+    assert metrics["factoid/f1"] == pytest.approx(3 / 4) and metrics["factoid/f1/answered"] == 1.0
+    assert "factoid/f1/answered/ci_low" in metrics
+    assert "factoid/f1/answered" in dict(task.summary_rows(metrics))
+    _, complete, _ = task.score(items, list(map(answer, items)))
+    assert complete["factoid/f1"] == 1.0 and not any(key.endswith("/answered") for key in complete)
