@@ -26,6 +26,21 @@ lm-eval's inference time is its ``simple_evaluate`` call, which includes its own
 too ("core"). The CPU's capability as torch sees it (``get_cpu_capability``, oneDNN bf16) is
 printed and recorded: it decides how fast bfloat16 is.
 
+--batch-size and --lmeval-batch-sizes take lists; the two sides' runs alternate (ours, lm-eval, ours,
+...) and each side's fastest batch size stands. In logprob mode the report adds:
+
+* against the fp32 reference (our float32 log-probabilities, when float32 is among --dtypes): per
+  side and dtype the share of questions with the same answer, with the same order of all four
+  letters, and the largest log-probability difference (renormalised over A-D);
+* a roofline: the token positions each side computes (ours: the shared prefix once, then each
+  batch's suffixes padded to its longest; lm-eval: each whole prompt, padded per batch), the FLOPs
+  that implies (2 x parameters x tokens; the vocabulary projection once per question for us, at
+  every position for lm-eval, which takes the logits of the whole sequence), and the share of the
+  machine's matrix-multiply rate they reach: ``F.linear`` at one decoder layer's shapes on as many
+  rows as our typical batch, in float32 and bfloat16, timed in a worker like the others
+  (--mm-seconds per shape; 0 skips it). "in model" rates count only the seconds inside the
+  model's forward passes (ours) or lm-eval's loglikelihood call (its "core").
+
 Run from the repository root, offline, on an otherwise idle machine (busy CPUs make torch's
 threads wait on each other and the timings meaningless; the script warns when the load is high):
 
@@ -220,16 +235,21 @@ def run_ours(job: dict) -> dict:
 
     start = time.perf_counter()
     backend = job_backend(cfg, job["mode"])
-    backend.loaded_model()
+    model = backend.loaded_model()
     load_s = time.perf_counter() - start
 
+    model_time = {"s": 0.0}
+    model.forward = timed(model.forward, model_time)  # the seconds inside the model's forward passes
     responses = []
     start = time.perf_counter()
     backend.run(requests, responses.extend)
     infer_s = time.perf_counter() - start
 
-    rendered = [backend.rendered(request) for request in requests]  # after the clock: for the checks only
+    # after the clock, for the checks and the roofline: rendering and tokenising on their own
+    start = time.perf_counter()
+    rendered = [backend.rendered(request) for request in requests]
     tokens = backend.tokenizer(rendered, add_special_tokens=True)["input_ids"]
+    tokenise_s = time.perf_counter() - start
     by_id = {response.id: response for response in responses}
     ids = [item.id for item in items]
     outputs = [None if by_id[i].failed else by_id[i].output for i in ids]
@@ -238,8 +258,12 @@ def run_ours(job: dict) -> dict:
     return {
         "load_s": load_s,
         "infer_s": infer_s,
+        "model_s": model_time["s"],
+        "tokenise_s": tokenise_s,
         "peak_mib": peak_mib(),
         "torch_threads": threads,
+        "token_lengths": [len(t) for t in tokens],
+        "parameters": parameter_counts(model),
         "backend": type(backend).__name__,
         "batch_size": backend.batch_size,
         "prefix_tokens": len(common_prefix(tokens)) if job["mode"] == "logprob" and backend.prefix_cache else 0,
@@ -249,6 +273,66 @@ def run_ours(job: dict) -> dict:
         "outputs": outputs,
         "answers": parsed_answers(outputs),
     }
+
+
+def parameter_counts(model) -> dict:
+    """The model's parameters: those every token runs through (``non_embedding``: the decoder layers
+    and the final norm) and the vocabulary projection's (``lm_head``, the tied embedding matrix when tied)."""
+    head = model.get_output_embeddings().weight
+    embeddings = {id(model.get_input_embeddings().weight), id(head)}
+    non_embedding = sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
+    return {"non_embedding": non_embedding, "lm_head": head.numel()}
+
+
+# --------------------------------------------------------------------------------------------
+# Worker: the machine's matrix-multiply rate at the model's shapes (the roofline's ceiling).
+
+
+def layer_shapes(model_dir: str) -> list[tuple[str, int, int]]:
+    """(name, in features, out features) of each linear layer of one decoder layer, from the model's config."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    hidden, inner = config.hidden_size, config.intermediate_size
+    head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
+    kv = config.num_key_value_heads * head_dim
+    q = config.num_attention_heads * head_dim
+    return [
+        ("q", hidden, q),
+        ("k", hidden, kv),
+        ("v", hidden, kv),
+        ("o", q, hidden),
+        ("gate", hidden, inner),
+        ("up", hidden, inner),
+        ("down", inner, hidden),
+    ]
+
+
+def run_mm(job: dict) -> dict:
+    """GFLOP/s of ``torch.nn.functional.linear`` (what the model's layers call) on ``job['rows']`` tokens
+    for each linear layer of one decoder layer, per dtype; ``rate`` is the layer's whole set
+    (FLOPs over seconds), the ceiling a forward pass made only of these multiplies would reach."""
+    import torch
+    import torch.nn.functional as F
+
+    threads = set_threads(job["threads"])
+    torch.manual_seed(0)
+    rows, shapes, rates = job["rows"], layer_shapes(job["model_dir"]), {}
+    for dtype in job["dtypes"]:
+        per_shape, total_flop, total_s = {}, 0.0, 0.0
+        for name, k, n in shapes:
+            x = torch.randn(rows, k, dtype=getattr(torch, dtype))
+            w = torch.randn(n, k, dtype=getattr(torch, dtype))
+            F.linear(x, w)  # warm-up
+            reps, start = 0, time.perf_counter()
+            while reps < 3 or time.perf_counter() - start < job["seconds"]:
+                F.linear(x, w)
+                reps += 1
+            seconds = (time.perf_counter() - start) / reps
+            per_shape[f"{name} {k}x{n}"] = 2 * rows * k * n / seconds / 1e9
+            total_flop, total_s = total_flop + 2 * rows * k * n, total_s + seconds
+        rates[dtype] = {"rate_gflops": total_flop / total_s / 1e9, "per_shape_gflops": per_shape}
+    return {"rows": rows, "torch_threads": threads, "rates": rates}
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,7 +510,7 @@ def run_lmeval_in(folder: Path, job: dict) -> dict:
 def worker_main(job_path: str) -> None:
     """Run one measurement described by the JSON file ``job_path``; write the result beside it."""
     job = json.loads(Path(job_path).read_text())
-    result = run_ours(job) if job["side"] == "ours" else run_lmeval(job)
+    result = {"ours": run_ours, "lm-eval": run_lmeval, "mm": run_mm}[job["side"]](job)
     Path(job_path + ".result").write_text(json.dumps(result))
 
 
@@ -559,6 +643,28 @@ def measure(args, data: str, items: list, model_dir: str, mode: str, dtype: str,
     return best
 
 
+def matrix_rates(args, model_dir: str, ours: dict) -> dict:
+    """The torch matrix-multiply rate (run_mm) at the rows of our typical forward pass, in both dtypes."""
+    suffix = sum(ours["token_lengths"]) / len(ours["token_lengths"]) - ours["prefix_tokens"]
+    job = {
+        "side": "mm",
+        "rows": round(ours["batch_size"] * suffix),
+        "dtypes": list(DTYPES),
+        "seconds": args.mm_seconds,
+        "threads": args.threads,
+        "model_dir": model_dir,
+        "mode": "-",
+        "dtype": "-",
+        "batch_size": ours["batch_size"],
+    }
+    print(f"running torch matrix-multiply micro-benchmark ({job['rows']} rows) ...", file=sys.stderr, flush=True)
+    result = run_worker(job, args.verbose)
+    result["load_average_before"] = os.getloadavg()[0]
+    for dtype, rate in result["rates"].items():
+        print(f"  {dtype}: {rate['rate_gflops']:.1f} GFLOP/s", file=sys.stderr, flush=True)
+    return result
+
+
 def accuracy(items: list, answers: list[str]) -> float:
     from esgexp.eval.mcq import mcq_metrics
 
@@ -613,8 +719,9 @@ def lmeval_setting(ours: dict, lmeval: dict) -> dict:
     }
 
 
-def comparison_row(data: str, n: int, mode: str, dtype: str, ours: dict, lmevals: list[dict]) -> dict:
-    """One table row: our numbers, lm-eval's fastest setting's and how they compare."""
+def comparison_row(data: str, n: int, mode: str, dtype: str, ours_runs: list[dict], lmevals: list[dict]) -> dict:
+    """One table row: our fastest batch size's numbers, lm-eval's fastest setting's and how they compare."""
+    ours = max(ours_runs, key=lambda run: run["qps"])
     row = {
         "data": Path(data).name,
         "n": n,
@@ -629,6 +736,14 @@ def comparison_row(data: str, n: int, mode: str, dtype: str, ours: dict, lmevals
         "ours_invalid_rate": ours["answers"].count("INVALID") / n,
         "ours_prefix_tokens": ours["prefix_tokens"],
         "ours_foreign_cpu_share": ours["foreign_cpu_share"],
+        "ours_load_average_before": ours["load_average_before"],
+        "ours_model_s": ours["model_s"],
+        "ours_tokenise_s": ours["tokenise_s"],
+        "ours_settings": [
+            {k: run[k] for k in ("batch_size", "qps", "infer_s", "model_s", "peak_mib", "load_average_before")}
+            | {"foreign_cpu_share": run["foreign_cpu_share"]}
+            for run in ours_runs
+        ],
         "foreign_cpu": f"{ours['foreign_cpu_share']:.0%}",
     }
     if lmevals:
@@ -656,6 +771,73 @@ def comparison_row(data: str, n: int, mode: str, dtype: str, ours: dict, lmevals
         if mode == "logprob":
             row["goal_met"] = best["speed_ratio"] >= 2.0 and best["agreement"] >= 0.99
     return row
+
+
+def chunks(values: list, size: int) -> list[list]:
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+def ours_tokens(lengths: list[int], prefix: int, batch_size: int) -> int:
+    """Token positions our logprob forward passes compute: the shared prefix once, then each batch's
+    suffixes (longest first, as PromptDataModule serves them) padded to the batch's longest."""
+    suffixes = sorted((n - prefix for n in lengths), reverse=True)
+    return prefix + sum(max(chunk) * len(chunk) for chunk in chunks(suffixes, batch_size))
+
+
+def lmeval_tokens(lengths: list[int], batch_size: int) -> int:
+    """Token positions lm-eval's logprob forward passes compute: each whole prompt once (its four
+    one-token choices share one call), longest first, each batch padded to its longest."""
+    return sum(max(chunk) * len(chunk) for chunk in chunks(sorted(lengths, reverse=True), batch_size))
+
+
+def roofline(row: dict, ours: dict, lmeval: dict | None, mm: dict) -> dict:
+    """Tokens each side computes, the FLOPs that implies (2 x parameters x tokens: the decoder layers
+    for every token; the vocabulary projection for the last token of each question for us, for every
+    token for lm-eval, which takes the logits of the whole sequence), and the share of the measured
+    matrix-multiply rate that the inference seconds reach (attention's own FLOPs are left out)."""
+    params, n = ours["parameters"], row["n"]
+    rate = mm["rates"].get(row["dtype"], {}).get("rate_gflops")
+    tokens = ours_tokens(ours["token_lengths"], ours["prefix_tokens"], ours["batch_size"])
+    flop = 2 * params["non_embedding"] * tokens + 2 * params["lm_head"] * n
+    sides = {"ours": {"tokens": tokens, "tflop": flop / 1e12, "seconds": ours["infer_s"], "model_s": ours["model_s"]}}
+    if lmeval:
+        tokens = lmeval_tokens(ours["token_lengths"], lmeval["job"]["batch_size"])
+        flop = 2 * (params["non_embedding"] + params["lm_head"]) * tokens
+        sides["lm-eval"] = {
+            "tokens": tokens,
+            "tflop": flop / 1e12,
+            "seconds": lmeval["infer_s"],
+            "model_s": lmeval["core_s"],
+        }
+    for side in sides.values():
+        side["gflops"] = side["tflop"] * 1e3 / side["seconds"]
+        side["gflops_in_model"] = side["tflop"] * 1e3 / side["model_s"]
+        side["share_of_mm"] = side["gflops"] / rate if rate else None
+    return {
+        "mm_rate_gflops": rate,
+        "mm_rows": mm["rows"],
+        "prompt_tokens": sum(ours["token_lengths"]),
+        "prefix_tokens": ours["prefix_tokens"],
+        "sides": sides,
+    }
+
+
+def ranking(logprobs: list[float]) -> list[int]:
+    """The letters' order, most probable first (the first letter first on ties, as the answer's argmax)."""
+    return sorted(range(len(logprobs)), key=lambda i: (-logprobs[i], i))
+
+
+def against_reference(reference: list[list[float]], scores: list[list[float]] | None) -> dict | None:
+    """Per-question agreement with the fp32 reference: the same answer, the same order of all four
+    letters, and the largest difference of a letter's log-probability (renormalised over A-D)."""
+    if not scores or None in scores:
+        return None
+    pairs = list(zip(reference, scores, strict=True))
+    return {
+        "answers_identical": sum(ranking(a)[0] == ranking(b)[0] for a, b in pairs) / len(pairs),
+        "ranking_identical": sum(ranking(a) == ranking(b) for a, b in pairs) / len(pairs),
+        "max_logprob_diff": max_logprob_diff(reference, scores),
+    }
 
 
 COLUMNS = [
@@ -696,6 +878,42 @@ SETTING_COLUMNS = [
 ]
 
 
+OURS_COLUMNS = [
+    ("data", "data", "{}"),
+    ("mode", "mode", "{}"),
+    ("dtype", "dtype", "{}"),
+    ("ours batch", "batch_size", "{}"),
+    ("q/s", "qps", "{:.2f}"),
+    ("seconds", "infer_s", "{:.1f}"),
+    ("in model s", "model_s", "{:.1f}"),
+    ("peak MiB", "peak_mib", "{:.0f}"),
+    ("load avg", "load_average_before", "{:.1f}"),
+    ("foreign CPU", "foreign_cpu_share", "{:.0%}"),
+]
+
+ROOFLINE_COLUMNS = [
+    ("data", "data", "{}"),
+    ("dtype", "dtype", "{}"),
+    ("side", "side", "{}"),
+    ("tokens computed", "tokens", "{}"),
+    ("TFLOP", "tflop", "{:.2f}"),
+    ("seconds", "seconds", "{:.1f}"),
+    ("GFLOP/s", "gflops", "{:.1f}"),
+    ("in model GFLOP/s", "gflops_in_model", "{:.1f}"),
+    ("torch mm GFLOP/s", "mm", "{:.1f}"),
+    ("share of mm", "share_of_mm", "{:.0%}"),
+]
+
+REFERENCE_COLUMNS = [
+    ("data", "data", "{}"),
+    ("dtype", "dtype", "{}"),
+    ("side", "side", "{}"),
+    ("same answer", "answers_identical", "{:.1%}"),
+    ("same letter ranking", "ranking_identical", "{:.1%}"),
+    ("max dlogp", "max_logprob_diff", "{:.1e}"),
+]
+
+
 def render(columns: list[tuple[str, str, str]], records: list[dict]) -> list[str]:
     cells = [[title for title, _, _ in columns]]
     for record in records:
@@ -713,6 +931,31 @@ def format_table(rows: list[dict], capability: dict) -> str:
     ]
     if settings:
         lines += ["", "every lm-eval setting:", *render(SETTING_COLUMNS, settings)]
+    ours_settings = [
+        {**{k: row[k] for k in ("data", "mode", "dtype")}, **s} for row in rows for s in row["ours_settings"]
+    ]
+    if len(ours_settings) > len(rows):
+        lines += ["", "every batch size of ours:", *render(OURS_COLUMNS, ours_settings)]
+    roofline_rows = [
+        {**{k: row[k] for k in ("data", "dtype")}, "side": side, "mm": row["roofline"]["mm_rate_gflops"], **values}
+        for row in rows
+        if row.get("roofline")
+        for side, values in row["roofline"]["sides"].items()
+    ]
+    if roofline_rows:
+        lines += [
+            "",
+            "roofline (logprob; FLOPs = 2 x parameters x tokens computed):",
+            *render(ROOFLINE_COLUMNS, roofline_rows),
+        ]
+    reference_rows = [
+        {**{k: row[k] for k in ("data", "dtype")}, "side": side, **values}
+        for row in rows
+        for side, values in (row.get("vs_fp32_reference") or {}).items()
+        if values
+    ]
+    if reference_rows:
+        lines += ["", "against our float32 log-probabilities:", *render(REFERENCE_COLUMNS, reference_rows)]
     notes = [
         "q/s: questions / inference seconds (model load excluded); lm-eval's is its whole simple_evaluate call.",
         "speed ratio: ours vs lm-eval's fastest batch size here. ratio (core): vs the time inside its model calls only.",
@@ -812,9 +1055,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     parser.add_argument(
         "--batch-size",
-        type=int,
+        type=batch_sizes,
         default=None,
-        help="our batch size (default: trainer.batch_size of conf/trainer/default.yaml, what a job gets)",
+        help="our batch size(s), comma-separated; the fastest stands (default: trainer.batch_size of "
+        "conf/trainer/default.yaml, what a job gets)",
+    )
+    parser.add_argument(
+        "--mm-seconds",
+        type=float,
+        default=2.0,
+        help="seconds per shape of the torch matrix-multiply micro-benchmark (the roofline; 0: skip it)",
     )
     parser.add_argument(
         "--lmeval-batch-sizes",
@@ -855,8 +1105,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be a positive number")
-    if args.batch_size is not None and args.batch_size < 1:
-        parser.error("--batch-size must be a positive number")
     return args
 
 
@@ -875,24 +1123,40 @@ def main(argv: list[str] | None = None) -> None:
     started = datetime.datetime.now(datetime.timezone.utc)
     machine = machine_info(args.threads)
     print(describe_capability(machine["cpu_capability"]), file=sys.stderr, flush=True)
-    ours_batch = args.batch_size or default_batch_size()
+    ours_batches = args.batch_size or [default_batch_size()]
     folder = model_dir()
     rows, runs = [], []
     for data in args.data:
         items = load_items(data, args.limit)
+        reference = None  # our float32 log-probabilities: what every other setting is compared with
         for dtype in args.dtypes:
             for mode in args.modes:
-                ours = measure(args, data, items, folder, mode, dtype, "ours", ours_batch)
-                lmevals = (
-                    []
-                    if args.no_lmeval
-                    else [
-                        measure(args, data, items, folder, mode, dtype, "lm-eval", size)
-                        for size in args.lmeval_batch_sizes
-                    ]
-                )
-                rows.append(comparison_row(data, len(items), mode, dtype, ours, lmevals))
-                runs += [ours, *lmevals]
+                ours, lmevals = [], []
+                # interleaved (ours, lm-eval, ours, ...) so that a change of load touches both sides
+                lmeval_batches = [] if args.no_lmeval else args.lmeval_batch_sizes
+                for i in range(max(len(ours_batches), len(lmeval_batches))):
+                    if i < len(ours_batches):
+                        ours.append(measure(args, data, items, folder, mode, dtype, "ours", ours_batches[i]))
+                    if i < len(lmeval_batches):
+                        lmevals.append(measure(args, data, items, folder, mode, dtype, "lm-eval", lmeval_batches[i]))
+                row = comparison_row(data, len(items), mode, dtype, ours, lmevals)
+                if mode == "logprob":
+                    best = max(ours, key=lambda run: run["qps"])
+                    if dtype == "float32":
+                        reference = best["letter_logprobs"]
+                    if reference:
+                        row["vs_fp32_reference"] = {"ours": against_reference(reference, best["letter_logprobs"])}
+                        if lmevals:
+                            fastest = max(lmevals, key=lambda run: run["qps"])
+                            row["vs_fp32_reference"]["lm-eval"] = against_reference(
+                                reference, fastest["letter_logprobs"]
+                            )
+                    if args.mm_seconds:
+                        mm = matrix_rates(args, folder, best)
+                        fastest = max(lmevals, key=lambda run: run["qps"]) if lmevals else None
+                        row["roofline"] = roofline(row, best, fastest, mm)
+                rows.append(row)
+                runs += [*ours, *lmevals]
     finished = datetime.datetime.now(datetime.timezone.utc)
     report = {
         "date": started.isoformat(timespec="seconds"),
@@ -902,7 +1166,7 @@ def main(argv: list[str] | None = None) -> None:
         "model_dir": folder,
         "settings": {
             "ours": "esgexp.jobs.job_backend (backend=hf, cache=off) -> HFBackend.run",
-            "batch_size": ours_batch,
+            "batch_size": ours_batches,
             "lmeval_batch_sizes": args.lmeval_batch_sizes,
             "limit": args.limit,
             "max_new_tokens": MAX_NEW_TOKENS,

@@ -141,6 +141,7 @@ def test_hf_backend_builds_the_scorer_each_request_asks_for(tiny_model_dir, tmp_
     assert plain.prefix_ids == [] and list(plain.letter_ids) == list("ABCDZ")
     generate = backend.scorer([GenerationRequest("a", prompts[0], max_new_tokens=7, stop=("\n",))], prompts, tokens)
     assert isinstance(generate, GenerateScorer) and (generate.max_new_tokens, generate.stop) == (7, ("\n",))
+    assert generate.prefix_ids == common_prefix(tokens)  # generation runs the shared prefix once too
 
 
 def test_stop_strings_end_generation_only_after_text(tiny_model_dir, tmp_path):

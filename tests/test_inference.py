@@ -168,3 +168,40 @@ def test_common_prefix_leaves_a_token_of_each():
     assert common_prefix([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3]]) == [1, 2]
     assert common_prefix([[1, 2], [3]]) == []
     assert common_prefix([]) == []
+
+
+def test_rows_are_laid_out_prefix_padding_rest():
+    from esgexp.models.scoring import padded_after_prefix
+
+    input_ids = torch.tensor([[0, 0, 7, 8, 5], [7, 8, 4, 4, 6]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    ids, new_mask = padded_after_prefix(input_ids, mask, [7, 8], pad_id=0)
+    assert ids.tolist() == [[7, 8, 0, 0, 5], [7, 8, 4, 4, 6]]
+    assert new_mask.tolist() == [[1, 1, 0, 0, 1], [1, 1, 1, 1, 1]]
+    with pytest.raises(RuntimeError, match="does not start with the cached prefix"):
+        padded_after_prefix(input_ids, mask, [7, 9], pad_id=0)
+
+
+def test_generate_with_prefix_cache_equals_without(tiny, monkeypatch):
+    model, tokenizer = tiny
+    shared = "You are an expert in ESG. Answer with one letter.\n\n"
+    prompts = [shared + p for p in PROMPTS]
+    prefix = common_prefix(tokenizer(prompts)["input_ids"])
+    assert len(prefix) >= 8
+    plain = GenerateScorer(tokenizer, max_new_tokens=8)
+    outputs = {}
+    for batch_size in (1, 3):
+        for name, scorer in (
+            ("plain", plain),
+            ("cached", GenerateScorer(tokenizer, max_new_tokens=8, prefix_ids=prefix)),
+        ):
+            result = collect(model, scorer, tokenizer, prompts, batch_size)
+            outputs[name, batch_size] = {k: v["output"] for k, v in result.items()}
+    assert outputs["cached", 3] == outputs["plain", 3] == outputs["cached", 1] == outputs["plain", 1]
+    assert any(outputs["plain", 1].values())  # something was generated
+
+    widths, forward = [], model.forward
+    monkeypatch.setattr(model, "forward", lambda **kw: widths.append(kw["input_ids"].shape[1]) or forward(**kw))
+    collect(model, GenerateScorer(tokenizer, max_new_tokens=2, prefix_ids=prefix), tokenizer, prompts, 3)
+    longest = max(len(t) for t in tokenizer(prompts)["input_ids"])
+    assert widths[:2] == [len(prefix), longest - len(prefix)]  # the prefix once, then only the rest

@@ -1,7 +1,7 @@
 """``backend=hf``: a transformers model on this machine, batched through Lightning ``Trainer.predict``.
 
-Length-sorted, left-padded batches; in logprob mode the key/value cache of the prefix all prompts
-share is computed once; a batch that runs out of memory is retried in halves (models/inference.py).
+Length-sorted, left-padded batches; the key/value cache of the prefix all prompts share is computed
+once (logprob and generate modes); a batch that runs out of memory is retried in halves (models/inference.py).
 The weights load on the first request that the cache cannot answer. A request's ``json_schema`` is
 enforced while decoding (backends/structured.py): requests that differ only in their schema share
 batches, each row under its own; requests without a schema run in batches of their own.
@@ -92,16 +92,17 @@ class HFBackend(LocalModelBackend):
         from esgexp.models.scoring import GenerateScorer, LogprobScorer, common_prefix, letter_token_ids
 
         request = group[0]
+        prefix = common_prefix(token_ids) if self.prefix_cache else []
         if request.kind == "logprob":
             letters = letter_token_ids(self.tokenizer, texts[0], list(request.letters))
-            return LogprobScorer(letters, common_prefix(token_ids) if self.prefix_cache else [])
+            return LogprobScorer(letters, prefix)
         constraint = None
         if request.json_schema is not None:
             from esgexp.backends.structured import json_constraint
 
             schemas = {r.id: r.json_schema for r in group}
             constraint = json_constraint(self.tokenizer, self.loaded_model().config.vocab_size, schemas)
-        return GenerateScorer(self.tokenizer, request.max_new_tokens, tuple(request.stop), constraint)
+        return GenerateScorer(self.tokenizer, request.max_new_tokens, tuple(request.stop), constraint, prefix)
 
     def close(self) -> None:
         """Drop the model and free the GPU's cached memory for the next job of a sweep."""

@@ -54,12 +54,19 @@ class StopAfterText:
 class GenerateScorer:
     """Greedy decoding; the output is the decoded text after the prompt, ending at the first of ``stop``
     that follows non-blank text (whole when none occurs). ``constraint`` (structured output) makes the
-    fresh logits processors of one batch from its item ids (``constraint(ids) -> [processor]``)."""
+    fresh logits processors of one batch from its item ids (``constraint(ids) -> [processor]``).
+
+    With ``prefix_ids`` (the tokens every prompt starts with) the prefix's key/value cache is computed
+    once; each row is laid out as prefix, padding, rest (the mask hides the padding and positions
+    follow the mask), so the prefix's cache is the same for every row and only the rest is run.
+    """
 
     tokenizer: object
     max_new_tokens: int
     stop: tuple[str, ...] = ()
     constraint: object = None
+    prefix_ids: list[int] = field(default_factory=list)
+    _prefix_cache: object = field(default=None, init=False, repr=False)
 
     def __call__(self, model, ids, input_ids, attention_mask) -> list[dict]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
@@ -68,6 +75,13 @@ class GenerateScorer:
             StoppingCriteriaList([StopAfterText(self.tokenizer, self.stop, input_ids.shape[1])]) if self.stop else None
         )
         processors = LogitsProcessorList(self.constraint(ids)) if self.constraint else None
+        cached = {}
+        if self.prefix_ids:
+            pad_id = self.tokenizer.pad_token_id
+            input_ids, attention_mask = padded_after_prefix(input_ids, attention_mask, self.prefix_ids, pad_id)
+            if self._prefix_cache is None:
+                self._prefix_cache = prefix_cache(model, self.prefix_ids, input_ids.device)
+            cached["cache"] = repeated(self._prefix_cache, len(input_ids))
         generated = model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -76,6 +90,7 @@ class GenerateScorer:
             pad_token_id=self.tokenizer.pad_token_id,
             stopping_criteria=criteria,
             logits_processor=processors,
+            **cached,
         )
         new_tokens = generated[:, input_ids.shape[1] :]
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
@@ -87,6 +102,48 @@ def cut_after_text(text: str, stop: Sequence[str]) -> str:
     body = text.lstrip()
     ends = [body.find(s) for s in stop if s and s in body]
     return text[: len(text) - len(body) + min(ends)] if ends else text
+
+
+def prefix_cache(model, prefix_ids: Sequence[int], device):
+    """The key/value cache of ``prefix_ids`` run alone (one row)."""
+    import torch
+
+    return model(input_ids=torch.tensor([list(prefix_ids)], device=device), use_cache=True).cache
+
+
+def repeated(cache, rows: int):
+    """A fresh copy of a one-row ``cache`` for a batch of ``rows``."""
+    cache = copy.deepcopy(cache)
+    cache.batch_repeat_interleave(rows)
+    return cache
+
+
+def prompt_rows(input_ids, attention_mask, prefix_ids: Sequence[int]) -> list:
+    """Each row's prompt tokens without padding; every one must start with ``prefix_ids``."""
+    import torch
+
+    prefix = torch.tensor(list(prefix_ids), device=input_ids.device)
+    rows = [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask)]
+    if any(not torch.equal(row[: len(prefix)], prefix) for row in rows):
+        raise RuntimeError("a prompt does not start with the cached prefix")
+    return rows
+
+
+def padded_after_prefix(input_ids, attention_mask, prefix_ids: Sequence[int], pad_id: int):
+    """Left-padded prompts laid out as prefix, padding (``pad_id``), rest: the same width, the prefix first
+    in every row."""
+    import torch
+
+    rows = prompt_rows(input_ids, attention_mask, prefix_ids)
+    width, start = input_ids.shape[1], len(prefix_ids)
+    new_ids, new_mask = input_ids.clone(), torch.zeros_like(attention_mask)
+    new_mask[:, :start] = 1
+    for i, row in enumerate(rows):
+        new_ids[i, :start] = row[:start]
+        new_ids[i, start : width - len(row) + start] = pad_id
+        new_ids[i, width - len(row) + start :] = row[start:]
+        new_mask[i, width - len(row) + start :] = 1
+    return new_ids, new_mask
 
 
 def common_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
@@ -134,19 +191,14 @@ class LogprobScorer:
         """Next-token logits of each prompt, running only the part after the cached prefix."""
         import torch
 
-        prefix = torch.tensor(self.prefix_ids, device=input_ids.device)
-        rows = [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask)]
-        if any(not torch.equal(row[: len(prefix)], prefix) for row in rows):
-            raise RuntimeError("a prompt does not start with the cached prefix")
-        suffixes = [row[len(prefix) :] for row in rows]
+        suffixes = [row[len(self.prefix_ids) :] for row in prompt_rows(input_ids, attention_mask, self.prefix_ids)]
         lengths = torch.tensor([len(s) for s in suffixes], device=input_ids.device)
         # Right padding: the cache positions stay contiguous and causal attention never sees the pads.
-        batch = torch.zeros(len(rows), int(lengths.max()), dtype=input_ids.dtype, device=input_ids.device)
+        batch = torch.zeros(len(suffixes), int(lengths.max()), dtype=input_ids.dtype, device=input_ids.device)
         for i, suffix in enumerate(suffixes):
             batch[i, : len(suffix)] = suffix
         if self._prefix_cache is None:
-            self._prefix_cache = model(input_ids=prefix[None], use_cache=True).cache
-        cache = copy.deepcopy(self._prefix_cache)
-        cache.batch_repeat_interleave(len(rows))
+            self._prefix_cache = prefix_cache(model, self.prefix_ids, input_ids.device)
+        cache = repeated(self._prefix_cache, len(suffixes))
         last = (lengths - 1)[:, None]
         return model(input_ids=batch, cache=cache, use_cache=True, logits_to_keep=last).logits[:, 0, :]
