@@ -200,15 +200,20 @@ def composition_message(error: BaseException, config: str | None, overrides: lis
         group, _, option = missing.group(1).rpartition("/")
         listing = text.split("Available options in", 1)[-1].split("Config search path", 1)[0]
         options = [line.strip() for line in listing.splitlines()[1:] if line.strip()]
-        listed = f": choose one of {', '.join(options)}" if "Available options in" in text else ""
-        near = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
-        hint = f": did you mean {group}={near[0]}?" if near else ""
-        return f"Could not find '{group}/{option}' ({group}={option}){hint}{listed}"
+        return unknown_option(group, option, options if "Available options in" in text else [])
     there = ALREADY_THERE.search(text)
     if there:
         return f"+{there.group(1)}: {there.group(1)} is already a setting; set it without the + ({there.group(1)}=...)"
     cause = error.__cause__
     return one_line(error) + (f": {one_line(cause)}" if cause is not None else "")
+
+
+def unknown_option(group: str, option: str, options: list[str]) -> str:
+    """``GROUP=OPTION`` names no config: the close option, and the ones there are."""
+    near = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+    hint = f": did you mean {group}={near[0]}?" if near else ""
+    listed = f": choose one of {', '.join(options)}" if options else ""
+    return f"Could not find '{group}/{option}' ({group}={option}){hint}{listed}"
 
 
 TARGET = re.compile(r"target '([^']+)'")
