@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import secrets
+from datetime import datetime
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -12,11 +14,26 @@ BUNDLED_DIR = Path(__file__).resolve().parent / "data" / "bundled"
 
 
 def register_resolvers() -> None:
-    """``${bundled:NAME}``: a data file shipped inside the package; ``${cwd:}``: the launch folder."""
+    """``${bundled:NAME}``: a data file shipped inside the package; ``${cwd:}``: the launch folder;
+    ``${run_stamp:PATTERN}``: a run folder's name (:func:`run_stamp`), fixed once per config."""
     if not OmegaConf.has_resolver("bundled"):
         OmegaConf.register_new_resolver("bundled", lambda name: str(BUNDLED_DIR / name))
     if not OmegaConf.has_resolver("cwd"):
         OmegaConf.register_new_resolver("cwd", lambda: os.getcwd())
+    if not OmegaConf.has_resolver(RUN_STAMP):
+        # Cached in the config, and Hydra copies the cache into every job of a sweep: one name per run or sweep.
+        OmegaConf.register_new_resolver(RUN_STAMP, run_stamp, use_cache=True)
+
+
+RUN_STAMP = "run_stamp"
+
+
+def run_stamp(pattern: str) -> str:
+    """The time now in strftime ``pattern``, then its milliseconds and a random tag:
+    ``2026-12-01/20-19-03.452-a3f1``. Names sort in time order; jobs started in the same second get
+    different names (esgexp/run_folder.py also creates the folder exclusively)."""
+    moment = datetime.now()
+    return f"{moment.strftime(pattern)}.{moment.microsecond // 1000:03d}-{secrets.token_hex(2)}"
 
 
 def flatten(cfg: DictConfig | dict, prefix: str = "") -> dict[str, object]:

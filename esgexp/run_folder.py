@@ -1,0 +1,57 @@
+"""One run folder per job: Hydra's run folder (single run) or sweep folder (``-m``, every launcher) is
+created here, exclusively, before Hydra writes anything into it.
+
+A folder named by ``${run_stamp:...}`` (the default, conf/hydra/default.yaml) that already exists, because
+another job drew the same name, gets a fresh name; a folder the user named on the command line
+(``hydra.run.dir=...``) is used as it is (``resume=true`` continues a run there).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from esgexp.config import RUN_STAMP
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 20
+
+
+def claim_folder(cfg: DictConfig, key: str) -> Path | None:
+    """Create ``hydra.<key>.dir`` (``key``: run or sweep) when it is a ``${run_stamp:...}`` name, drawing a
+    new name while the drawn one exists; return the folder created, None for a folder named by the user."""
+    raw = OmegaConf.to_container(cfg.hydra[key], resolve=False).get("dir")
+    if f"${{{RUN_STAMP}:" not in str(raw):
+        return None
+    for _ in range(ATTEMPTS):
+        folder = Path(str(OmegaConf.select(cfg, f"hydra.{key}.dir")))
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            log.info("run folder %s is another job's: drawing a new name", folder)
+            redraw(cfg)
+    raise FileExistsError(f"no free run folder name after {ATTEMPTS} tries, last {folder}")
+
+
+def redraw(cfg: DictConfig) -> None:
+    """Forget the config's ``${run_stamp:...}`` values: the next resolution draws new ones."""
+    cache = OmegaConf.get_cache(cfg).copy()  # a defaultdict: resolvers not seen yet get an empty entry
+    cache.pop(RUN_STAMP, None)
+    OmegaConf.set_cache(cfg, cache)
+
+
+class RunFolder(Callback):
+    """Claims the run folder before a single run, the sweep folder before a sweep's launcher starts
+    (each job's folder inside is its job number, so the sweep folder's owner owns them all)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        claim_folder(config, "run")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        claim_folder(config, "sweep")
