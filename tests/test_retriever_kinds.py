@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, SHARED_SAMPLES, compose_config
-from test_retrievers import PASSAGES, ids
+from test_retrievers import BM25_CFG, PASSAGES, TEXTS, ids
 
 from esgexp.errors import UserError
 from esgexp.retrieval import build_retriever
@@ -349,3 +349,41 @@ def test_climretrieve_job_with_embeddings_reruns_with_no_request(embedding_proxy
     # What reached the server: the first run's two batches (and any retry of a slow one); none from the rerun.
     assert embedding_proxy.count_path("/v1/embeddings") == 2 + first["retriever/n_retries"]
     assert second["recall@5"] == first["recall@5"] and first["n_queries"] == 6
+
+
+# --- a cross-encoder second stage (retriever.rerank) -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tmp_path_factory) -> Path:
+    """A CrossEncoder made from the bundled MiniLM's BERT (its one-logit head seeded), saved to a folder."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    source, bert = Path(default_model_path()), tmp_path_factory.mktemp("cross-encoder") / "bert"
+    bert.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        shutil.copy(source / name, bert / name)
+    torch.manual_seed(0)
+    folder = bert.parent / "cross-encoder"
+    CrossEncoder(str(bert), num_labels=1, device="cpu").save(str(folder))
+    return folder
+
+
+def test_rerank_reorders_the_first_stage_by_the_cross_encoder(cross_encoder, tmp_path):
+    from sentence_transformers import CrossEncoder
+
+    cfg = compose_config(tmp_path, "retriever=bm25", f"+retriever.rerank={cross_encoder}", "+retriever.rerank_depth=4")
+    reranked = build_retriever(cfg.retriever, PASSAGES, cache_dir=tmp_path / "indexes")
+    first = build_retriever({**BM25_CFG}, PASSAGES)
+    judge = CrossEncoder(str(cross_encoder), device="cpu")
+    for query, hits in zip(TOPICAL, reranked.search(list(TOPICAL), 3)):
+        candidates = ids(first.search([query], 4)[0])
+        scores = judge.predict([(query, TEXTS[pid][1]) for pid in candidates])
+        expected = sorted(zip(candidates, scores), key=lambda pair: -pair[1])[:3]
+        assert [(h.passage_id, h.score) for h in hits] == [
+            (pid, pytest.approx(float(s), abs=1e-5)) for pid, s in expected
+        ]
+    assert reranked.name == "bm25" and [
+        p.name.split("-")[0] for p in (tmp_path / "indexes" / "retrieval").iterdir()
+    ] == ["bm25"]  # the first stage's index, cached as itself

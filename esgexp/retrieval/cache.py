@@ -98,8 +98,14 @@ def build_retriever(
         from hydra.errors import InstantiationException
         from hydra.utils import instantiate
 
+        spec, rerank = without_rerank(spec)
         try:
             retriever = instantiate(spec) if "_target_" in spec else None
+            if isinstance(retriever, Retriever) and rerank.get("rerank"):
+                from esgexp.retrieval.rerank import RerankedRetriever
+
+                depth, device = rerank.get("rerank_depth", 50), spec.get("device", "auto")
+                retriever = RerankedRetriever(retriever, rerank["rerank"], depth=depth, device=device)
         except InstantiationException as error:  # a bad setting: the retriever's own message
             if isinstance(error.__cause__, UserError):
                 raise error.__cause__ from None
@@ -109,6 +115,20 @@ def build_retriever(
     cache = None if cache_dir is None else IndexCache(cache_dir, corpus_hash or passages_hash(passages))
     retriever.index(passages, cache)
     return retriever
+
+
+RERANK_KEYS = ("rerank", "rerank_depth")
+
+
+def without_rerank(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    """A retriever node without its second-stage keys (``rerank``: a cross-encoder, ``rerank_depth``), and
+    those keys; a node without them comes back as it is."""
+    if not any(key in spec for key in RERANK_KEYS):
+        return spec, {}
+    from omegaconf import DictConfig, OmegaConf
+
+    plain = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else dict(spec)
+    return {k: v for k, v in plain.items() if k not in RERANK_KEYS}, {k: plain[k] for k in RERANK_KEYS if k in plain}
 
 
 def job_retriever(node: Mapping[str, Any], passages: Sequence[Passage], index_dir: str | Path) -> Retriever:
