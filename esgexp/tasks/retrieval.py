@@ -169,7 +169,8 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
         }
         for q, found in zip(data.queries, hits)
     ]
-    return cluster_records(records, data.queries, cfg.dataset.get("cluster_key")), {**metrics, **backend_stats}
+    counts = {**backend_stats, **retriever.stats()}
+    return cluster_records(records, data.queries, cfg.dataset.get("cluster_key")), {**metrics, **counts}
 
 
 def ranked_gold(relevance: dict[str, int]) -> list[str]:
