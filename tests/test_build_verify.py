@@ -119,3 +119,84 @@ def test_audit_command_on_the_shared_esgbench_sample(shared_samples, tmp_path, c
         "2 of 40 pairs verified; rejected: unknown_document 34, page_out_of_range 1, "
         "evidence_not_found 2, evidence_on_other_page 1"
     )
+
+
+# --- only whole numbers, units of the figure's own cell (issue 19 item 9) ---
+
+
+@pytest.mark.parametrize(
+    "answer, evidence, kept",
+    [
+        ("3 tons of CO2", "the avoidance of 1.843,3 tons of CO2 emissions", False),  # only the tail of 1.843,3
+        ("1,843.3 tCO2e", "the avoidance of 1.843,3 tons of CO2 emissions", True),  # the whole number, read as such
+        ("5 %", "a share of 12,5 % of the fleet", False),  # 12,5 is one token: neither 12 nor 5
+        ("4364 %", "Employee headcount 4210 4364 % Women overall", False),  # the % begins the next row's label
+        ("4364", "Employee headcount 4210 4364 % Women overall", True),
+        ("37.1 %", "Woman 35.1 % 36.1 % 37.1 % Men 64.7 %", True),  # each figure with its own %
+        ("12 MWh", "Energy 280,903 12 Total MWh", False),  # a unit label after the figure is not its unit
+    ],
+)
+def test_a_figure_matches_a_whole_number_with_its_own_unit(answer, evidence, kept):
+    pages = PageTexts(Corpus(None, [Passage("doc#0", "doc", evidence, 1, 1)], {"doc": [Page(1, evidence)]}))
+    verdict = verify_pair(pages, "doc", answer, [(0, evidence)])
+    assert verdict.kept == kept, verdict
+    if not kept:
+        assert verdict.reason == "number_not_in_evidence"
+
+
+# Real pages of the shared reports (0-based page, sentence as on the page): ``kept`` is the right verdict.
+REAL_PAGES = [
+    # 1&1 key figures, a table row read across: "Number of employees 3,320 3,163 3,167" then the next row
+    # "Employee turnover rate (in %) 5.9 8.1 10.4"; its "(in %)" is not the head count's unit.
+    (
+        "1_1_AG",
+        1,
+        "Number of employees 3,320 3,163 3,167 Employee turnover rate (in %) 5.9 8.1 10.4",
+        [("3,167 %", False), ("3,167", True), ("10.4 %", True)],
+    ),
+    # A row's unit label before its figures: "in tons" ... 1,107.3 (tons and tonnes are one family).
+    (
+        "1_1_AG",
+        1,
+        "CO2 equivalents from Scope 1 in tons 1,772.6 1,293.5 1,107.3",
+        [("1,107.3 tonnes", True), ("1,107.3 MWh", False)],
+    ),
+    # The GHG table: "359.8 0 t" is 2022's bare figure and 2021's 0 t, then the next row's label.
+    (
+        "1_1_AG",
+        15,
+        "Scope 2: Indirect emissions (market-based) 456.4 t 359.8 0 t Scope 2: Indirect emissions (location-based)",
+        [("0 t", True), ("456.4 t", True)],
+    ),
+    # Dates and section numbers are whole tokens: 31.12 is only part of 31.12.2023, 1.1 of 1.1.1.
+    (
+        "1_1_AG",
+        54,
+        "for the period 01.01.2023 - 31.12.2023 with reference to the GRI Standards",
+        [("31.12", False), ("1.01 %", False)],
+    ),
+    (
+        "MAX_AUTOMATION_SE",
+        13,
+        "Total revenue, according to Annex 1, item 1.1.1. of Delegated Regulation",
+        [("1.1", False)],
+    ),
+]
+
+
+@pytest.mark.parametrize("doc, page, sentence, answers", REAL_PAGES, ids=[f"{d}-p{p}" for d, p, _, _ in REAL_PAGES])
+def test_figures_on_the_real_pages_of_the_shared_reports(shared_corpus, doc, page, sentence, answers):
+    pages = real_pages(shared_corpus)
+    assert pages.pages_with(doc, sentence) == [page]  # the sentence is on that page, as ingested
+    verdicts = {answer: verify_pair(pages, doc, answer, [(page, sentence)]).kept for answer, _ in answers}
+    assert verdicts == dict(answers)
+
+
+_REAL_PAGES: dict = {}
+
+
+def real_pages(corpus_dir) -> PageTexts:
+    """The shared corpus's page texts, read once per session."""
+    if corpus_dir not in _REAL_PAGES:
+        _REAL_PAGES[corpus_dir] = PageTexts(Corpus.load(corpus_dir))
+    return _REAL_PAGES[corpus_dir]

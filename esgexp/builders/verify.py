@@ -6,15 +6,15 @@ dataset.path=FILE corpus=PATH`` audits any ESGBench-format file against an inges
 Texts are compared after the ingestion's cleaning (``data/pdf.clean_text``: NFKC, hyphen breaks,
 invisible characters) with every run of whitespace made one space, so line breaks never matter.
 Numbers are read with ``eval/numbers.py``: ``225.7 ktCO2e`` in the answer matches ``225,700 tCO2e``
-in the evidence; a unit written apart from its number in a table row (``MWh 280,903``) counts when
-the answer's unit word is in the evidence.
+in the evidence; only whole numbers of the evidence count (``3 t`` is not in ``1.843,3 t``); a bare
+number in a table row takes the unit of a label before it (``MWh 280,903``, ``(in %) 5.9``), never of
+one after it, which belongs to the next cell (``3,167 Employee turnover rate (in %)``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from esgexp.data.corpus import Corpus
 from esgexp.data.pdf import clean_text
-from esgexp.eval.numbers import Quantity, find_quantities, parse_quantity
+from esgexp.eval.numbers import Quantity, find_quantities, parse_quantity, unit_labels
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,6 @@ REASONS = (
     "number_not_in_evidence",
 )
 _TONNES = frozenset({"t", "tCO2e"})  # one family, as the ESGBench metric judges them
-_LEADING_NUMBER = re.compile(r"^[\s\d,.+\-\u2212]+")
 
 
 def normal(text: str) -> str:
@@ -87,16 +86,33 @@ def verify_pair(pages: PageTexts, doc: str, answer: str, evidence: list[tuple[in
 
 
 def number_in(target: Quantity, text: str) -> bool:
-    """Whether ``text`` holds ``target``'s value in its unit family (or bare, with the unit word nearby in ``text``)."""
-    unit_word = _LEADING_NUMBER.sub("", target.raw).strip()
-    for quantity in find_quantities(normal(text)):
-        if not math.isclose(quantity.value, target.value, rel_tol=1e-6, abs_tol=1e-9):
+    """Whether ``text`` holds a whole number of ``target``'s value (as ``eval/numbers.py`` reads it: never
+    part of a longer one) in its unit family, or a bare one whose unit label comes before it in ``text``
+    (a row label or column head: ``MWh 280,903``, ``(in %) 5.9``; a unit after it is the next cell's)."""
+    text = normal(text)
+    quantities = find_quantities(text)
+    labels = unit_labels(text, quantities) if target.unit else []
+    for quantity in quantities:
+        if quantity.unit is not None or target.unit is None:
+            if close(quantity.value, target.value) and (target.unit is None or same_family(quantity.unit, target.unit)):
+                return True
             continue
-        if target.unit is None or quantity.unit == target.unit or {quantity.unit, target.unit} <= _TONNES:
-            return True
-        if quantity.unit is None and unit_word and unit_word.lower() in normal(text).lower():
-            return True
+        for start, unit, factor in labels:
+            if (
+                start < quantity.start
+                and same_family(unit, target.unit)
+                and close(quantity.value * factor, target.value)
+            ):
+                return True
     return False
+
+
+def same_family(unit: str | None, other: str) -> bool:
+    return unit == other or {unit, other} <= _TONNES
+
+
+def close(value: float, target: float) -> bool:
+    return math.isclose(value, target, rel_tol=1e-6, abs_tol=1e-9)
 
 
 def audit(rows: list[tuple[int, dict]], corpus: Corpus) -> tuple[list[dict], Counter]:

@@ -6,8 +6,11 @@ rates). An intensity (``kgCO2e/kWh``, ``GJ per t``) becomes ``<unit>/<unit or wo
 
 Reading rules:
 
+* A number is a whole token: digits joined by ``.`` or ``,`` are read as one number or not at all,
+  never in part (``1.843,3`` is never 3, ``31.12.2023`` is no number).
 * A comma separates thousands only before exactly three digits (``225,700``; Indian ``1,23,456``
-  too); there is no decimal comma (``12,5`` reads as 12 and 5).
+  too); a decimal comma only after dots that group thousands (``1.843,3`` is 1843.3; ``1.843.000``
+  is 1843000); ``12,5`` is no number.
 * Digits glued to a letter are not numbers (``CO2``, ``FY2024``, ``M2 chip``); number words
   (``five``) are not read.
 * Units are matched before scale words, as whole tokens, so ``m3``, ``MWh``, ``Mt`` and ``ML`` are
@@ -16,6 +19,9 @@ Reading rules:
 * ``Mt`` is a megatonne, ``MT``/``mt`` a metric tonne (EPA's ``MTCO2e``), ``MMT`` a million
   metric tonnes; ``tCO2`` counts as ``tCO2e``; ``¥`` is JPY; a currency may precede the number.
 * A time denominator is dropped (``12 MWh per year`` is 12 MWh).
+* In a row of figures, a ``%`` written apart after the last one and followed by a capitalised word
+  begins the next row's label, not that figure's unit (``headcount 4210 4364 % Women``: 4364 has none).
+* :func:`unit_labels` finds the units written on their own, as labels (``in tons``, ``(in %)``).
 * A unit-like token after a number that no rule knows (mixed case or a digit: ``MMBtu``,
   ``tCH4``) is kept as ``unknown_unit``; plain words (``employees``) and acronyms (``ESG``) are not.
 """
@@ -23,7 +29,7 @@ Reading rules:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _CO2E = r"(?i:co[2₂](?:-?e(?:q(?:uivalents?)?)?|[ -]eq|[ -]equivalents?)?|carbon dioxide(?: equivalents?)?)"
 _MASS_PREFIXES = (
@@ -79,10 +85,16 @@ _PREFIX_CURRENCY = re.compile(r"(?<![^\W_])(?:" + "|".join(p for p, _ in _CURREN
 _PREFIX_WINDOW = 16  # characters before a number searched for a currency (longest: "US dollars ")
 _PREFIX_CODES = tuple((re.compile(rf"(?:{p})[ \t\u00a0]?$"), code) for p, code in _CURRENCIES)
 _NUMBER = re.compile(
-    r"(?<![\w.])(?P<sign>[-+\u2212]?)"
-    r"(?P<int>[0-9]{1,2}(?:,[0-9]{2})+,[0-9]{3}(?![0-9])|[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)"
-    r"(?P<frac>\.[0-9]+)?"
+    r"(?<![\w.])(?<![0-9],)(?P<sign>[-+\u2212]?)"
+    r"(?:(?P<eu>[0-9]{1,3}(?:\.[0-9]{3})+,[0-9]+|[0-9]{1,3}(?:\.[0-9]{3}){2,})"
+    r"|(?P<int>[0-9]{1,2}(?:,[0-9]{2})+,[0-9]{3}|[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?P<frac>\.[0-9]+)?)"
+    r"(?![0-9]|[.,][0-9])"  # the token ends here: no digit, nor a separator and a digit, follows
 )
+# Just before a number: another number of the same row, bare (``4210 `` in ``4210 4364 %``).
+_BARE_BEFORE = re.compile(r"(?<![\w.,])[0-9](?:[0-9.,]*[0-9])?[ \t\u00a0]+$")
+_LABEL_AFTER = re.compile(r"[ \t\u00a0]+[A-Z]")
+_ROW_WINDOW = 40  # characters before a number searched for that bare one
+_LABEL_START = re.compile(r"(?<![^\W_])(?=[^\W\d_]|[%％$€£₹₩¥₦])")  # where a word or a unit sign begins
 _SCALES = {
     "thousand": 1e3, "k": 1e3, "lakh": 1e5, "lakhs": 1e5, "lac": 1e5, "lacs": 1e5,
     "million": 1e6, "mn": 1e6, "mio": 1e6, "m": 1e6, "crore": 1e7, "crores": 1e7, "cr": 1e7,
@@ -98,12 +110,14 @@ _PERIODS = ("year", "years", "yr", "annum", "a")
 @dataclass(frozen=True)
 class Quantity:
     """A number in its family's base unit: ``unit`` is that base unit (``tCO2e``, ``MWh``, ``%``,
-    ``USD``, ``MWh/t``...) or None; ``unknown_unit`` is the unit-like token no rule knows."""
+    ``USD``, ``MWh/t``...) or None; ``unknown_unit`` is the unit-like token no rule knows; ``start``:
+    where ``raw`` begins in the text read."""
 
     value: float
     unit: str | None
     raw: str
     unknown_unit: str | None = None
+    start: int = field(default=0, compare=False)
 
 
 def find_quantities(text: str) -> list[Quantity]:
@@ -118,11 +132,16 @@ def parse_quantity(text: str) -> Quantity | None:
 
 
 def _quantity_at(text: str, match: re.Match) -> Quantity:
-    value = float(match["int"].replace(",", "") + (match["frac"] or ""))
+    if match["eu"]:
+        value = float(match["eu"].replace(".", "").replace(",", "."))
+    else:
+        value = float(match["int"].replace(",", "") + (match["frac"] or ""))
     if match["sign"] in ("-", "\u2212"):
         value = -value
     start, end = match.start(), match.end()
     unit = _match_unit(text, _skip_space(text, end))
+    if unit and _next_cells(text, start, end, unit):
+        return Quantity(value, None, text[start:end], start=start)  # the unit labels the next cell
     if unit is None:
         scale = _SCALE.match(text, _skip_space(text, end))
         if scale:
@@ -137,10 +156,36 @@ def _quantity_at(text: str, match: re.Match) -> Quantity:
     if unit is None:
         token = _WORD.match(text, _skip_space(text, end))
         if token and _looks_like_unit(token.group()):
-            return Quantity(value, None, text[start : token.end()], token.group())
-        return Quantity(value, None, text[start:end])
+            return Quantity(value, None, text[start : token.end()], token.group(), start)
+        return Quantity(value, None, text[start:end], start=start)
     base, factor, end = _per_unit(text, *unit)
-    return Quantity(value * factor, base, text[start:end])
+    return Quantity(value * factor, base, text[start:end], start=start)
+
+
+def unit_labels(text: str, quantities: list[Quantity]) -> list[tuple[int, str, float]]:
+    """(start, base unit, factor) of each known unit in ``text`` written as a word of its own, outside
+    the ``quantities`` found in it (``in tons``, ``MWh`` in ``Energy MWh 280,903``)."""
+    taken = [(q.start, q.start + len(q.raw)) for q in quantities]
+    labels = []
+    for word in _LABEL_START.finditer(text):
+        pos = word.start()
+        if any(a <= pos < b for a, b in taken):
+            continue
+        unit = _match_unit(text, pos)
+        if unit:
+            labels.append((pos, unit[0], unit[1]))
+    return labels
+
+
+def _next_cells(text: str, start: int, end: int, unit: tuple[str, float, int]) -> bool:
+    """Whether ``unit`` (``%``), after the number at ``start:end``, begins the next table row's label:
+    written apart from the number, followed by a capitalised word, the number after a bare one."""
+    return (
+        unit[0] == "%"
+        and _skip_space(text, end) > end
+        and _LABEL_AFTER.match(text, unit[2]) is not None
+        and _BARE_BEFORE.search(text, max(0, start - _ROW_WINDOW), start) is not None
+    )
 
 
 def _per_unit(text: str, base: str, factor: float, end: int) -> tuple[str, float, int]:
