@@ -303,14 +303,14 @@ def test_hybrid_reuses_the_parts_cached_on_their_own(tmp_path, monkeypatch):
 
 
 def test_every_retriever_config_composes_without_heavy_imports(tmp_path):
-    for name in ("bm25", "dense", "hybrid", "oracle"):
+    for name in ("bm25", "dense", "hybrid", "oracle", "random"):
         cfg = compose_config(tmp_path, f"retriever={name}")
         assert cfg.retriever.name == name and cfg.retriever._target_.startswith("esgexp.retrieval.")
     assert compose_config(tmp_path, "retriever=hybrid").retriever.bm25.stemmer == "english"
     code = (
         "import sys; sys.path.insert(0, 'tests')\n"
         "from pathlib import Path\nfrom hydra.utils import instantiate\nfrom conftest import compose_config\n"
-        "for name in ('bm25', 'dense', 'hybrid', 'oracle'):\n"
+        "for name in ('bm25', 'dense', 'hybrid', 'oracle', 'random'):\n"
         f"    instantiate(compose_config(Path({str(tmp_path)!r}), f'retriever={{name}}').retriever)\n"
         "print([m for m in ('bm25s', 'Stemmer', 'sentence_transformers', 'torch', 'faiss') if m in sys.modules])"
     )
