@@ -413,6 +413,7 @@ def plan_worker(args) -> dict:
     model.config.pad_token_id = model.config.pad_token_id or 0
     args.pad_id = model.config.pad_token_id
     loaded_mib = rss_mib()
+    print(f"loaded ({origin}) in {load_seconds:.0f} s: RSS {loaded_mib:.0f} MiB", file=sys.stderr, flush=True)
     if cuda:
         torch.cuda.synchronize()
         loaded_cuda = torch.cuda.memory_allocated()
@@ -471,7 +472,19 @@ def plan_check(args) -> None:
             flags += [
                 item for name in WORKER_FLAGS[1:] for item in (f"--{name.replace('_', '-')}", str(getattr(args, name)))
             ]
-            done = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True, cwd=ROOT)
+            try:
+                done = subprocess.run(
+                    [sys.executable, __file__, *flags],
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
+                    timeout=args.worker_timeout,
+                )
+            except subprocess.TimeoutExpired as expired:
+                partial = expired.stderr.decode() if isinstance(expired.stderr, bytes) else expired.stderr or ""
+                done = subprocess.CompletedProcess(
+                    expired.cmd, -9, "", f"timed out after {args.worker_timeout} s\n{partial}"
+                )
             if done.returncode != 0:
                 entry["error"] = done.stderr[-3000:]
                 print(f"  failed: {done.stderr[-1500:]}", file=sys.stderr)
@@ -538,6 +551,7 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--max-gib", type=float, default=14.0, help="--plan-check on the CPU: refuse larger plans")
     parser.add_argument("--plan-only", action="store_true", help="--plan-check: record the plans, run nothing")
+    parser.add_argument("--worker-timeout", type=float, default=None, help="--plan-check: stop a run after this many s")
     parser.add_argument("--plan-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -46,7 +46,9 @@ def dry_run(cfg: DictConfig) -> dict:
 
     check_settings(cfg)
     if cfg.task not in PLANNED_TASKS:
-        raise UserError(f"dry_run=true plans the memory of a job that loads a model (task={'|'.join(PLANNED_TASKS)}), not task={cfg.task}")
+        raise UserError(
+            f"dry_run=true plans the memory of a job that loads a model (task={'|'.join(PLANNED_TASKS)}), not task={cfg.task}"
+        )
     shape, source = find_shape(cfg.model, cfg.paths.cache_dir)
     finetune = cfg.task == "finetune"
     if finetune:
@@ -80,7 +82,9 @@ def find_shape(model_cfg: DictConfig, cache_dir: str) -> tuple[Shape | None, str
     if model_cfg.get("path") and not OmegaConf.is_missing(model_cfg, "path"):
         config_file = Path(str(model_cfg.path)).expanduser() / "config.json"
         if not config_file.is_file():
-            raise UserError(f"model {model_cfg.name!r}: model.path={model_cfg.path} is not a model folder (no config.json)")
+            raise UserError(
+                f"model {model_cfg.name!r}: model.path={model_cfg.path} is not a model folder (no config.json)"
+            )
     elif model_cfg.get("hub_id"):
         from huggingface_hub import try_to_load_from_cache
 
@@ -89,7 +93,9 @@ def find_shape(model_cfg: DictConfig, cache_dir: str) -> tuple[Shape | None, str
     if config_file is not None:
         return Shape.from_config(json.loads(config_file.read_text(encoding="utf-8"))), str(config_file)
     if model_cfg.name in ARCHITECTURES:
-        return Shape.from_config(ARCHITECTURES[model_cfg.name]), "esgexp/models/architectures.py (transcribed config.json)"
+        return Shape.from_config(
+            ARCHITECTURES[model_cfg.name]
+        ), "esgexp/models/architectures.py (transcribed config.json)"
     return None, "model.size_b only (no config.json cached, not in esgexp/models/architectures.py)"
 
 
