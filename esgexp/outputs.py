@@ -1,7 +1,13 @@
-"""Run-folder files: atomic JSON/YAML writes and an append-only, resumable predictions.jsonl."""
+"""Run-folder files: atomic JSON/YAML writes and an append-only, resumable predictions.jsonl.
+
+A full disk (or quota) never leaves half a file or half a record: the write is undone and
+:class:`NoSpace` (a user error: one ``error:`` line, exit 2) names the full file system, what is kept
+and that ``resume=true`` continues.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -9,11 +15,42 @@ import os
 import tempfile
 from pathlib import Path
 
+from esgexp.errors import UserError
+
 log = logging.getLogger(__name__)
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class NoSpace(UserError):
+    """No space left on the file system holding ``path``; ``kept`` says what is safe on disk."""
+
+    def __init__(self, path: Path, kept: str):
+        self.path = Path(path)
+        super().__init__(
+            f"no space left on the file system at {mount_point(self.path)} (writing {self.path}): {kept}. "
+            "Free some space there, then run the same command with resume=true to continue"
+        )
+        # Log lines the run's log file cannot take any more are dropped, not printed with a traceback each.
+        logging.raiseExceptions = False
+
+
+def is_full(error: BaseException) -> bool:
+    """Whether ``error`` is a file system refusing a write for want of space (ENOSPC, EDQUOT)."""
+    return isinstance(error, OSError) and error.errno in FULL
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system that holds ``path`` (or would hold it)."""
+    folder = Path(os.path.abspath(path))
+    while not os.path.ismount(folder) and folder != folder.parent:
+        folder = folder.parent
+    return folder
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never half a file."""
+    """Write ``text`` to ``path`` through a temporary file and a rename: never half a file (on a full
+    disk :class:`NoSpace`, ``path`` as it was)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -21,8 +58,11 @@ def write_atomic(path: Path, text: str) -> None:
             out.write(text)
         os.chmod(temp, 0o666 & ~current_umask())  # mkstemp makes 0600; a written file reads like any other
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as error:
         Path(temp).unlink(missing_ok=True)
+        if is_full(error):
+            kept = f"{path.name} is as it was" if path.exists() else f"{path.name} was not written"
+            raise NoSpace(path, f"{kept}, and every other file in {path.parent} is kept") from error
         raise
 
 
@@ -70,12 +110,29 @@ class PredictionLog:
         return records
 
     def append(self, records: list[dict]) -> None:
+        """Add ``records`` (one line each) and sync them: all of them or, when the write fails (a full
+        disk: :class:`NoSpace`), none; the file is cut back to its size before."""
+        data = memoryview("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                while data:  # a write to a filling disk may take only part of the bytes, then fail
+                    data = data[os.write(fd, data) :]
+                os.fsync(fd)  # a file system that allocates late reports a full disk here
+            except BaseException as error:
+                os.ftruncate(fd, size)
+                if is_full(error):
+                    raise NoSpace(self.path, f"the {self.count()} predictions in it are complete and kept") from error
+                raise
+        finally:
+            os.close(fd)
+
+    def count(self) -> int:
+        """How many lines the file holds."""
+        with self.path.open("rb") as handle:
+            return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
 
     def rewrite(self, records: list[dict]) -> None:
         write_atomic(self.path, "".join(json.dumps(no_nan(r), ensure_ascii=False) + "\n" for r in records))

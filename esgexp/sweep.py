@@ -38,13 +38,19 @@ def failed_file() -> Path | None:
 
 
 def mark_failed(reason: str) -> Path | None:
-    """Write ``FAILED`` (the one-line reason) into the current job's run folder; return its path."""
+    """Write ``FAILED`` (the one-line reason) into the current job's run folder; return its path. Where
+    it cannot be written (a full disk, whose error the user is shown) nothing is left there, not an
+    empty file."""
+    from esgexp.outputs import NoSpace, write_atomic
+
     path = failed_file()
     if path is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = reason.strip().splitlines() or ["unknown error"]
-    path.write_text(lines[0][:1000] + "\n", encoding="utf-8")
+    try:
+        write_atomic(path, lines[0][:1000] + "\n")
+    except (OSError, NoSpace) as error:
+        log.debug("could not write %s: %s", path, error)
     return path
 
 

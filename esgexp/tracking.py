@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
-from esgexp.outputs import write_json
+from esgexp.outputs import NoSpace, write_json
 
 try:
     import fcntl
@@ -231,6 +231,12 @@ class TrackedRun:
             yield self
         except (KeyboardInterrupt, SystemExit):
             self.end("KILLED")
+            raise
+        except NoSpace:
+            try:
+                self.end("FAILED")
+            except Exception:  # the store is on the full disk too: the job's own message says it all
+                log.debug("could not end run %s on a full disk", self.run_id, exc_info=True)
             raise
         except BaseException:
             self.end("FAILED")

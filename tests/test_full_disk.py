@@ -1,0 +1,207 @@
+"""A disk that fills up, for real: a small tmpfs mounted for the test (root only; skipped where mounting is
+not allowed). Predictions are written whole or not at all and the user is told once what is kept and that
+resume=true continues (esgexp/outputs.py); the request cache is never dropped for a full disk or a lock,
+only when sqlite finds it damaged (esgexp/backends/cache.py)."""
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from esgexp.backends.base import Response
+from esgexp.backends.cache import RequestCache
+from esgexp.errors import UserError
+from esgexp.outputs import NoSpace, PredictionLog, write_json
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs at ``tmp_path/disk``: a file system that really runs out of space."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> None:
+    """Take every free block of ``disk`` with a ballast file."""
+    with open(disk / "ballast", "wb", buffering=0) as ballast:
+        try:
+            while True:
+                ballast.write(b"\0" * 4096)
+        except OSError as error:
+            assert error.errno == 28  # ENOSPC
+
+
+def free(disk: Path) -> None:
+    (disk / "ballast").unlink()
+
+
+def records(n: int, start: int = 0) -> list[dict]:
+    return [{"id": f"q{i}", "output": "x" * 900} for i in range(start, start + n)]
+
+
+def test_an_append_to_a_full_disk_writes_no_part_of_a_line(small_disk):
+    log = PredictionLog(small_disk / "run" / "predictions.jsonl")
+    log.append(records(3))
+    before = log.path.read_bytes()
+    fill(small_disk)  # what is left: the unused end of the file's last block
+    with pytest.raises(NoSpace) as caught:
+        log.append(records(10, start=3))  # more than that end takes
+    assert log.path.read_bytes() == before  # whole lines only: none of the batch
+    message = str(caught.value)
+    assert f"file system at {small_disk}" in message and str(log.path) in message
+    assert "the 3 predictions in it are complete and kept" in message and "resume=true" in message
+    free(small_disk)
+    log.append(records(10, start=3))
+    assert [r["id"] for r in log.read()] == [f"q{i}" for i in range(13)]
+
+
+def test_a_json_file_on_a_full_disk_is_left_as_it_was(small_disk):
+    path = small_disk / "metrics.json"
+    write_json(path, {"accuracy": 0.5})
+    fill(small_disk)
+    with pytest.raises(NoSpace, match=r"metrics\.json is as it was"):
+        write_json(path, {"accuracy": 0.75, "padding": "x" * 100_000})
+    assert json.loads(path.read_text()) == {"accuracy": 0.5}
+    assert sorted(p.name for p in small_disk.iterdir()) == ["ballast", "metrics.json"]  # no temporary file
+
+
+def esgexp_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "esgexp", *args]
+
+
+def api_job(root: Path, base_url: str, *extra: str) -> list[str]:
+    return esgexp_command(
+        "backend=openai",
+        f"backend.base_url={base_url}",
+        "backend.max_concurrency=1",
+        "backend.timeout_s=30",
+        "backend.backoff_s=0.05",
+        f"paths.root_dir={root}",
+        "trainer.progress_bar=false",
+        *extra,
+    )
+
+
+def test_a_disk_filling_up_mid_run_keeps_whole_lines_and_resume_finishes(
+    small_disk, fault_proxy, empty_db, clean_env, tmp_path
+):
+    (small_disk / "mlruns").mkdir()
+    shutil.copy(empty_db, small_disk / "mlruns" / "mlflow.db")  # runs, store and all on the small disk
+    calls = iter(range(10_000))
+    # The 5th item waits 3 s at the proxy: time for the test to fill the disk while the job runs.
+    fault_proxy.fail_when(lambda r: r.path.endswith("/chat/completions") and next(calls) == 5, "delay", delay=3)
+    command = api_job(small_disk, fault_proxy.base_url, "dataset.limit=16", "cache=off")
+    job = subprocess.Popen(
+        command, cwd=tmp_path, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 120
+    while not any(len(p.read_text().splitlines()) >= 3 for p in small_disk.glob("runs/*/*/*/predictions.jsonl")):
+        assert job.poll() is None and time.time() < deadline, job.communicate()
+        time.sleep(0.05)
+    fill(small_disk)
+    stdout, stderr = job.communicate(timeout=300)
+    assert job.returncode == 2, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in stdout + stderr and "Logging error" not in stderr, stderr[-3000:]
+    (predictions,) = small_disk.glob("runs/*/*/*/predictions.jsonl")
+    lines = predictions.read_text().splitlines()
+    assert all(json.loads(line)["id"] for line in lines)  # every line whole
+    assert f"no space left on the file system at {small_disk}" in errors[0]
+    assert f"the {len(lines)} predictions in it are complete and kept" in errors[0] and "resume=true" in errors[0]
+    failed = predictions.parent / "FAILED"
+    assert not failed.exists() or failed.read_text().strip()  # never an empty FAILED
+    free(small_disk)
+    fault_proxy.reset()
+    resumed = subprocess.run([*command, "resume=true"], cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (line,) = [line for line in resumed.stdout.splitlines() if line.startswith("run folder: ")]
+    metrics = json.loads((Path(line.removeprefix("run folder: ")) / "metrics.json").read_text())
+    assert metrics["n_items"] == 16 and metrics["n_resumed"] == len(lines) and metrics["n_failed"] == 0
+    items = [b for b in fault_proxy.bodies("/v1/chat/completions") if "Question" in json.dumps(b)]
+    assert len(items) == 16 - len(lines)  # only the items not kept were asked again
+
+
+def test_a_full_disk_never_drops_the_request_cache(small_disk, fault_proxy, clean_env, tmp_path):
+    cache = small_disk / "requests.sqlite"
+    command = api_job(tmp_path, fault_proxy.base_url, "dataset.limit=4", f"paths.request_cache={cache}")
+    first = subprocess.run(command, cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    kept = cache.read_bytes()
+    fill(small_disk)
+    full = subprocess.run(command, cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-3000:]
+    (error,) = [line for line in full.stderr.splitlines() if line.startswith("error:")]
+    assert f"request cache {cache} cannot be used" in error and "kept as it is" in error and "cache=off" in error
+    assert cache.read_bytes() == kept and not list(small_disk.glob("requests.sqlite.unreadable-*"))
+    free(small_disk)
+    fault_proxy.reset()
+    again = subprocess.run(command, cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (line,) = [line for line in again.stdout.splitlines() if line.startswith("answers from the cache")]
+    assert line.split()[-1] == "4"  # every answer from the kept cache
+    assert not [b for b in fault_proxy.bodies("/v1/chat/completions") if "Question" in json.dumps(b)]
+
+
+def test_a_cache_that_fills_the_disk_mid_run_keeps_its_answers_and_stops_storing(small_disk, caplog):
+    cache = RequestCache(small_disk / "requests.sqlite")
+    cache.put("old", Response("q1", output="A"))
+    fill(small_disk)
+    cache.put("new", Response("q2", output="B" * 200_000))  # does not fit
+    assert cache.store_error and "stopped taking answers" in caplog.text
+    cache.put("later", Response("q3", output="C"))  # not tried again: one warning
+    assert caplog.text.count("stopped taking answers") == 1
+    assert cache.get("old").output == "A" and cache.get("new") is None
+    cache.close()
+    free(small_disk)
+    assert RequestCache(small_disk / "requests.sqlite").get("old").output == "A"
+
+
+def test_a_locked_cache_is_kept_and_used_once_the_lock_is_gone(tmp_path):
+    path = tmp_path / "requests.sqlite"
+    cache = RequestCache(path)
+    cache.put("k", Response("q1", output="A"))
+    cache.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")  # another process's exclusive lock: no one else may read
+    try:
+        with pytest.raises(UserError, match=r"database is locked.*kept as it is"):
+            RequestCache(path, timeout_s=0.2)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not list(tmp_path.glob("requests.sqlite.unreadable-*"))
+    assert RequestCache(path).get("k").output == "A"
+
+
+def test_a_damaged_cache_fails_the_integrity_check_and_is_moved_aside(tmp_path, caplog):
+    path = tmp_path / "requests.sqlite"
+    cache = RequestCache(path)
+    for i in range(200):
+        cache.put(f"k{i}", Response(f"q{i}", output="A" * 200))
+    cache.close()
+    data = bytearray(path.read_bytes())
+    page = 4096
+    data[2 * page : 6 * page] = os.urandom(4 * page)  # the header is fine, the table's pages are not
+    path.write_bytes(bytes(data))
+    fresh = RequestCache(path)
+    assert fresh.get("k1") is None
+    (aside,) = tmp_path.glob("requests.sqlite.unreadable-*")
+    assert aside.read_bytes() == bytes(data) and "fails sqlite's integrity check" in caplog.text
