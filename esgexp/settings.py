@@ -199,6 +199,12 @@ def _context_rule(cfg: DictConfig) -> Rule | None:
     return Choice(QA_CONTEXTS, optional=True) if cfg.get("task") in ("qa", "finetune") else None
 
 
+def _examples_rule(cfg: DictConfig) -> Rule:
+    """query.examples: how many other reports inform an explanation (an integer >= 1), ``all``, or null."""
+    examples = cfg.query.get("examples")
+    return Choice(("all",)) if isinstance(examples, str) else Integer(1, optional=True)
+
+
 # retriever=bm25 (k1, b, stemmer, stopwords) | dense (batch_size, backend, device) | hybrid, which holds a
 # bm25 and a dense node of its own (retriever.bm25.k1, ...).
 RETRIEVER_RULES = {
@@ -229,6 +235,9 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "scoring.circular": Flag(),
     "query.max_new_tokens": Integer(1),
     "query.with_question": Flag(),
+    "query.words": Integer(1),
+    "query.min_grade": Integer(1, 3),
+    "query.examples": _examples_rule,
     "strategy.shots": Integer(0),
     "strategy.top_k": Integer(1),
     "strategy.context": _context_rule,

@@ -52,9 +52,15 @@ def collect_rows(tracking_uri: str, latest_only: bool = True) -> list[dict]:
 
 
 def export(
-    tracking_uri: str, out_dir: Path, latest_only: bool = True, formats=("csv", "md"), alpha: float = 0.05
+    tracking_uri: str,
+    out_dir: Path,
+    latest_only: bool = True,
+    formats=("csv", "md"),
+    alpha: float = 0.05,
+    papers_dir: Path | None = None,
 ) -> str:
-    """Write the chosen ``formats`` (csv, md, html) into ``out_dir``; return the Markdown table."""
+    """Write the chosen ``formats`` (csv, md, html) into ``out_dir``; return the Markdown table. The page also
+    shows the paper tables ``python -m esgexp.paper`` wrote into ``papers_dir``."""
     from esgexp.leaderboard.table import to_csv, to_markdown
 
     unknown = [f for f in formats if f not in FORMATS]
@@ -71,8 +77,10 @@ def export(
             write_atomic(out_dir / FILES["md"], markdown)
         if "html" in formats:
             from esgexp.leaderboard.page import render
+            from esgexp.papers.report import leaderboard_sections
 
-            write_atomic(out_dir / FILES["html"], render(groups, marks, tracking_uri))
+            page = render(groups, marks, tracking_uri, leaderboard_sections(papers_dir))
+            write_atomic(out_dir / FILES["html"], page)
     return markdown
 
 
@@ -88,7 +96,7 @@ def main(overrides: list[str]) -> None:
     chosen = [cfg.format] if isinstance(cfg.format, str) else list(cfg.format)
     formats = FORMATS if chosen == ["all"] else tuple(chosen)
     out_dir = Path(cfg.out_dir)
-    markdown = export(cfg.tracking.uri, out_dir, cfg.latest_only, formats, cfg.alpha)
+    markdown = export(cfg.tracking.uri, out_dir, cfg.latest_only, formats, cfg.alpha, cfg.get("papers_dir"))
     if "md" in formats:
         print(markdown, end="")
     print("written: " + ", ".join(str(out_dir / FILES[f]) for f in FORMATS if f in formats))

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
-from esgexp.eval.retrieval_metrics import page_recall_at_k, per_query_metrics, retrieval_metrics
+from esgexp.eval.retrieval_metrics import climretrieve_metrics, page_recall_at_k, per_query_metrics, retrieval_metrics
 from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
 from esgexp.records import QAItem
@@ -44,10 +44,11 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
         output_dir,
         retriever=cfg.retriever.name,
         encoder=encoder_name(cfg.retriever),
-        query=cfg.query.mode,
+        query=cfg.query.name,
         model=cfg.model.name if explained else None,
+        query_examples=OTHER_REPORTS if explained and cfg.query.get("examples") is not None else None,
     )
-    with tracked_run(cfg, f"{cfg.retriever.name}/{cfg.query.mode}", tags) as run:
+    with tracked_run(cfg, f"{cfg.retriever.name}/{cfg.query.name}", tags) as run:
         if hasattr(loaded, "queries"):
             records, metrics = graded_retrieval(cfg, loaded, ks)
         else:
@@ -63,7 +64,7 @@ def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
     rows += [(name, with_interval(metrics, name)) for name in summary_keys(metrics, ks)]
     if metrics["n_skipped_rows"]:
         rows.append(("skipped rows", str(metrics["n_skipped_rows"])))
-    title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={cfg.query.mode}"
+    title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={cfg.query.name}"
     print(summary_table(title, rows, run))
     return metrics
 
@@ -85,6 +86,9 @@ def encoder_name(node) -> str | None:
     name = shown(str(dense.model)) if dense.get("model") else DEFAULT_ENCODER
     return f"{name}, query: {shown(str(dense.query_model))}" if dense.get("query_model") else name
 
+
+# Where an informed explanation's examples come from (tag query_examples): never the report being searched.
+OTHER_REPORTS = "annotated passages of the other reports only (the searched report is left out)"
 
 # The headline metric: pooled Recall@K at this K when the job has it, else at its largest K (higher is better).
 HEADLINE_K = 10
@@ -144,9 +148,14 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
     if not data.queries:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable queries (skipped rows: {len(data.skipped)})")
     if cfg.query.mode == "explanation":
+        from esgexp.jobs import job_backend
         from esgexp.retrieval.explain import explanation_queries
 
-        texts, backend_stats = explanation_queries(cfg, data.queries)
+        with job_backend(cfg, "generate") as backend:
+            explained = explanation_queries(cfg.query, data.queries, backend, cfg.seed)
+        texts, backend_stats = explained.texts, explained.stats
+        if cfg.query.get("examples") is not None:
+            backend_stats = {**backend_stats, "query/n_uninformed": explained.n_uninformed}
     else:
         texts, backend_stats = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions), {}
     retriever = job_retriever(cfg.retriever, data.passages, cfg.paths.index_dir)
@@ -157,6 +166,7 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
     threshold = int(cfg.retrieval.threshold)
     per_query = per_query_metrics(rankings, qrels, ks, threshold)
     metrics = retrieval_metrics(rankings, qrels, data.n_candidates, ks, threshold, per_query)
+    metrics.update(qtype_metrics(data, rankings, qrels, ks, threshold, per_query))
     records = [
         {
             "id": q.id,
@@ -170,7 +180,33 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
         for q, found in zip(data.queries, hits)
     ]
     counts = {**backend_stats, **retriever.stats()}
-    return cluster_records(records, data.queries, cfg.dataset.get("cluster_key")), {**metrics, **counts}
+    records = cluster_records(records, data.queries, cfg.dataset.get("cluster_key"))
+    if cfg.retrieval.get("climretrieve_metric"):  # the ClimRetrieve paper's own P/R/F1 (eval/retrieval_metrics.py)
+        settings = StatsSettings.from_node(cfg.stats)
+        metrics.update(climretrieve_metrics(rankings, qrels, record_clusters(records), settings, max(ks)))
+    return records, {**metrics, **counts}
+
+
+def qtype_metrics(data, rankings: dict, qrels: dict, ks: list[int], threshold: int, per_query: dict) -> dict:
+    """``<qtype>/<metric>`` for each question type when the queries have more than one (SustainableQA)."""
+    by_type: dict[str, list[str]] = {}
+    for query in data.queries:
+        if "qtype" in query.meta:
+            by_type.setdefault(query.meta["qtype"], []).append(query.id)
+    if len(by_type) < 2:
+        return {}
+    metrics = {}
+    for qtype, ids in by_type.items():
+        part = retrieval_metrics(
+            {i: rankings[i] for i in ids},
+            {i: qrels[i] for i in ids},
+            {i: data.n_candidates[i] for i in ids},
+            ks,
+            threshold,
+            {i: per_query[i] for i in ids},
+        )
+        metrics.update({f"{qtype}/{key}": value for key, value in part.items() if not key.startswith("random/")})
+    return metrics
 
 
 def ranked_gold(relevance: dict[str, int]) -> list[str]:
