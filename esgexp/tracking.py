@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
-from esgexp.outputs import NoSpace, write_json
+from esgexp.outputs import NoSpace, mount_point, write_json
 
 try:
     import fcntl
@@ -232,16 +232,20 @@ class TrackedRun:
         except (KeyboardInterrupt, SystemExit):
             self.end("KILLED")
             raise
-        except NoSpace:
-            try:
+        except NoSpace as error:
+            if not self.stored_on(error.path):  # a store on the full disk too takes nothing: the message says it
                 self.end("FAILED")
-            except Exception:  # the store is on the full disk too: the job's own message says it all
-                log.debug("could not end run %s on a full disk", self.run_id, exc_info=True)
             raise
         except BaseException:
             self.end("FAILED")
             raise
         self.end("FINISHED")
+
+    def stored_on(self, path: Path) -> bool:
+        """Whether the run's store is a sqlite file on the file system that holds ``path``."""
+        if not self.uri.startswith("sqlite:///"):
+            return False
+        return mount_point(Path(self.uri.removeprefix("sqlite:///"))) == mount_point(path)
 
     def start(self, params: dict, tags: dict) -> None:
         """Open the run with ``tags`` (and MLflow's own: user, source) and log ``params``."""

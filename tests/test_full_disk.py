@@ -91,7 +91,7 @@ def api_job(root: Path, base_url: str, *extra: str) -> list[str]:
         "backend=openai",
         f"backend.base_url={base_url}",
         "backend.max_concurrency=1",
-        "backend.timeout_s=30",
+        "backend.timeout_s=120",
         "backend.backoff_s=0.05",
         f"paths.root_dir={root}",
         "trainer.progress_bar=false",
@@ -111,7 +111,7 @@ def test_a_disk_filling_up_mid_run_keeps_whole_lines_and_resume_finishes(
     job = subprocess.Popen(
         command, cwd=tmp_path, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    deadline = time.time() + 120
+    deadline = time.time() + 240
     while not any(len(p.read_text().splitlines()) >= 3 for p in small_disk.glob("runs/*/*/*/predictions.jsonl")):
         assert job.poll() is None and time.time() < deadline, job.communicate()
         time.sleep(0.05)
