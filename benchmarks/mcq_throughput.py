@@ -1097,7 +1097,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=0,
         metavar="N",
-        help=f"measure a run again (up to N times) when other processes used over {BUSY_SHARE:.0%} of the CPUs "
+        help=f"measure a run again (up to N times) when other processes used over {BUSY_SHARE * 100:.0f}%% of the CPUs "
         "during it; the cleanest attempt is reported (default 0)",
     )
     parser.add_argument("--verbose", action="store_true", help="show the workers' own output")
