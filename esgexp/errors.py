@@ -106,6 +106,9 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
             from esgexp.sweeper import checked_sweep
 
             sys.argv[1:] = overrides = checked_sweep(config, overrides)
+        if config in COMPOSED_COMMANDS and {"-h", "--help"} & set(sys.argv[1:]):
+            print(command_help(config))
+            return
         if any(o.startswith("+") for o in overrides) and config in COMPOSED_COMMANDS:
             from esgexp import overrides as command_line
 
@@ -126,6 +129,21 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
 
 # Commands that compose their config with hydra.compose (not @hydra.main, whose jobs check their own keys).
 COMPOSED_COMMANDS = ("compare", "leaderboard", "export_adapter", "paper")
+
+
+def command_help(config: str) -> str:
+    """``--help`` of a command that composes its config itself: its arguments and its settings' defaults."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from esgexp.config import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config)
+    return (
+        f"usage: KEY=VALUE ... (Hydra overrides of conf/{config}.yaml; every setting: docs/settings.md)\n\n"
+        f"== Config ==\n{OmegaConf.to_yaml(cfg)}"
+    )
 
 
 def interrupted_line(interrupt: KeyboardInterrupt) -> str:
