@@ -51,7 +51,12 @@ def test_every_model_file_has_the_model_keys(tmp_path, model):
     raw = yaml.safe_load((CONF_DIR / "model" / f"{model}.yaml").read_text())
     if "api" in raw:  # an API model: its server, key variable and prices, and it selects the API backend
         assert raw.pop("defaults") == [{"override /backend@_global_.backend": "openai"}]
-        assert set(raw.pop("api")) == {"base_url", "api", "api_key_env"} and set(raw.pop("price")) == {
+        api = set(raw.pop("api"))  # o-series models add their parameter rule (params, reasoning_effort)
+        assert api in (
+            {"base_url", "api", "api_key_env"},
+            {"base_url", "api", "api_key_env", "params", "reasoning_effort"},
+        )
+        assert set(raw.pop("price")) == {
             "prompt",
             "completion",
         }
