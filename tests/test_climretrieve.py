@@ -91,7 +91,8 @@ def test_shared_report_level_query_relevance(shared_samples):
     query = data.queries[0]
     assert query.id == f"{MICROSOFT}#q1"
     assert query.text == "Does the company identify any impacts of its business activities on the environment?"
-    assert query.meta == {"report": f"{MICROSOFT}.pdf", "question": query.text}
+    assert {k: query.meta[k] for k in ("report", "question")} == {"report": f"{MICROSOFT}.pdf", "question": query.text}
+    assert all(grade >= 1 and text for grade, text in query.meta["annotations"])  # inf_3 / inf_all examples
     # rows 1, 2, 6 and 27 of the file (paragraphs 1, 2, 4 and 22 in order of appearance)
     assert {pid: g for pid, g in query.relevance.items() if g} == {
         f"{MICROSOFT}#p1": 2,
@@ -284,7 +285,9 @@ def test_annotations_to_queries_grades_skips_and_reports():
     query = data.queries[0]
     assert query.relevance == {"acme#1": 3, "acme#2": 2, "acme#4": 1}
     assert (query.doc_scope, query.text) == ("Acme Report 2022", "Does Acme cut water use?")
+    annotations = query.meta.pop("annotations")
     assert query.meta == {"document": "Acme Report 2022.pdf", "core": True, "sources": 5}
+    assert len(annotations) <= 5 and all(grade >= 1 for grade, _ in annotations)
     assert data.n_candidates == {"Acme Report 2022#q1": 4}
     assert data.skipped == [
         "base.csv, row 3: field 'Relevant': no passage of 'Acme Report 2022' holds the annotated text; annotation unused",

@@ -14,7 +14,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
-from esgexp.eval.retrieval_metrics import climretrieve_metrics, page_recall_at_k, per_query_metrics, retrieval_metrics
+from esgexp.eval.retrieval_metrics import (
+    PAPER_KS,
+    climretrieve_metrics,
+    page_recall_at_k,
+    per_query_metrics,
+    retrieval_metrics,
+)
 from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
 from esgexp.outputs import PredictionLog
 from esgexp.records import QAItem
@@ -181,7 +187,11 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
     ]
     counts = {**backend_stats, **retriever.stats()}
     records = cluster_records(records, data.queries, cfg.dataset.get("cluster_key"))
-    if cfg.retrieval.get("climretrieve_metric"):  # the ClimRetrieve paper's own P/R/F1 (eval/retrieval_metrics.py)
+    if cfg.retrieval.get("climretrieve_metric") and max(ks) < max(PAPER_KS):
+        log.warning(
+            "ClimRetrieve's own metric needs K = %d in retrieval.ks (it has %s): not computed", max(PAPER_KS), ks
+        )
+    elif cfg.retrieval.get("climretrieve_metric"):  # the ClimRetrieve paper's own P/R/F1 (eval/retrieval_metrics.py)
         settings = StatsSettings.from_node(cfg.stats)
         metrics.update(climretrieve_metrics(rankings, qrels, record_clusters(records), settings, max(ks)))
     return records, {**metrics, **counts}
