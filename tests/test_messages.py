@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 from openai_server import FakeOpenAI
 from pdf_factory import write_pdf
 
@@ -30,9 +31,7 @@ SCORE = (
 
 
 def command(cwd: Path, env: dict, module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_cli(module, *args, cwd=cwd, env=env, timeout=timeout)
 
 
 def the_error(result: subprocess.CompletedProcess, *fragments: str, code: int = 2) -> str:
