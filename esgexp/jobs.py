@@ -1,9 +1,11 @@
-"""What every job shares: the config check, its identity, the run folder and one MLflow run."""
+"""What every job shares: the config check, its identity, the run folder, one MLflow run, and the one
+order of steps (``run_steps``) each job kind (a ``Job``) fills in."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,6 +45,65 @@ BACKEND_RUNTIME_KEYS = (
     "accelerator",
     "gpu_memory_utilization",
 )
+
+
+class Job(ABC):
+    """One job kind: what it loads, its tags and run name, its work inside the tracked run (asking, scoring)
+    and its summary; ``run_steps`` calls these steps in one fixed order."""
+
+    files: tuple[str, ...] = ()  # run-folder files logged beside config.yaml and metrics.json
+    step_metric: str | None = None  # the metric whose value is the step the metrics are logged at
+    writes = True  # False on a multi-process job's ranks other than 0: no file, no tracked run
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.output_dir = Path(cfg.paths.output_dir)
+
+    @abstractmethod
+    def load(self) -> list[str]:
+        """Load and check the inputs, before any file is written; return the skipped-row messages."""
+
+    def save(self, skipped: list[str]) -> None:
+        save_inputs(self.cfg, self.output_dir, skipped)
+
+    def tags(self) -> dict:
+        """The kind's own tags, beside those of ``job_tags``."""
+        return {}
+
+    @abstractmethod
+    def run_name(self) -> str: ...
+
+    @abstractmethod
+    def work(self, run: tracking.TrackedRun | None) -> tuple[dict, dict] | None:
+        """The job's work inside the tracked run (None where ``writes`` is False); its metrics and info tags."""
+
+    def finished(self, run: tracking.TrackedRun, metrics: dict) -> None:  # noqa: B027 (an optional step)
+        """After the metrics and files are logged, inside the tracked run (an error here marks it FAILED)."""
+
+    @abstractmethod
+    def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
+        """The title and rows of the table printed at the end."""
+
+    def report(self, run: tracking.TrackedRun, metrics: dict) -> None:
+        print(summary_table(*self.summary(metrics), run))
+
+
+def run_steps(job: Job) -> dict:
+    """Check the config, load, save the inputs, open the tracked run, work, finish, print the summary;
+    return the metrics ({} on a rank that does not write)."""
+    check_config(job.cfg)
+    skipped = job.load()
+    if not job.writes:
+        job.work(None)
+        return {}
+    job.save(skipped)
+    tags = job_tags(job.cfg, job.output_dir, **job.tags())
+    with tracked_run(job.cfg, job.run_name(), tags) as run:
+        metrics, info = job.work(run)
+        finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
+        job.finished(run, metrics)
+    job.report(run, metrics)
+    return metrics
 
 
 def check_config(cfg: DictConfig) -> Path:

@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from esgexp.errors import Interrupted, UserError
-from esgexp.jobs import check_config, finish, job_backend, job_tags, same_job, save_inputs, summary_table, tracked_run
+from esgexp.jobs import Job, job_backend, run_steps, same_job
 from esgexp.outputs import PredictionLog
 
 log = logging.getLogger(__name__)
@@ -28,20 +28,24 @@ def run_job(cfg: DictConfig) -> dict:
         from esgexp.dry_run import dry_run
 
         return dry_run(cfg)
-    output_dir = check_config(cfg)
+    return run_steps(make_job(cfg))
+
+
+def make_job(cfg: DictConfig) -> Job:
+    """The ``Job`` of ``cfg.task``."""
     if cfg.task == "retrieval":
-        from esgexp.tasks.retrieval import run_retrieval
+        from esgexp.tasks.retrieval import RetrievalJob
 
-        return run_retrieval(cfg, output_dir)
+        return RetrievalJob(cfg)
     if cfg.task == "esgbench_score":
-        from esgexp.tasks.esgbench_score import run_scoring
+        from esgexp.tasks.esgbench_score import ScoringJob
 
-        return run_scoring(cfg, output_dir)
+        return ScoringJob(cfg)
     if cfg.task == "finetune":
-        from esgexp.tasks.finetune import run_finetune
+        from esgexp.tasks.finetune import FinetuneJob
 
-        return run_finetune(cfg, output_dir)
-    return run_generation(cfg, output_dir, make_task(cfg))
+        return FinetuneJob(cfg)
+    return GenerationJob(cfg)
 
 
 def make_task(cfg: DictConfig):
@@ -54,89 +58,108 @@ def make_task(cfg: DictConfig):
     return QATask(cfg)
 
 
-def run_generation(cfg: DictConfig, output_dir: Path, task) -> dict:
-    """Prompt a model with every item, keep each output as it comes, then score them all."""
-    loaded = instantiate(cfg.dataset).load()
-    items = loaded.items
-    if not items:
-        raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(loaded.skipped)})")
-    items = task.prepare(items)  # the questions to ask (MCQ with scoring.circular: one per option rotation)
-    # The model comes before any retrieval index: a wrong model config fails in seconds.
-    backend = job_backend(cfg, cfg.scoring.name)
-    passages, retrieval = retrieve(cfg, items)
-    prompts = {item.id: task.prompt(item, passages.get(item.id)) for item in items}
+class GenerationJob(Job):
+    """task=mcq|qa: prompt a model with every item, keep each output as it comes, then score them all."""
 
-    fingerprints = {item.id: item_fingerprint(prompts[item.id], item) for item in items}
-    predictions = PredictionLog(output_dir / "predictions.jsonl")
-    done = {record["id"] for record in resume_predictions(cfg, output_dir, predictions, fingerprints)}
-    save_inputs(cfg, output_dir, loaded.skipped)
-    tags = job_tags(
-        cfg,
-        output_dir,
-        model=cfg.model.name,
-        backend=cfg.backend.name,
-        strategy=cfg.strategy.name,
-        scoring=cfg.scoring.name,
-        template=cfg.template.name,
-        retriever=cfg.retriever.name if cfg.strategy.name == "rag" else None,
-    )
-    todo = [item for item in items if item.id not in done]
-    if cfg.model.adapter:
-        from esgexp.models.lora import adapter_tags
+    files = ("predictions.jsonl", "skipped_rows.txt", "calibration.json")
 
-        tags.update(adapter_tags(cfg, *backend.adapter))
-    run_name = f"{tags['model']}/{cfg.strategy.name}/{cfg.scoring.name}"
-    with tracked_run(cfg, run_name, tags) as run:
+    def load(self) -> list[str]:
+        cfg = self.cfg
+        self.task = make_task(cfg)
+        self.loaded = instantiate(cfg.dataset).load()
+        if not self.loaded.items:
+            raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(self.loaded.skipped)})")
+        # The questions to ask (MCQ with scoring.circular: one per option rotation).
+        self.items = self.task.prepare(self.loaded.items)
+        # The model comes before any retrieval index: a wrong model config fails in seconds.
+        self.backend = job_backend(cfg, cfg.scoring.name)
+        passages, self.retrieval = retrieve(cfg, self.items)
+        self.prompts = {item.id: self.task.prompt(item, passages.get(item.id)) for item in self.items}
+        self.fingerprints = {item.id: item_fingerprint(self.prompts[item.id], item) for item in self.items}
+        self.predictions = PredictionLog(self.output_dir / "predictions.jsonl")
+        resumed = resume_predictions(cfg, self.output_dir, self.predictions, self.fingerprints)
+        self.done = {record["id"] for record in resumed}
+        return self.loaded.skipped
+
+    def tags(self) -> dict:
+        cfg = self.cfg
+        tags = {
+            "model": cfg.model.name,
+            "backend": cfg.backend.name,
+            "strategy": cfg.strategy.name,
+            "scoring": cfg.scoring.name,
+            "template": cfg.template.name,
+            "retriever": cfg.retriever.name if cfg.strategy.name == "rag" else None,
+        }
+        if cfg.model.adapter:
+            from esgexp.models.lora import adapter_tags
+
+            tags.update(adapter_tags(cfg, *self.backend.adapter))
+        self.model = tags["model"]
+        return tags
+
+    def run_name(self) -> str:
+        return f"{self.model}/{self.cfg.strategy.name}/{self.cfg.scoring.name}"
+
+    def work(self, run) -> tuple[dict, dict]:
+        cfg, items, predictions = self.cfg, self.items, self.predictions
+        todo = [item for item in items if item.id not in self.done]
         usage: dict[str, int] = {}
         try:
             if todo:
-                usage = predict(cfg, task, backend, todo, prompts, retrieval, predictions, fingerprints)
+                usage = predict(
+                    cfg, self.task, self.backend, todo, self.prompts, self.retrieval, predictions, self.fingerprints
+                )
         except (KeyboardInterrupt, SystemExit):
             kept = len(predictions.read())
-            raise Interrupted(f"{kept} answers kept in {output_dir}; resume=true continues") from None
+            raise Interrupted(f"{kept} answers kept in {self.output_dir}; resume=true continues") from None
         finally:
-            backend.close()
-        records, metrics, info = task.score(items, latest_records(predictions, items))
-        predictions.rewrite(records)
-        if retrieval:
+            self.backend.close()
+        self.records, metrics, info = self.task.score(items, latest_records(predictions, items))
+        predictions.rewrite(self.records)
+        if self.retrieval:
             from esgexp.strategies.rag import attribution_metrics
 
-            metrics.update(attribution_metrics(records))
-        metrics["n_failed"] = sum(1 for r in records if r.get("failed"))
-        metrics["n_skipped_rows"] = len(loaded.skipped)
-        metrics["n_resumed"] = len(done)
-        metrics.update(backend.stats())
+            metrics.update(attribution_metrics(self.records))
+        metrics["n_failed"] = sum(1 for r in self.records if r.get("failed"))
+        metrics["n_skipped_rows"] = len(self.loaded.skipped)
+        metrics["n_resumed"] = len(self.done)
+        metrics.update(self.backend.stats())
         metrics.update(usage_metrics(usage, cfg.model.get("price")))
-        info = {**info, "complete": "false" if metrics["n_failed"] else "true"}
-        finish(run, metrics, ["predictions.jsonl", "skipped_rows.txt", "calibration.json"], info)
-        if metrics["n_failed"] == len(items):
+        return metrics, {**info, "complete": "false" if metrics["n_failed"] else "true"}
+
+    def finished(self, run, metrics: dict) -> None:
+        if metrics["n_failed"] == len(self.items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
-            raise UserError(
-                f"every item failed (errors in {output_dir / 'predictions.jsonl'}); the MLflow run is marked FAILED"
-            )
-    rows = [("items", str(metrics["n_items"]))]
-    if metrics["n_failed"]:
-        rows.append(("never answered", f"{metrics['n_failed']} (resume=true finishes them)"))
-    rows += task.summary_rows(metrics)
-    counts = (
-        ("skipped rows", "n_skipped_rows"),
-        ("answers from the cache", "n_cached"),
-        ("retries", "n_retries"),
-    )
-    rows += [(name, str(metrics[key])) for name, key in counts if metrics.get(key)]
-    title = f"{cfg.dataset.name} | {tags['model']} | {cfg.backend.name} | {cfg.strategy.name} | {cfg.scoring.name}"
-    print(summary_table(title, rows, run))
-    if metrics["n_failed"]:
-        error = next(r.get("error") for r in records if r.get("failed"))
-        log.warning(
-            "incomplete run: %d of %d items were never answered (retries ran out; e.g. %s): they count as wrong "
-            "in %s; rerun the same command with resume=true to finish them",
-            metrics["n_failed"],
-            metrics["n_items"],
-            error,
-            metrics.get("headline_metric"),
+            raise UserError(f"every item failed (errors in {self.predictions.path}); the MLflow run is marked FAILED")
+
+    def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
+        cfg = self.cfg
+        rows = [("items", str(metrics["n_items"]))]
+        if metrics["n_failed"]:
+            rows.append(("never answered", f"{metrics['n_failed']} (resume=true finishes them)"))
+        rows += self.task.summary_rows(metrics)
+        counts = (
+            ("skipped rows", "n_skipped_rows"),
+            ("answers from the cache", "n_cached"),
+            ("retries", "n_retries"),
         )
-    return metrics
+        rows += [(name, str(metrics[key])) for name, key in counts if metrics.get(key)]
+        title = f"{cfg.dataset.name} | {self.model} | {cfg.backend.name} | {cfg.strategy.name} | {cfg.scoring.name}"
+        return title, rows
+
+    def report(self, run, metrics: dict) -> None:
+        super().report(run, metrics)
+        if metrics["n_failed"]:
+            error = next(r.get("error") for r in self.records if r.get("failed"))
+            log.warning(
+                "incomplete run: %d of %d items were never answered (retries ran out; e.g. %s): they count as "
+                "wrong in %s; rerun the same command with resume=true to finish them",
+                metrics["n_failed"],
+                metrics["n_items"],
+                error,
+                metrics.get("headline_metric"),
+            )
 
 
 # The exit status of a job that ended with items never answered (0: complete, 2: a user error).

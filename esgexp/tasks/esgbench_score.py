@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig
 
 from esgexp.data.esgbench import join, load_predictions
 from esgexp.errors import UserError
 from esgexp.eval.esgbench_metrics import score_esgbench
-from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
+from esgexp.jobs import Job
 from esgexp.outputs import PredictionLog
 from esgexp.records import LoadedDataset, QAItem
 from esgexp.stats import (
@@ -28,47 +27,59 @@ from esgexp.stats import (
 HEADLINE = "numeric_accuracy"
 
 
-def run_scoring(cfg: DictConfig, output_dir: Path) -> dict:
+class ScoringJob(Job):
     """Join predictions to gold on (doc_name, question); EM, F1, numeric accuracy, page recall, per category."""
-    if not Path(cfg.predictions).is_file():
-        raise UserError(
-            f"predictions={cfg.predictions}: file not found (the predictions JSONL to score, one "
-            "{doc_name, question, pred} object per line)"
-        )
-    stats = StatsSettings.from_node(cfg.stats)
-    full = instantiate(cfg.dataset, limit=None).load()
-    loaded = LoadedDataset(list(full.items), full.skipped).sample(cfg.dataset.limit, cfg.dataset.seed)
-    predictions = load_predictions(cfg.predictions)
-    # With dataset.limit, rows for the gold questions left out are set aside, not reported as unjoined.
-    left_out = {gold_key(item) for item in full.items} - {gold_key(item) for item in loaded.items}
-    predictions.by_key = {key: row for key, row in predictions.by_key.items() if key not in left_out}
-    joined = join(loaded.items, predictions, gold_source=str(cfg.dataset.path))
-    problems = loaded.skipped + predictions.skipped + joined.unjoined + joined.missing
-    save_inputs(cfg, output_dir, problems)
-    tags = job_tags(cfg, output_dir, model="external", strategy="external", predictions=str(cfg.predictions))
-    with tracked_run(cfg, f"score/{Path(cfg.predictions).name}", tags) as run:
-        records, metrics = score_esgbench(loaded.items, joined, k=cfg.recall_k)
-        metrics["n_skipped_rows"] = len(loaded.skipped) + len(predictions.skipped)
-        cluster_key = cfg.dataset.get("cluster_key")
-        by_id = {item.id: item for item in loaded.items}
+
+    files = ("predictions.jsonl", "skipped_rows.txt")
+
+    def load(self) -> list[str]:
+        cfg = self.cfg
+        if not Path(cfg.predictions).is_file():
+            raise UserError(
+                f"predictions={cfg.predictions}: file not found (the predictions JSONL to score, one "
+                "{doc_name, question, pred} object per line)"
+            )
+        self.stats = StatsSettings.from_node(cfg.stats)
+        full = instantiate(cfg.dataset, limit=None).load()
+        self.loaded = LoadedDataset(list(full.items), full.skipped).sample(cfg.dataset.limit, cfg.dataset.seed)
+        self.predictions = load_predictions(cfg.predictions)
+        # With dataset.limit, rows for the gold questions left out are set aside, not reported as unjoined.
+        left_out = {gold_key(item) for item in full.items} - {gold_key(item) for item in self.loaded.items}
+        self.predictions.by_key = {key: row for key, row in self.predictions.by_key.items() if key not in left_out}
+        self.joined = join(self.loaded.items, self.predictions, gold_source=str(cfg.dataset.path))
+        return self.loaded.skipped + self.predictions.skipped + self.joined.unjoined + self.joined.missing
+
+    def tags(self) -> dict:
+        return {"model": "external", "strategy": "external", "predictions": str(self.cfg.predictions)}
+
+    def run_name(self) -> str:
+        return f"score/{Path(self.cfg.predictions).name}"
+
+    def work(self, run) -> tuple[dict, dict]:
+        items = self.loaded.items
+        records, metrics = score_esgbench(items, self.joined, k=self.cfg.recall_k)
+        metrics["n_skipped_rows"] = len(self.loaded.skipped) + len(self.predictions.skipped)
+        cluster_key = self.cfg.dataset.get("cluster_key")
+        by_id = {item.id: item for item in items}
         records = cluster_records(records, [by_id[r["id"]] for r in records], cluster_key)
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, stats))
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, self.stats))
         metrics.update(cluster_info(records, cluster_key), headline_metric=HEADLINE, higher_is_better=True)
-        PredictionLog(output_dir / "predictions.jsonl").rewrite(records)
-        finish(run, metrics, ["predictions.jsonl", "skipped_rows.txt"], headline(HEADLINE))
-    rows = [("items", str(metrics["n_items"]))]
-    rows += [
-        (key, with_interval(metrics, key))
-        for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{cfg.recall_k}")
-        if key in metrics
-    ]
-    rows += [
-        (key.replace("_", " "), str(metrics[key]))
-        for key in ("n_unjoined_predictions", "n_missing_predictions", "n_skipped_rows")
-        if metrics.get(key)
-    ]
-    print(summary_table(f"{cfg.dataset.name} | {Path(cfg.predictions).name}", rows, run))
-    return metrics
+        PredictionLog(self.output_dir / "predictions.jsonl").rewrite(records)
+        return metrics, headline(HEADLINE)
+
+    def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
+        rows = [("items", str(metrics["n_items"]))]
+        rows += [
+            (key, with_interval(metrics, key))
+            for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{self.cfg.recall_k}")
+            if key in metrics
+        ]
+        rows += [
+            (key.replace("_", " "), str(metrics[key]))
+            for key in ("n_unjoined_predictions", "n_missing_predictions", "n_skipped_rows")
+            if metrics.get(key)
+        ]
+        return f"{self.cfg.dataset.name} | {Path(self.cfg.predictions).name}", rows
 
 
 def gold_key(item: QAItem) -> tuple[str, str]:

@@ -6,7 +6,8 @@ modules); then the base loads, peft wraps it and Lightning trains. The run folde
 and optimiser state only), ``train_report.json``, ``val_generations.jsonl``, ``config.yaml`` and
 ``metrics.json``; MLflow gets the curves, the params and the adapter.
 
-Under a multi-process strategy every rank runs this function; only rank 0 writes files and logs.
+Under a multi-process strategy every rank runs this job up to and through ``fit``; only rank 0 writes
+files and logs (``Job.writes``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.errors import UserError
-from esgexp.jobs import finish, job_tags, same_job, save_inputs, summary_table, tracked_run
+from esgexp.jobs import Job, same_job
 from esgexp.outputs import write_atomic, write_json
 
 log = logging.getLogger(__name__)
@@ -29,52 +29,88 @@ log = logging.getLogger(__name__)
 CONTEXT_STRATEGIES = ("zero_shot", "zero_context")
 
 
-def run_finetune(cfg: DictConfig, output_dir: Path) -> dict:
-    on_gpu, precision, ckpt_path = check_before_loading(cfg)
+class FinetuneJob(Job):
+    """Check everything that needs no weights, build the data and the LoRA-wrapped model, train, save the adapter."""
 
-    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+    files = ("train_report.json", "val_generations.jsonl", "skipped_rows.txt")
+    step_metric = "train/steps"
 
-    from esgexp.models.lora_module import RankAgreement
-    from esgexp.models.training import RunLogger, launchable_as_one_job, make_trainer
+    def load(self) -> list[str]:
+        cfg = self.cfg
+        on_gpu, precision, self.ckpt_path = check_before_loading(cfg)
 
-    train_items, val_items, skipped = load_items(cfg)
-    model_source = check_model(cfg)
-    data, reports, generation, tokenizer = build_data(cfg, model_source, train_items, val_items)
-    module = build_module(cfg, model_source, on_gpu, precision, generation, data.pad_id)
-    agreement = RankAgreement()
-    trainer, checkpoint = make_trainer(cfg, output_dir, precision, module.model, [agreement])
-    rank_zero = rank_zero_only.rank == 0
-    if rank_zero:
-        save_inputs(cfg, output_dir, skipped)
-        write_json(output_dir / "train_report.json", {name: vars(report) for name, report in reports.items()})
-    tags = job_tags(
-        cfg,
-        output_dir,
-        model=cfg.model.name,
-        strategy=cfg.strategy.name,
-        template=cfg.template.name,
-        resumed_from=ckpt_path,
-    )
-    started = time.perf_counter()
-    with tracked_run(cfg, f"{cfg.model.name}/lora", tags) if rank_zero else nullcontext() as run:
-        if rank_zero:
-            trainer.loggers = [RunLogger(run)]
+        from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+        from esgexp.models.lora_module import RankAgreement
+        from esgexp.models.training import make_trainer
+
+        train_items, val_items, skipped = load_items(cfg)
+        self.model_source = check_model(cfg)
+        self.data, self.reports, self.generation, self.tokenizer = build_data(
+            cfg, self.model_source, train_items, val_items
+        )
+        self.module = build_module(cfg, self.model_source, on_gpu, precision, self.generation, self.data.pad_id)
+        self.agreement = RankAgreement()
+        self.trainer, self.checkpoint = make_trainer(
+            cfg, self.output_dir, precision, self.module.model, [self.agreement]
+        )
+        self.writes = rank_zero_only.rank == 0
+        return skipped
+
+    def save(self, skipped: list[str]) -> None:
+        super().save(skipped)
+        write_json(self.output_dir / "train_report.json", {name: vars(r) for name, r in self.reports.items()})
+
+    def tags(self) -> dict:
+        cfg = self.cfg
+        return {
+            "model": cfg.model.name,
+            "strategy": cfg.strategy.name,
+            "template": cfg.template.name,
+            "resumed_from": self.ckpt_path,
+        }
+
+    def run_name(self) -> str:
+        return f"{self.cfg.model.name}/lora"
+
+    def work(self, run) -> tuple[dict, dict] | None:
+        from esgexp.models.training import RunLogger, launchable_as_one_job
+
+        started = time.perf_counter()
+        if run is not None:
+            self.trainer.loggers = [RunLogger(run)]
         with launchable_as_one_job():
-            trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-        if not rank_zero:
-            return {}
-        adapter_dir = save_adapter(cfg, output_dir, module, checkpoint, tokenizer, model_source, run.run_id or "")
-        metrics = final_metrics(trainer, module, checkpoint, reports, agreement, time.perf_counter() - started)
-        record(run, metrics, adapter_dir, generation)
-    rows = [
-        (key, f"{value:.4f}" if isinstance(value, float) else str(value))
-        for key, value in metrics.items()
-        if "/n_" not in key
-    ]
-    title = f"{cfg.dataset.name} | {cfg.model.name} | LoRA r={cfg.model.lora.r} | {metrics['train/steps']} steps"
-    print(summary_table(title, rows, run))
-    print(f"adapter: {adapter_dir}")
-    return metrics
+            self.trainer.fit(self.module, datamodule=self.data, ckpt_path=self.ckpt_path)
+        if run is None:
+            return None
+        self.adapter_dir = save_adapter(
+            self.cfg, self.output_dir, self.module, self.checkpoint, self.tokenizer, self.model_source, run.run_id or ""
+        )
+        seconds = time.perf_counter() - started
+        metrics = final_metrics(self.trainer, self.module, self.checkpoint, self.reports, self.agreement, seconds)
+        if self.generation is not None and self.generation.outputs:
+            outputs = self.generation.outputs
+            write_atomic(run.run_dir / "val_generations.jsonl", "".join(json.dumps(o) + "\n" for o in outputs))
+        return metrics, {}
+
+    def finished(self, run, metrics: dict) -> None:
+        run.log_artifact(self.adapter_dir, artifact_path="adapter")
+
+    def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
+        cfg = self.cfg
+        rows = [
+            (key, f"{value:.4f}" if isinstance(value, float) else str(value))
+            for key, value in metrics.items()
+            if "/n_" not in key
+        ]
+        return (
+            f"{cfg.dataset.name} | {cfg.model.name} | LoRA r={cfg.model.lora.r} | {metrics['train/steps']} steps",
+            rows,
+        )
+
+    def report(self, run, metrics: dict) -> None:
+        super().report(run, metrics)
+        print(f"adapter: {self.adapter_dir}")
 
 
 def check_before_loading(cfg: DictConfig) -> tuple[bool, str, str | None]:
@@ -104,16 +140,6 @@ def check_model(cfg: DictConfig) -> str:
     check_seq_len(config, cfg.train.max_seq_len, cfg.model.name)
     check_target_modules(config, cfg.model.lora, cfg.model.name)
     return model_source
-
-
-def record(run, metrics: dict, adapter_dir: Path, generation) -> None:
-    """metrics.json and the validation answers in the run folder; metrics, files and adapter to the tracked run."""
-    if generation is not None and generation.outputs:
-        write_atomic(run.run_dir / "val_generations.jsonl", "".join(json.dumps(o) + "\n" for o in generation.outputs))
-    finish(
-        run, metrics, ["train_report.json", "val_generations.jsonl", "skipped_rows.txt"], step=metrics["train/steps"]
-    )
-    run.log_artifact(adapter_dir, artifact_path="adapter")
 
 
 def check_groups(cfg: DictConfig) -> None:

@@ -21,7 +21,7 @@ from esgexp.eval.retrieval_metrics import (
     per_query_metrics,
     retrieval_metrics,
 )
-from esgexp.jobs import finish, job_tags, save_inputs, summary_table, tracked_run
+from esgexp.jobs import Job
 from esgexp.outputs import PredictionLog
 from esgexp.records import QAItem
 from esgexp.stats import (
@@ -38,41 +38,51 @@ from esgexp.stats import (
 log = logging.getLogger(__name__)
 
 
-def run_retrieval(cfg: DictConfig, output_dir: Path) -> dict:
+class RetrievalJob(Job):
     """Index the passages, search every query, write rankings.jsonl and metrics.json, track the run."""
-    stats = StatsSettings.from_node(cfg.stats)
-    loaded = instantiate(cfg.dataset).load()
-    ks = sorted(set(cfg.retrieval.ks))
-    save_inputs(cfg, output_dir, loaded.skipped)
-    explained = cfg.query.mode == "explanation"
-    tags = job_tags(
-        cfg,
-        output_dir,
-        retriever=cfg.retriever.name,
-        encoder=encoder_name(cfg.retriever),
-        query=cfg.query.name,
-        model=cfg.model.name if explained else None,
-        query_examples=OTHER_REPORTS if explained and cfg.query.get("examples") is not None else None,
-    )
-    with tracked_run(cfg, f"{cfg.retriever.name}/{cfg.query.name}", tags) as run:
+
+    files = ("rankings.jsonl", "skipped_rows.txt")
+
+    def load(self) -> list[str]:
+        self.stats = StatsSettings.from_node(self.cfg.stats)
+        self.loaded = instantiate(self.cfg.dataset).load()
+        self.ks = sorted(set(self.cfg.retrieval.ks))
+        return self.loaded.skipped
+
+    def tags(self) -> dict:
+        cfg = self.cfg
+        explained = cfg.query.mode == "explanation"
+        return {
+            "retriever": cfg.retriever.name,
+            "encoder": encoder_name(cfg.retriever),
+            "query": cfg.query.name,
+            "model": cfg.model.name if explained else None,
+            "query_examples": OTHER_REPORTS if explained and cfg.query.get("examples") is not None else None,
+        }
+
+    def run_name(self) -> str:
+        return f"{self.cfg.retriever.name}/{self.cfg.query.name}"
+
+    def work(self, run) -> tuple[dict, dict]:
+        cfg, loaded, ks = self.cfg, self.loaded, self.ks
         if hasattr(loaded, "queries"):
             records, metrics = graded_retrieval(cfg, loaded, ks)
         else:
             records, metrics = page_retrieval(cfg, loaded.items, ks)
         metrics["n_skipped_rows"] = len(loaded.skipped)
         cluster_key = cfg.dataset.get("cluster_key")
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, stats))
+        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, self.stats))
         key = headline_metric(ks)
         metrics.update(cluster_info(records, cluster_key), headline_metric=key, higher_is_better=True)
-        PredictionLog(output_dir / "rankings.jsonl").rewrite(records)
-        finish(run, metrics, ["rankings.jsonl", "skipped_rows.txt"], headline(key))
-    rows = [("queries", str(metrics["n_queries"]))]
-    rows += [(name, with_interval(metrics, name)) for name in summary_keys(metrics, ks)]
-    if metrics["n_skipped_rows"]:
-        rows.append(("skipped rows", str(metrics["n_skipped_rows"])))
-    title = f"{cfg.dataset.name} | {cfg.retriever.name} | query={cfg.query.name}"
-    print(summary_table(title, rows, run))
-    return metrics
+        PredictionLog(self.output_dir / "rankings.jsonl").rewrite(records)
+        return metrics, headline(key)
+
+    def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
+        rows = [("queries", str(metrics["n_queries"]))]
+        rows += [(name, with_interval(metrics, name)) for name in summary_keys(metrics, self.ks)]
+        if metrics["n_skipped_rows"]:
+            rows.append(("skipped rows", str(metrics["n_skipped_rows"])))
+        return f"{self.cfg.dataset.name} | {self.cfg.retriever.name} | query={self.cfg.query.name}", rows
 
 
 # The encoder of a dense retriever whose ``model`` is null (conf/retriever/dense.yaml).
