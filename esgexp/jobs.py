@@ -57,7 +57,10 @@ class Job(ABC):
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
-        self.output_dir = Path(cfg.paths.output_dir)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.cfg.paths.output_dir)
 
     @abstractmethod
     def load(self) -> list[str]:

@@ -182,7 +182,7 @@ def retrieve(cfg: DictConfig, items: list) -> tuple[dict[str, list[str]], dict[s
         return {}, {}
     from esgexp.strategies.rag import retrieve_for_items
 
-    return retrieve_for_items(cfg, items)
+    return retrieve_for_items(cfg.strategy, cfg.retriever, cfg.paths.index_dir, items)
 
 
 def make_requests(cfg: DictConfig, items: list, prompts: dict) -> list:

@@ -38,7 +38,7 @@ FT = (
     "trainer.max_steps=2",
     "trainer.log_every_n_steps=1",
 )
-# qa shares mcq's run_generation and its tracking; esgbench_score is also the CLI test's job.
+# qa shares mcq's GenerationJob and its tracking; esgbench_score is also the CLI test's job.
 KINDS = {
     "mcq": (("model=local", "scoring=logprob", "dataset.limit=3"), {"predictions.jsonl"}),
     "retrieval": (("experiment=climretrieve_retrieval", "dataset=climretrieve_sample"), {"rankings.jsonl"}),

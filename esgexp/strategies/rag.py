@@ -65,11 +65,13 @@ def cite(passage: Passage, template: str) -> str:
     return template.format(doc=passage.doc_id, pages=passage.page_span, text=passage.text)
 
 
-def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str]], dict[str, dict]]:
-    """Per item: the formatted top-k passages, and the record of what was retrieved."""
+def retrieve_for_items(
+    strategy: DictConfig, retriever_node: DictConfig, index_dir: str, items: list
+) -> tuple[dict[str, list[str]], dict[str, dict]]:
+    """Per item: the formatted top-k passages (the ``strategy`` node's corpus, scope, top_k, passage_format;
+    the ``retriever`` node's retriever, its index cached under ``index_dir``), and the record of what was retrieved."""
     from esgexp.retrieval.cache import job_retriever
 
-    strategy = cfg.strategy
     if strategy.corpus == "dataset":
         passages, gold = dataset_passages(items)
     else:
@@ -85,7 +87,7 @@ def retrieve_for_items(cfg: DictConfig, items: list) -> tuple[dict[str, list[str
             len(known_docs),
             ", ".join(missing[:10]),
         )
-    retriever = job_retriever(cfg.retriever, passages, cfg.paths.index_dir)
+    retriever = job_retriever(retriever_node, passages, index_dir)
     chosen_items = [items[i] for i in searchable]
     extra = {"gold": [gold[item.id] for item in chosen_items]} if retriever.needs_gold else {}
     hits = retriever.search(
