@@ -3,10 +3,9 @@ no traceback, and the run folder says it failed."""
 
 import json
 import logging
-import subprocess
-import sys
 
 import pytest
+from cli import run_cli
 
 from esgexp.data.climretrieve import ClimRetrieveReportLevel
 from esgexp.data.esgbench import ESGBenchGold
@@ -22,9 +21,7 @@ CP1252_CSV = (HEADER + "q1,First question?,A,a,b,c,d\n" + "q2,Which café wins?,
 
 
 def esgexp(cwd, env, *args, module="esgexp"):
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
+    return run_cli(module, *args, cwd=cwd, env=env)
 
 
 def assert_told_once(result, message: str, code: int = 2) -> None:

@@ -1,17 +1,14 @@
 """The command line as a user runs it: a multirun sweep, and clear one-line errors for mistakes."""
 
 import json
-import subprocess
-import sys
 
 import mlflow
 import pytest
+from cli import run_cli
 
 
 def esgexp(cwd, env, *args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "esgexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_cli("esgexp", *args, cwd=cwd, env=env, timeout=timeout)
 
 
 def test_multirun_sweep_gives_one_folder_and_one_mlflow_run_per_job(tmp_path, clean_env, tiny_model_dir):
@@ -86,9 +83,7 @@ def test_a_user_error_is_printed_once_and_kept_in_the_run_log(tmp_path, clean_en
     ],
 )
 def test_other_entry_points_print_a_user_error_once(tmp_path, clean_env, module, args, message):
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120
-    )
+    result = run_cli(module, *args, cwd=tmp_path, env=clean_env)
     assert result.returncode == 2
     assert (result.stdout + result.stderr).count(message) == 1 and "error: " in result.stderr
     assert "Traceback" not in result.stdout + result.stderr

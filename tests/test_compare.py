@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
+from cli import run_cli
 from conftest import REPO, SAMPLE_CSV
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -206,15 +205,8 @@ def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, c
     assert {"ndcg@10/stderr", "mrr/ci_low", "macro/recall@5/ci_high", "precision@5/stderr"} <= set(saved)
 
     out = tmp_path / "compare"
-    command = [
-        sys.executable,
-        "-m",
-        "esgexp.compare",
-        str(tmp_path / "bm25"),
-        str(tmp_path / "oracle"),
-        f"out_dir={out}",
-    ]
-    done = subprocess.run(command, cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=120)
+    command = [str(tmp_path / "bm25"), str(tmp_path / "oracle"), f"out_dir={out}"]
+    done = run_cli("esgexp.compare", *command, cwd=REPO, env=clean_env)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "compare.json").read_text())
     [found] = report["comparisons"]
@@ -229,15 +221,8 @@ def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, c
         main([str(tmp_path / "bm25"), f"out_dir={out}"])
 
     # A run id is read from the tracking store: one that is down is one error naming it, in seconds.
-    command = [
-        sys.executable,
-        "-m",
-        "esgexp.compare",
-        str(tmp_path / "bm25"),
-        "0123abcd",
-        "tracking.uri=http://127.0.0.1:9",
-    ]
-    done = subprocess.run(command, cwd=REPO, env=clean_env, capture_output=True, text=True, timeout=60)
+    command = [str(tmp_path / "bm25"), "0123abcd", "tracking.uri=http://127.0.0.1:9"]
+    done = run_cli("esgexp.compare", *command, cwd=REPO, env=clean_env, timeout=60)
     assert done.returncode == 2 and done.stderr.count("tracking.uri=http://127.0.0.1:9") == 1
     assert "tracking.offline" not in done.stderr  # reading runs: running offline is no way out
     assert "Traceback" not in done.stderr

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 from conftest import SAMPLE_CSV
 
 SAMPLE_DATASET = {
@@ -333,11 +333,9 @@ def test_question_matrix_orders_models_by_accuracy_and_questions_by_difficulty(s
 
 
 def leaderboard_cli(*overrides: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "esgexp.leaderboard", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return run_cli(
+        "esgexp.leaderboard",
+        *overrides,
         env=env,
         cwd=cwd,
     )

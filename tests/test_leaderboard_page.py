@@ -5,11 +5,10 @@ shows the question, and a screenshot is kept. Built from synthetic runs and from
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 from conftest import compose_config
 from test_leaderboard import build_store, sample_items, wrong_letter
 
@@ -166,11 +165,10 @@ def test_page_from_a_real_cli_run_on_the_bundled_sample(browser, tiny_cfg, tmp_p
     run_job(tiny_cfg("scoring=logprob", "dataset.limit=6", f"paths.output_dir={tmp_path}/runs/a"))
     shutil.rmtree(tmp_path / "runs")
     uri = compose_config(tmp_path, name="leaderboard").tracking.uri
-    out = subprocess.run(
-        [sys.executable, "-m", "esgexp.leaderboard", f"tracking.uri={uri}", "format=html"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = run_cli(
+        "esgexp.leaderboard",
+        f"tracking.uri={uri}",
+        "format=html",
         cwd=tmp_path,
         env=clean_env,
     )

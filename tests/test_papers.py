@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 
 from esgexp.papers import TABLES
 from esgexp.papers.cells import Cell, load_cells, parse_value
@@ -362,14 +361,7 @@ def test_sustainableqa_grids_compose_on_our_sample_in_its_schema(tmp_path, monke
 def run_paper(tmp_path, *args, timeout=300):
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     env.pop("HYDRA_FULL_ERROR", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "esgexp.paper", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    result = run_cli("esgexp.paper", *args, cwd=tmp_path, env=env, timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 

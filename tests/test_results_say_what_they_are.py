@@ -11,11 +11,11 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 from conftest import REPO, SAMPLE_CSV
 
 from esgexp.run import INCOMPLETE_EXIT
@@ -24,9 +24,7 @@ SHORT_TEMPLATE = "Question: {query}\nA: {A}\nB: {B}\nC: {C}\nD: {D}\nAnswer:"
 
 
 def command(module: str, *args: str, cwd: Path, env: dict, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_cli(module, *args, cwd=cwd, env=env, timeout=timeout)
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

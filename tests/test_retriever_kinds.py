@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli import run_cli
 from conftest import REPO, SHARED_SAMPLES, compose_config
 from test_retrievers import BM25_CFG, PASSAGES, TEXTS, ids
 
@@ -323,20 +324,14 @@ def test_climretrieve_job_with_embeddings_reruns_with_no_request(embedding_proxy
     sample = SHARED_SAMPLES / "climretrieve" / "report_level_sample.csv"
     if not sample.is_file():
         pytest.skip(f"the shared ClimRetrieve sample is not present at {sample}")
-    command = [sys.executable, "-m", "esgexp", "experiment=climretrieve_retrieval", f"dataset.path={sample}"]
+    command = ["experiment=climretrieve_retrieval", f"dataset.path={sample}"]
     command += ["retriever=embeddings", f"retriever.base_url={embedding_proxy.base_url}"]
     command += ["retriever.model=all-MiniLM-L6-v2", "retriever.timeout_s=300", f"paths.root_dir={tmp_path}"]
     command += [f"paths.request_cache={tmp_path}/requests.sqlite"]
     runs = []
     for run in ("first", "second"):  # the second with an index cache of its own: only the request cache helps
-        out = subprocess.run(
-            [*command, f"paths.output_dir={tmp_path}/{run}", f"paths.index_dir={tmp_path}/{run}-indexes"],
-            capture_output=True,
-            text=True,
-            env=clean_env,
-            cwd=REPO,
-            timeout=300,
-        )
+        folders = [f"paths.output_dir={tmp_path}/{run}", f"paths.index_dir={tmp_path}/{run}-indexes"]
+        out = run_cli("esgexp", *command, *folders, env=clean_env, cwd=REPO, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(json.loads((tmp_path / run / "metrics.json").read_text()))
     first, second = runs

@@ -2,10 +2,9 @@
 corpus (reuse, settings), the CLI, and the two real report PDFs in ../shared."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli import run_cli
 from pdf_factory import write_pdf
 
 from esgexp.data import pdf
@@ -111,16 +110,11 @@ def test_ingest_stores_table_passages_beside_the_text_and_reuses_them(report, tm
 
 def test_cli_tables_true_reports_the_tables(report, tmp_path, clean_env):
     command = [
-        sys.executable,
-        "-m",
-        "esgexp.ingest",
         f"corpus.pdf_dir={report.parent}",
         "corpus.name=demo",
         "progress=false",
     ]
-    result = subprocess.run(
-        [*command, "tables=true"], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120
-    )
+    result = run_cli("esgexp.ingest", *command, "tables=true", cwd=tmp_path, env=clean_env)
     assert result.returncode == 0, result.stderr[-3000:]
     folder = tmp_path / "data" / "corpora" / "demo" / "paragraphs"
     assert "1 documents, 3 pages, 3 passages (2 tables)" in result.stdout
@@ -129,9 +123,7 @@ def test_cli_tables_true_reports_the_tables(report, tmp_path, clean_env):
         "report#t0",
         "report#t1",
     ]
-    wrong = subprocess.run(
-        [*command, "tables=maybe"], cwd=tmp_path, env=clean_env, capture_output=True, text=True, timeout=120
-    )
+    wrong = run_cli("esgexp.ingest", *command, "tables=maybe", cwd=tmp_path, env=clean_env)
     assert wrong.returncode == 2 and "error: tables must be true or false, got 'maybe'" in wrong.stderr
 
 
