@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from cli import run_cli
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
@@ -150,9 +151,7 @@ def test_each_console_command_is_its_python_m_form(name):
     for the Hydra commands) and both exit 0."""
     module = SCRIPT_MODULES[name]
     script = subprocess.run([entry_point(name), "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    python_m = subprocess.run(
-        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
+    python_m = run_cli(module, "--help", cwd=ROOT)
     assert script.returncode == python_m.returncode == 0, script.stderr[-1500:] + python_m.stderr[-1500:]
     strip = lambda text: re.sub(r"(python -m \S+|esgexp-?[\w-]*|__main__\.py|\w+\.py)", "CMD", text)  # noqa: E731
     assert strip(script.stdout) == strip(python_m.stdout)
