@@ -1,6 +1,8 @@
 """``backend=openai``: any OpenAI-compatible server (OpenAI, DeepSeek, vLLM serve, llama.cpp, ...).
 
-Requests run concurrently up to ``max_concurrency`` through one ``OpenAIClient`` (openai_client.py): a
+Requests run concurrently up to ``max_concurrency`` through one ``OpenAIClient`` (openai_client.py), from
+``max_concurrency`` threads kept for the backend's life: while the first request (the probe that checks the
+server) waits for its answer, every thread starts and opens its connection, so the first items go out at once. A
 429, a 5xx, a timeout or a dropped connection (also one cut off mid-reply) is retried with exponential
 backoff and jitter (``Retry-After`` honoured) up to ``max_retries``, and timeouts lower the concurrency;
 any other 4xx fails that item at once with the server's message. An item whose retries run out is
@@ -32,7 +34,8 @@ import queue
 import re
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import suppress
 
 from omegaconf import DictConfig
 
@@ -102,6 +105,7 @@ class OpenAIBackend(Backend):
         self._letter_answers: list[bool] = []  # per answered letter request: whether every letter was missing
         self._count_lock = threading.Lock()
         self._warned: set[str] = set()
+        self._workers: ThreadPoolExecutor | None = None
 
     def identity(self) -> dict:
         identity = {"backend": "openai", "base_url": self.base_url, "model": self.served, "api": self.api}
@@ -127,7 +131,43 @@ class OpenAIBackend(Backend):
         return {**self.client.stats(), "n_letters_missing": self._letters_missing}
 
     def close(self) -> None:
+        self.stop_workers(join=True)
         self.client.close()
+
+    # --- the threads and their connections -------------------------------------------------------
+
+    def workers(self) -> ThreadPoolExecutor:
+        """The ``max_concurrency`` threads that send the requests, kept from one run to the next."""
+        if self._workers is None:
+            self._workers = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="openai")
+        return self._workers
+
+    def stop_workers(self, join: bool = False) -> None:
+        """End the worker threads (``join``: wait until they have; idle ones end at once); a later run starts new
+        ones. The requests not yet sent are cancelled."""
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.shutdown(wait=join, cancel_futures=True)
+
+    def warm_up(self) -> list:
+        """Start every worker thread, each opening one connection to the server (in parallel, sending
+        nothing): the first ``max_concurrency`` items then go out at once. The futures, to wait on."""
+        started = threading.Barrier(self.max_concurrency, timeout=self.client.connect_timeout_s + 5)
+
+        def open_one() -> None:
+            # each task holds its connection until all have one: every task on a thread of its own, and as many
+            # connections as threads (the probe's comes on top)
+            try:
+                with self.client.open_connection():
+                    started.wait()
+            except threading.BrokenBarrierError:
+                pass
+            except Exception as error:  # the probe says what is wrong with the server
+                log.debug("opening a connection to %s: %s", self.base_url, error)
+                with suppress(threading.BrokenBarrierError):
+                    started.wait()
+
+        return [self.workers().submit(open_one) for _ in range(self.max_concurrency)]
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -164,16 +204,9 @@ class OpenAIBackend(Backend):
         flight are awaited and handed over, then ``KeyboardInterrupt`` is raised."""
         if not requests:
             return
-        pool = ThreadPoolExecutor(self.max_concurrency)
+        pool = self.workers()
         finished: queue.SimpleQueue = queue.SimpleQueue()
-        go = threading.Event()  # the threads start before any sends: a start need not wait for the busy ones
-
-        def answer_when_all_started(request: Request) -> Response:
-            go.wait()
-            return self.answer_safely(answer, request)
-
-        futures = [pool.submit(answer_when_all_started, r) for r in requests]
-        go.set()
+        futures = [pool.submit(self.answer_safely, answer, r) for r in requests]
         for future in futures:
             future.add_done_callback(finished.put)
         remaining, stopping = len(futures), False
@@ -205,10 +238,10 @@ class OpenAIBackend(Backend):
                         )
         except BaseException:
             self.client.stop()
-            pool.shutdown(wait=False, cancel_futures=True)
+            self.stop_workers()
             raise
-        pool.shutdown()
         if stopping:
+            self.stop_workers()
             raise KeyboardInterrupt
 
     def check_letters(self, first: int, final: bool) -> None:
@@ -240,9 +273,11 @@ class OpenAIBackend(Backend):
             return Response(id=request.id, failed=True, error=str(error)[:500])
 
     def check_server(self, kind: str) -> None:
-        """Once per kind, before any item: the server answers, and (logprob) returns log-probabilities."""
+        """Once per kind, before any item: the server answers, and (logprob) returns log-probabilities. The
+        first check also starts the worker threads and their connections while the probe waits for its answer."""
         if kind in self._checked:
             return
+        warming = self.warm_up() if not self._checked else []
         with self.client.reporting(f"a {kind} request for model {self.served!r}"):
             if kind == "logprob":
                 probe = LetterRequest("probe", "Answer with one letter. A or B?\nAnswer:", letters=("A", "B"))
@@ -250,6 +285,7 @@ class OpenAIBackend(Backend):
             else:
                 self.post(*self.generation_body(GenerationRequest("probe", "Hello", max_new_tokens=1)))
         self._checked.add(kind)
+        wait(warming)
 
     # --- one request ------------------------------------------------------------------------------
 

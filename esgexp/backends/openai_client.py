@@ -292,14 +292,33 @@ class OpenAIClient:
     # --- connections ------------------------------------------------------------------------------
 
     def pool(self):
-        """The connection pool (urllib3: thread-safe, one kept-alive connection per request in flight)."""
+        """The connection pool (urllib3: thread-safe, one kept-alive connection per request in flight, and one
+        more: the probe's, opened beside the others)."""
         if self._pool is None:
             import urllib3
 
             with self._lock:
                 if self._pool is None:
-                    self._pool = urllib3.PoolManager(maxsize=self.gate.ceiling or 64)
+                    self._pool = urllib3.PoolManager(maxsize=self.gate.ceiling + 1 if self.gate.ceiling else 64)
         return self._pool
+
+    @contextmanager
+    def open_connection(self):
+        """Inside: one pooled connection to ``base_url`` taken and opened (TCP, and TLS for https), sending
+        nothing; after, it is back in the pool for a request to find ready. Callers that stay inside together
+        open that many connections. Raises ``OSError`` / urllib3's ``HTTPError`` when it cannot connect."""
+        pool = self.pool().connection_from_url(self.base_url)
+        conn = pool._get_conn()  # urllib3 has no public call for this: a fresh (or idle) pooled connection
+        try:
+            if conn.is_closed:
+                conn.timeout = self.connect_timeout_s
+                conn.connect()
+            yield
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            pool._put_conn(conn)
 
     def close(self) -> None:
         """Close every pooled connection."""
