@@ -13,7 +13,9 @@ are sent at each concurrency (``--concurrency``, default 1, 8, 32, 64) by
 
 beside the ideal, concurrency / delay requests per second. Each run sends ``n`` requests, a multiple of
 the concurrency (at most the file's questions; ``--rounds`` at concurrency 1), so every run is a bounded
-loop that ends by itself; the clock starts after a probe request. The best of ``--repeats`` runs, the
+loop that ends by itself; the clock starts after a probe request (ours opens its connections and starts its
+threads beside it, as in a job). Beside each rate: the client process's CPU milliseconds per request over
+the timed part (the server is another process). The best of ``--repeats`` runs, the
 two sides alternating which goes first. The machine's load (``os.getloadavg``) is recorded before and
 after each run: the CPU may be shared. Prints a table, writes benchmarks/api_latency.json (--json PATH).
 
@@ -29,6 +31,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -122,14 +125,19 @@ def run_ours(cfg, base_url: str, api: str, requests: list, concurrency: int, fol
         predictions.append([r.to_result() for r in responses])
         answered.extend(responses)
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_s()
     backend.run(requests, write)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, cpu_s() - cpu
     backend.close()
     failed = sum(1 for r in answered if r.failed)
     if len(answered) != len(requests) or failed:
         raise RuntimeError(f"ours: {len(answered)} answers, {failed} failed, for {len(requests)} requests")
-    return {"seconds": seconds, "rps": len(requests) / seconds, "stats": backend.stats()}
+    return {
+        "seconds": seconds,
+        "rps": len(requests) / seconds,
+        "cpu_ms": cpu / len(requests) * 1000,
+        "stats": backend.stats(),
+    }
 
 
 def run_lmeval(base_url: str, api: str, items: list, concurrency: int) -> dict:
@@ -152,7 +160,16 @@ def run_lmeval(base_url: str, api: str, items: list, concurrency: int) -> dict:
             timeout=60,
         )
         core = {"s": 0.0}
-        lm.generate_until = mcq.timed(lm.generate_until, core)
+        generate_until = mcq.timed(lm.generate_until, core)
+
+        def counted(*args, **kwargs):
+            cpu = cpu_s()
+            try:
+                return generate_until(*args, **kwargs)
+            finally:
+                core["cpu"] = core.get("cpu", 0.0) + cpu_s() - cpu
+
+        lm.generate_until = counted
         results = lm_eval.simple_evaluate(
             model=lm,
             tasks=[bench.TASK_NAME],
@@ -167,11 +184,17 @@ def run_lmeval(base_url: str, api: str, items: list, concurrency: int) -> dict:
     answers = [sample["filtered_resps"][0] for sample in samples]
     if any(answer != "A" for answer in answers):
         raise RuntimeError(f"lm-eval read answers other than the server's: {sorted(set(answers))[:5]}")
-    return {"seconds": core["s"], "rps": len(items) / core["s"]}
+    return {"seconds": core["s"], "rps": len(items) / core["s"], "cpu_ms": core["cpu"] / len(items) * 1000}
 
 
 # --------------------------------------------------------------------------------------------
 # The grid.
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process so far (every thread, user and system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def load() -> float:
@@ -230,7 +253,7 @@ def measure(args, server_url: str, items: list, save) -> list[dict]:
 
 HEADER = (
     f"{'api':<12}{'conc':>5}{'n':>5}{'ideal/s':>9}{'ours/s':>9}{'% ideal':>9}{'lm-eval/s':>11}"
-    f"{'% ideal':>9}{'ours/lm-eval':>14}  load"
+    f"{'% ideal':>9}{'ours/lm-eval':>14}{'cpu ms/req':>13}  load"
 )
 
 
@@ -239,9 +262,10 @@ def format_row(row: dict) -> str:
     theirs_text = f"{theirs['rps']:>11.1f}{theirs['rps'] / ideal:>9.0%}" if theirs else f"{'-':>11}{'-':>9}"
     ratio = f"{ours['rps'] / theirs['rps']:>14.2f}" if theirs else f"{'-':>14}"
     loads = f"{min(row['load_1min']):.1f}-{max(row['load_1min']):.1f}"
+    cpu = f"{ours['cpu_ms']:.2f}/{theirs['cpu_ms']:.2f}" if theirs else f"{ours['cpu_ms']:.2f}/-"
     return (
         f"{row['api']:<12}{row['concurrency']:>5}{row['n']:>5}{ideal:>9.1f}{ours['rps']:>9.1f}"
-        f"{ours['rps'] / ideal:>9.0%}{theirs_text}{ratio}  {loads}"
+        f"{ours['rps'] / ideal:>9.0%}{theirs_text}{ratio}{cpu:>13}  {loads}"
     )
 
 
