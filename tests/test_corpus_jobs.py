@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -14,6 +15,13 @@ from esgexp.run import run_job
 from tests.pdf_factory import pdf_bytes
 
 GOLD = BUNDLED_DIR / "esgbench" / "gold_sample.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path, empty_db):
+    """Each test's jobs log to one MLflow store under ``tmp_path`` (make_cfg's paths.mlruns_dir), its tables made."""
+    (tmp_path / "mlruns").mkdir()
+    shutil.copy(empty_db, tmp_path / "mlruns" / "mlflow.db")
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,10 @@
 import json
 import os
 import random
-import subprocess
-import sys
+import shutil
 
 import pytest
+from cli import run_cli
 from pdf_factory import encrypted, pdf_bytes, write_pdf
 
 from esgexp.data import pdf
@@ -182,13 +182,17 @@ def test_folder_mistakes_are_user_errors_naming_the_folder(tmp_path, setup, mess
     assert not (tmp_path / "out").exists()
 
 
-def test_the_two_real_reports(shared_samples, tmp_path):
+def test_the_two_real_reports(shared_samples, shared_corpus, tmp_path, parses):
+    """Their pages as the session's corpus of them stored them (conftest: the same ``ingest``, another
+    chunker), chunked anew with the default one: the two files are parsed once per test process."""
     folder = tmp_path / "reports"
     folder.mkdir()
     for name in ("1_1_AG.pdf", "MAX_AUTOMATION_SE.pdf"):
         (folder / name).symlink_to(shared_samples / "pdfs" / name)
+    shutil.copytree(shared_corpus, tmp_path / "corpus")
     report = ingest(folder, tmp_path / "corpus", CharChunker(), progress=False)
     assert (report["n_docs"], report["n_pages"], report["skipped"]) == (2, 99, [])
+    assert parses == [] and (report["n_parsed"], report["n_reused"]) == (0, 2)
     corpus = Corpus.load(tmp_path / "corpus")
     assert [p.page for p in corpus.pages["1_1_AG"]] == list(range(1, 65))
     (hit,) = [p for p in corpus.by_doc("MAX_AUTOMATION_SE") if "2,630 photovoltaic modules" in p.text]
@@ -197,9 +201,7 @@ def test_the_two_real_reports(shared_samples, tmp_path):
 
 
 def run_ingest(cwd, env, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "esgexp.ingest", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
+    return run_cli("esgexp.ingest", *args, cwd=cwd, env=env)
 
 
 def test_cli_prints_the_corpus_folder_last_and_warns_about_skipped_files(docs, tmp_path, clean_env):
