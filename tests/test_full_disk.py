@@ -8,11 +8,10 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 
 from esgexp.backends.base import Response
 from esgexp.backends.cache import RequestCache
@@ -82,12 +81,9 @@ def test_a_json_file_on_a_full_disk_is_left_as_it_was(small_disk):
     assert sorted(p.name for p in small_disk.iterdir()) == ["ballast", "metrics.json"]  # no temporary file
 
 
-def esgexp_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "esgexp", *args]
-
-
 def api_job(root: Path, base_url: str, *extra: str) -> list[str]:
-    return esgexp_command(
+    """``python -m esgexp`` arguments of a job against the server at ``base_url``, everything under ``root``."""
+    return [
         "backend=openai",
         f"backend.base_url={base_url}",
         "backend.max_concurrency=1",
@@ -96,7 +92,7 @@ def api_job(root: Path, base_url: str, *extra: str) -> list[str]:
         f"paths.root_dir={root}",
         "trainer.progress_bar=false",
         *extra,
-    )
+    ]
 
 
 def test_a_disk_filling_up_mid_run_keeps_whole_lines_and_resume_finishes(
@@ -104,19 +100,25 @@ def test_a_disk_filling_up_mid_run_keeps_whole_lines_and_resume_finishes(
 ):
     (small_disk / "mlruns").mkdir()
     shutil.copy(empty_db, small_disk / "mlruns" / "mlflow.db")  # runs, store and all on the small disk
-    calls = iter(range(10_000))
-    # The 5th item waits 3 s at the proxy: time for the test to fill the disk while the job runs.
-    fault_proxy.fail_when(lambda r: r.path.endswith("/chat/completions") and next(calls) == 5, "delay", delay=3)
+    asked, filled_at = [], []
+
+    def fill_once_3_lines_are_kept(request) -> bool:
+        """Seen by the proxy (in its own thread) as each item's request comes in: the first one after the
+        job (in this process) has 3 predictions on disk finds the disk full."""
+        if not request.path.endswith("/chat/completions"):
+            return False
+        asked.append(1)
+        kept = any(len(p.read_text().splitlines()) >= 3 for p in small_disk.glob("runs/*/*/*/predictions.jsonl"))
+        if kept and not filled_at:
+            fill(small_disk)
+            filled_at.append(len(asked))
+        return False  # no fault: every request is answered
+
+    fault_proxy.fail_when(fill_once_3_lines_are_kept, "500")
     command = api_job(small_disk, fault_proxy.base_url, "dataset.limit=16", "cache=off")
-    job = subprocess.Popen(
-        command, cwd=tmp_path, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.time() + 240
-    while not any(len(p.read_text().splitlines()) >= 3 for p in small_disk.glob("runs/*/*/*/predictions.jsonl")):
-        assert job.poll() is None and time.time() < deadline, job.communicate()
-        time.sleep(0.05)
-    fill(small_disk)
-    stdout, stderr = job.communicate(timeout=300)
+    job = run_cli("esgexp", *command, cwd=tmp_path, env=clean_env, timeout=300)
+    stdout, stderr = job.stdout, job.stderr
+    assert filled_at and filled_at[0] < 16, "the disk did not fill while the job ran"
     assert job.returncode == 2, stderr[-3000:]
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in stdout + stderr and "Logging error" not in stderr, stderr[-3000:]
@@ -131,7 +133,7 @@ def test_a_disk_filling_up_mid_run_keeps_whole_lines_and_resume_finishes(
     assert not failed.exists() or failed.read_text().strip()  # never an empty FAILED
     free(small_disk)
     fault_proxy.reset()
-    resumed = subprocess.run([*command, "resume=true"], cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    resumed = run_cli("esgexp", *command, "resume=true", cwd=tmp_path, env=clean_env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (line,) = [line for line in resumed.stdout.splitlines() if line.startswith("run folder: ")]
     metrics = json.loads((Path(line.removeprefix("run folder: ")) / "metrics.json").read_text())
@@ -143,18 +145,18 @@ def test_a_disk_filling_up_mid_run_keeps_whole_lines_and_resume_finishes(
 def test_a_full_disk_never_drops_the_request_cache(small_disk, fault_proxy, clean_env, tmp_path):
     cache = small_disk / "requests.sqlite"
     command = api_job(tmp_path, fault_proxy.base_url, "dataset.limit=4", f"paths.request_cache={cache}")
-    first = subprocess.run(command, cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    first = run_cli("esgexp", *command, cwd=tmp_path, env=clean_env)
     assert first.returncode == 0, first.stderr[-3000:]
     kept = cache.read_bytes()
     fill(small_disk)
-    full = subprocess.run(command, cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    full = run_cli("esgexp", *command, cwd=tmp_path, env=clean_env)
     assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-3000:]
     (error,) = [line for line in full.stderr.splitlines() if line.startswith("error:")]
     assert f"request cache {cache} cannot be used" in error and "kept as it is" in error and "cache=off" in error
     assert cache.read_bytes() == kept and not list(small_disk.glob("requests.sqlite.unreadable-*"))
     free(small_disk)
     fault_proxy.reset()
-    again = subprocess.run(command, cwd=tmp_path, env=clean_env, capture_output=True, text=True)
+    again = run_cli("esgexp", *command, cwd=tmp_path, env=clean_env)
     assert again.returncode == 0, again.stderr[-3000:]
     (line,) = [line for line in again.stdout.splitlines() if line.startswith("answers from the cache")]
     assert line.split()[-1] == "4"  # every answer from the kept cache

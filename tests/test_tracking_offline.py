@@ -7,14 +7,13 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 from conftest import compose_config
 from omegaconf import OmegaConf
 
@@ -57,8 +56,9 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def python(cwd: Path, env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+def command(cwd: Path, env: dict, module: str, *args: str, timeout: float = 300):
+    """``python -m module args`` in ``cwd`` (run in this process: tests/cli.py)."""
+    return run_cli(module, *args, cwd=cwd, env=env, timeout=timeout)
 
 
 def store_runs(uri: str, experiment: str) -> list:
@@ -72,7 +72,7 @@ def store_runs(uri: str, experiment: str) -> list:
 def test_an_unreachable_tracking_server_is_one_clear_error_before_any_work(tmp_path, clean_env):
     uri = f"http://127.0.0.1:{closed_port()}"
     started = time.monotonic()
-    result = python(tmp_path, clean_env, "-m", "esgexp", f"tracking.uri={uri}", "dataset.limit=3", timeout=60)
+    result = command(tmp_path, clean_env, "esgexp", f"tracking.uri={uri}", "dataset.limit=3", timeout=60)
     seconds = time.monotonic() - started
     assert result.returncode == 2
     output = result.stdout + result.stderr
@@ -138,13 +138,12 @@ def test_mlflows_own_retries_to_a_lost_server_take_seconds_not_minutes(tmp_path,
     assert time.monotonic() - started < 15
 
 
-def test_offline_cli_run_then_sync_per_store_and_a_second_sync_to_a_store_does_nothing(tmp_path, clean_env):
+def test_offline_cli_run_then_sync_per_store_and_a_second_sync_to_a_store_does_nothing(tmp_path, clean_env, empty_db):
     """On ESGBench scoring (no model: the cheapest job); the other kinds are synced below."""
     run_dir = tmp_path / "run"
-    job = python(
+    job = command(
         tmp_path,
         clean_env,
-        "-m",
         "esgexp",
         "tracking.offline=true",
         *KINDS["esgbench_score"][0],
@@ -157,9 +156,12 @@ def test_offline_cli_run_then_sync_per_store_and_a_second_sync_to_a_store_does_n
     assert not (tmp_path / "mlruns").exists(), "offline: the MLflow store is not touched"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["n_items"] == 3 and len((run_dir / "predictions.jsonl").read_text().splitlines()) == 3
+    for store in (tmp_path / "mlruns", tmp_path / "other"):  # two stores with no run (tables made: no migration)
+        store.mkdir()
+        shutil.copy(empty_db, store / "mlflow.db")
 
     down = f"http://127.0.0.1:{closed_port()}"
-    refused = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir), f"tracking.uri={down}", timeout=60)
+    refused = command(tmp_path, clean_env, "esgexp.sync", str(run_dir), f"tracking.uri={down}", timeout=60)
     assert (
         refused.returncode == 2
         and refused.stderr.count(f"tracking.uri={down}") == 1
@@ -167,7 +169,7 @@ def test_offline_cli_run_then_sync_per_store_and_a_second_sync_to_a_store_does_n
     )
     assert not (run_dir / tracking.SYNCED_FILE).exists()
 
-    first = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir))
+    first = command(tmp_path, clean_env, "esgexp.sync", str(run_dir))
     assert first.returncode == 0, first.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"  # the run's own tracking.uri, from its config.yaml
     experiment = OmegaConf.load(run_dir / "config.yaml").experiment_name
@@ -191,7 +193,7 @@ def test_offline_cli_run_then_sync_per_store_and_a_second_sync_to_a_store_does_n
     )
     assert json.loads((run_dir / tracking.SYNCED_FILE).read_text())["stores"][uri]["run_id"] == run.info.run_id
 
-    second = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir))
+    second = command(tmp_path, clean_env, "esgexp.sync", str(run_dir))
     assert (
         second.returncode == 0
         and f"already synced to run {run.info.run_id} in {uri}" in second.stdout
@@ -201,12 +203,12 @@ def test_offline_cli_run_then_sync_per_store_and_a_second_sync_to_a_store_does_n
 
     # Syncs are kept per store: another store still gets the run, once.
     other = f"sqlite:///{tmp_path}/other/mlflow.db"
-    to_other = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir), f"tracking.uri={other}")
+    to_other = command(tmp_path, clean_env, "esgexp.sync", str(run_dir), f"tracking.uri={other}")
     assert to_other.returncode == 0, to_other.stderr[-3000:]
     [copy] = store_runs(other, experiment)
     assert f"{run_dir}: synced to run {copy.info.run_id} in {other} (a new run)" in to_other.stdout
     assert copy.data.metrics == run.data.metrics and copy.info.status == "FINISHED"
-    again = python(tmp_path, clean_env, "-m", "esgexp.sync", str(run_dir), f"tracking.uri={other}")
+    again = command(tmp_path, clean_env, "esgexp.sync", str(run_dir), f"tracking.uri={other}")
     assert again.returncode == 0 and f"already synced to run {copy.info.run_id} in {other}" in again.stdout
     assert len(store_runs(other, experiment)) == 1 and len(store_runs(uri, experiment)) == 1
     synced = json.loads((run_dir / tracking.SYNCED_FILE).read_text())["stores"]
@@ -214,9 +216,10 @@ def test_offline_cli_run_then_sync_per_store_and_a_second_sync_to_a_store_does_n
 
 
 @pytest.fixture(scope="module")
-def synced_store(tmp_path_factory) -> str:
+def synced_store(tmp_path_factory, empty_db) -> str:
     """One sqlite store the tests below sync into (creating a store costs seconds); runs told apart by run_dir."""
-    return f"sqlite:///{tmp_path_factory.mktemp('synced')}/mlflow.db"
+    store = shutil.copy(empty_db, tmp_path_factory.mktemp("synced") / "mlflow.db")
+    return f"sqlite:///{store}"
 
 
 def synced_runs(uri: str, run_dir: Path) -> list:
