@@ -4,10 +4,9 @@ cleaning, a numeric answer's number with its unit in the evidence; and the audit
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli import run_cli
 
 from esgexp.builders.verify import PageTexts, verify_pair
 from esgexp.data.corpus import Corpus
@@ -92,13 +91,13 @@ def test_audit_command_on_the_shared_esgbench_sample(shared_samples, tmp_path, c
     (corpus / "passages.jsonl").write_text(json.dumps(passage) + "\n")
     sample = shared_samples / "esgbench" / "esgbench_open_source_sample40.jsonl"
     out = tmp_path / "audit"
-    done = subprocess.run(
-        [sys.executable, "-m", "esgexp.builders.verify", f"dataset.path={sample}", f"corpus={corpus}", f"out={out}"],
-        capture_output=True,
-        text=True,
+    done = run_cli(
+        "esgexp.builders.verify",
+        f"dataset.path={sample}",
+        f"corpus={corpus}",
+        f"out={out}",
         env=clean_env,
         cwd=tmp_path,
-        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "verify_report.json").read_text())

@@ -6,13 +6,13 @@ import json
 import shutil
 
 import pytest
+from pdf_factory import pdf_bytes
 
 from esgexp.config import BUNDLED_DIR
 from esgexp.data.chunking import WindowChunker
 from esgexp.data.corpus import ingest
 from esgexp.data.esgbench import ESGBenchGold
 from esgexp.run import run_job
-from tests.pdf_factory import pdf_bytes
 
 GOLD = BUNDLED_DIR / "esgbench" / "gold_sample.jsonl"
 
