@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import GenerationRequest, LetterRequest, Response, RunContext
@@ -217,7 +218,7 @@ def test_the_vllm_backend_names_its_extra_when_vllm_is_missing(make_cfg):
 # --- the headline command -------------------------------------------------------------------------
 
 
-def test_experiment_rag_runs_mcq_with_retrieved_passages(tiny_cfg, tmp_path):
+def test_experiment_rag_runs_mcq_with_retrieved_passages(tiny_cfg, tmp_path, made_store):
     cfg = tiny_cfg("experiment=rag", "dataset.limit=4")
     assert (cfg.task, cfg.strategy.name, cfg.retriever.name, cfg.scoring.name, cfg.template.name) == (
         "mcq",
@@ -233,24 +234,14 @@ def test_experiment_rag_runs_mcq_with_retrieved_passages(tiny_cfg, tmp_path):
 
 
 def test_experiment_rag_without_the_weights_fails_before_any_index(tmp_path, clean_env):
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "esgexp",
-            "experiment=rag",
-            "model=qwen2.5-14b",
-            f"paths.root_dir={tmp_path}",
-            f"paths.index_dir={tmp_path}/indexes",
-        ],
+    done = run_cli(
+        "esgexp",
+        "experiment=rag",
+        "model=qwen2.5-14b",
+        f"paths.root_dir={tmp_path}",
+        f"paths.index_dir={tmp_path}/indexes",
         cwd=Path(__file__).resolve().parent.parent,
         env=clean_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "Qwen/Qwen2.5-14B is not in the local Hugging Face cache" in done.stderr and "hf download" in done.stderr

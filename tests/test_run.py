@@ -14,13 +14,16 @@ from esgexp.eval.mcq import parse_answer
 from esgexp.leaderboard import export
 from esgexp.run import run_job
 
+# Jobs log to a store made in advance (tmp_path/mlruns, see conftest made_store); the first test makes its own.
+pytestmark = pytest.mark.usefixtures("made_store")
+
 
 def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_job_writes_run_folder_and_mlflow_run(tiny_cfg, tmp_path, capsys):
-    cfg = tiny_cfg("scoring=logprob", "dataset.limit=12")
+    cfg = tiny_cfg("scoring=logprob", "dataset.limit=12", f"paths.mlruns_dir={tmp_path}/new")  # no store there yet
     metrics = run_job(cfg)
     run_dir = tmp_path / "run"
 
