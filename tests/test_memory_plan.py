@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from cli import run_cli
 
 from esgexp.models.architectures import ARCHITECTURES
 from esgexp.plan import (
@@ -156,6 +157,11 @@ def dry_run(tmp_path, env, *overrides):
     )
 
 
+def plan(tmp_path, env, *overrides):
+    """The same command in this process (tests/cli.py), where what gets imported is not the question."""
+    return run_cli("esgexp", *overrides, f"paths.runs_dir={tmp_path}/runs", cwd=tmp_path, env=env)
+
+
 def test_dry_run_exits_0_and_loads_nothing(tmp_path, clean_env):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -182,7 +188,7 @@ def test_dry_run_exits_0_and_loads_nothing(tmp_path, clean_env):
 
 
 def test_dry_run_of_the_design_card_job_names_the_knob(tmp_path, clean_env):
-    result = dry_run(
+    result = plan(
         tmp_path,
         clean_env,
         "experiment=finetune_sustainableqa",
@@ -194,7 +200,7 @@ def test_dry_run_of_the_design_card_job_names_the_knob(tmp_path, clean_env):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "device: 40.0 GiB (trainer.gpu_memory_gb) -> does not fit" in result.stdout
     assert "to fit: train.gradient_checkpointing=true" in result.stdout
-    served = dry_run(
+    served = plan(
         tmp_path, clean_env, "model=qwen2.5-14b-instruct", "backend=vllm", "dry_run=true", "trainer.gpu_memory_gb=40"
     )
     assert served.returncode == 0, served.stderr[-3000:]
@@ -202,6 +208,6 @@ def test_dry_run_of_the_design_card_job_names_the_knob(tmp_path, clean_env):
 
 
 def test_dry_run_of_a_job_without_a_model_is_bad_input(tmp_path, clean_env):
-    result = dry_run(tmp_path, clean_env, "experiment=climretrieve_retrieval", "dry_run=true")
+    result = plan(tmp_path, clean_env, "experiment=climretrieve_retrieval", "dry_run=true")
     assert result.returncode == 2
     assert "error: dry_run=true plans the memory of a job that loads a model" in result.stderr
