@@ -6,11 +6,11 @@ import importlib.util
 import json
 import math
 import re
-import subprocess
-import sys
+import shutil
 
 import mlflow
 import pytest
+from cli import run_cli
 from conftest import compose_config
 from omegaconf import OmegaConf
 
@@ -122,9 +122,12 @@ def test_position_bias_pick_and_gold_rates_and_rstd():
 
 
 @pytest.fixture(scope="module")
-def scripted_root(tmp_path_factory):
-    """One folder (so one MLflow store) for every scripted job of this module, and the four questions."""
+def scripted_root(tmp_path_factory, empty_db):
+    """One folder (so one MLflow store, its tables made in advance) for every scripted job of this module, and
+    the four questions."""
     root = tmp_path_factory.mktemp("scripted")
+    (root / "mlruns").mkdir()
+    shutil.copy(empty_db, root / "mlruns" / "mlflow.db")
     write_questions(root / "four.csv")
     return root
 
@@ -216,23 +219,18 @@ needs_smollm2 = pytest.mark.skipif(
 
 @pytest.mark.integration
 @needs_smollm2
-def test_smollm2_circular_on_the_command_line_then_resumed(tmp_path, clean_env):
+def test_smollm2_circular_on_the_command_line_then_resumed(tmp_path, clean_env, made_store):
     # logprob only (the scripted tests above cover both scorings): one forward pass per rotation
     common = ["scoring.circular=true", "dataset.limit=2", "model.generation.max_new_tokens=4"]
     sweep = [
-        sys.executable,
-        "-m",
-        "esgexp",
         "-m",
         "scoring=logprob",
         *common,
         "trainer.progress_bar=false",
         f"paths.request_cache={tmp_path}/requests.sqlite",
     ]
-    # One torch thread: the suite runs a test per core, so more threads only contend (half the CPU time here).
-    result = subprocess.run(
-        sweep, cwd=tmp_path, env={**clean_env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
-    )
+    # `python -m esgexp -m ...` in this process (tests/cli.py): the same command line, without new imports
+    result = run_cli("esgexp", *sweep, cwd=tmp_path, env=clean_env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dirs = sorted(p.parent for p in (tmp_path / "runs" / "esg_sample").glob("*/*/*/metrics.json"))
     assert len(run_dirs) == 1
