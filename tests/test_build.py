@@ -5,11 +5,11 @@ nothing; bad input stops with a clear message."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
+from cli import run_cli
 from hydra import compose, initialize_config_dir
 from pdf_factory import write_pdf
 
@@ -43,6 +43,13 @@ def corpus_dir(tmp_path_factory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("report"))
 
 
+@pytest.fixture
+def store(tmp_path, empty_db) -> None:
+    """The MLflow store under ``tmp_path`` (paths.mlruns_dir) with its tables made: no migrations per test."""
+    (tmp_path / "mlruns").mkdir()
+    shutil.copy(empty_db, tmp_path / "mlruns" / "mlflow.db")
+
+
 def build_cfg(root: Path, *overrides: str):
     """The build config with every path under ``root``, no progress bars."""
     base = [
@@ -60,7 +67,9 @@ def build_cfg(root: Path, *overrides: str):
 SMALL = ("builder.max_new_tokens=100", "builder.max_question_chars=60", "builder.max_answer_chars=16")
 
 
-def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_nothing(corpus_dir, tmp_path):
+def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_nothing(
+    corpus_dir, tmp_path, store, tiny_model_dir
+):
     from esgexp.data.esgbench import ESGBenchGold
     from esgexp.run import run_job
 
@@ -103,7 +112,7 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
     assert again["requests"]["n_requests"] == 0 and again["stages"] == stages
     assert dataset.read_text() == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
-    # evaluated with no conversion step
+    # evaluated with no conversion step (by the tiny random Llama: what is shown is that the file runs as a job)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose(
             "config",
@@ -115,6 +124,8 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
                 "experiment=esgbench",
                 f"dataset.path={dataset}",
                 "strategy=zero_context",
+                "model=local",
+                f"model.path={tiny_model_dir}",
                 "scoring.max_new_tokens=8",
             ],
         )
@@ -145,10 +156,14 @@ def test_bad_input_is_named_before_any_model_loads(corpus_dir, tmp_path):
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
 
 
-def test_a_model_that_cannot_finish_the_schema_stops_the_build_and_keeps_its_outputs(corpus_dir, tmp_path):
-    """Four tokens cannot hold the JSON object: both outputs and their retries are cut short."""
+def test_a_model_that_cannot_finish_the_schema_stops_the_build_and_keeps_its_outputs(
+    corpus_dir, tmp_path, store, tiny_model_dir
+):
+    """Four tokens cannot hold the JSON object: both outputs and their retries are cut short (the tiny random
+    Llama under the same constrained decoding: any model's four tokens are too few)."""
+    tiny = ("model=local", f"model.path={tiny_model_dir}")
     with pytest.raises(UserError, match=r"stage generate: every one of 2 outputs was rejected \(cut_off 2\)"):
-        run_build(build_cfg(tmp_path, f"corpus={corpus_dir}", "builder.max_new_tokens=4"))
+        run_build(build_cfg(tmp_path, f"corpus={corpus_dir}", *tiny, "builder.max_new_tokens=4"))
     out = tmp_path / "built"
     rejected = [json.loads(line) for line in (out / "rejected.jsonl").read_text().splitlines()]
     assert [(r["stage"], r["reason"]) for r in rejected] == [("generate", "cut_off")] * 2
@@ -160,19 +175,12 @@ def test_a_model_that_cannot_finish_the_schema_stops_the_build_and_keeps_its_out
 
 
 def test_unknown_builder_is_one_error_line(tmp_path, clean_env):
-    done = subprocess.run(
-        [sys.executable, "-m", "esgexp.build", "builder=nope", f"corpus={tmp_path}"],
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    done = run_cli("esgexp.build", "builder=nope", f"corpus={tmp_path}", env=clean_env, cwd=tmp_path, timeout=60)
     assert done.returncode != 0
     assert "Could not find 'builder/nope'" in done.stderr and "esgbench" in done.stderr
 
 
-def test_smollm2_esgbench_build_on_the_shared_reports_gives_verified_items(shared_corpus, tmp_path):
+def test_smollm2_esgbench_build_on_the_shared_reports_gives_verified_items(shared_corpus, tmp_path, store):
     """The default model and constrained decoding on the two real report PDFs: every kept pair passes the
     verifier against the real pages, and the file loads as ESGBench."""
     from esgexp.data.esgbench import ESGBenchGold
