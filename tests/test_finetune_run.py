@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli import run_cli
 from conftest import build_tiny_llama, compose_config
 
 from esgexp.errors import UserError
@@ -35,8 +35,29 @@ FT = (
 )
 
 
+EMPTY_STORE: list[Path] = []  # conftest's empty_db, for the functions below
+
+
+@pytest.fixture(scope="module", autouse=True)
+def migrated_store(empty_db):
+    """Every job here tracks into a copy of one empty store with its tables made: a fresh sqlite file costs
+    MLflow's migrations (seconds) and is not what these tests are about."""
+    EMPTY_STORE.append(empty_db)
+    yield
+    EMPTY_STORE.remove(empty_db)
+
+
+def with_store(root: Path) -> Path:
+    """``root``, its ``mlruns/mlflow.db`` (the default tracking.uri) a copy of the empty store unless one is there."""
+    store = root / "mlruns" / "mlflow.db"
+    if not store.exists():
+        store.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(EMPTY_STORE[0], store)
+    return root
+
+
 def finetune_cfg(root: Path, model_dir: Path, *overrides: str):
-    return compose_config(root, *FT, f"model.path={model_dir}", *overrides)
+    return compose_config(with_store(root), *FT, f"model.path={model_dir}", *overrides)
 
 
 def mlflow_client(root: Path):
@@ -210,7 +231,7 @@ def test_adapter_on_another_base_is_refused_before_loading(trained, tmp_path, mo
     (other / "config.json").write_text(json.dumps(config))
     monkeypatch.setattr(loading, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("weights loaded"))
     cfg = compose_config(
-        tmp_path,
+        with_store(tmp_path),
         "experiment=sustainableqa_factoid",
         "dataset=sustainableqa_sample",
         "dataset.limit=2",
@@ -225,7 +246,7 @@ def test_adapter_on_another_base_is_refused_before_loading(trained, tmp_path, mo
 @pytest.mark.parametrize("spec, message", [("/no/such/adapter", "no such folder"), ("0" * 32, "no such MLflow run")])
 def test_unknown_adapter_is_a_clear_error(tmp_path, tiny_model_dir, spec, message):
     cfg = compose_config(
-        tmp_path,
+        with_store(tmp_path),
         "experiment=sustainableqa_factoid",
         "dataset=sustainableqa_sample",
         "model=local",
@@ -346,14 +367,9 @@ def test_ddp_sweep_on_two_cpu_processes(tmp_path, clean_env, tiny_model_dir):
         "model.lora.r=2,4",
         f"paths.root_dir={tmp_path}",
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "esgexp", "-m", *args],
-        cwd=tmp_path,
-        env=clean_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # The launching process (rank 0 of each job) is this one; Lightning starts each job's rank 1 as
+    # `python -m esgexp.__main__ ...` (its argv), a process of its own.
+    done = run_cli("esgexp", "-m", *args, cwd=with_store(tmp_path), env=clean_env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted(p.parent for p in (tmp_path / "runs" / "finetune_sustainableqa").glob("*/*/*/metrics.json"))
     assert len(jobs) == 2
