@@ -8,9 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+from cli import run_cli
 from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
@@ -24,12 +26,14 @@ TESTS = Path(__file__).resolve().parent
 
 
 def start_at_once(tmp_path: Path, env: dict, jobs: list[list[str]]) -> list[subprocess.CompletedProcess]:
-    """Run each job's ``python -m esgexp`` arguments in its own process, all let go at one instant, once
-    their config is composed and just before their run folder is made (tests/at_once.py), just after a
-    second begins: before the fix they all made the same ``HH-MM-SS`` folder."""
+    """Run each job's ``python -m esgexp`` arguments, all let go at one instant, once their config is
+    composed and just before their run folder is made (tests/at_once.py), just after a second begins:
+    before the fix they all made the same ``HH-MM-SS`` folder. Each job but the last runs in its own
+    process; the last runs in this one (tests/cli.py: its imports are paid once), let go with the others
+    by a thread of this process."""
     env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))}
     go = tmp_path / "go"
-    processes = []
+    commands = []
     for number, args in enumerate(jobs):
         ready = tmp_path / f"ready-{number}"
         barrier = [
@@ -37,26 +41,44 @@ def start_at_once(tmp_path: Path, env: dict, jobs: list[list[str]]) -> list[subp
             f"+hydra.callbacks.at_once.ready={ready}",
             f"+hydra.callbacks.at_once.go={go}",
         ]
-        command = [sys.executable, "-m", "esgexp", *args, *barrier]
-        processes.append(
-            (
-                ready,
-                subprocess.Popen(
-                    command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-                ),
-            )
+        commands.append((ready, [*args, *barrier]))
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "esgexp", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-    deadline = time.time() + 240
-    while not all(ready.exists() for ready, _ in processes):
-        assert time.time() < deadline and all(p.poll() is None for _, p in processes), "a job did not start"
-        time.sleep(0.02)
-    time.sleep(1 - time.time() % 1 + 0.02)
-    go.touch()
+        for _, args in commands[:-1]
+    ]
+    here_done, problems = threading.Event(), []
+
+    def let_go() -> None:
+        deadline = time.time() + 240
+        while not all(ready.exists() for ready, _ in commands):
+            if time.time() > deadline or here_done.is_set() or any(p.poll() is not None for p in processes):
+                problems.append("a job did not start")
+                break
+            time.sleep(0.02)
+        else:
+            time.sleep(1 - time.time() % 1 + 0.02)
+        go.touch()
+
+    releaser = threading.Thread(target=let_go, daemon=True)
+    releaser.start()
+    try:
+        here = run_cli("esgexp", *commands[-1][1], cwd=tmp_path, env=env, timeout=300)
+    finally:
+        here_done.set()
+        releaser.join(timeout=300)
     results = []
-    for _, process in processes:
+    for process in processes:
         stdout, stderr = process.communicate(timeout=300)
         results.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
-    return results
+    assert not problems, [*problems, *(r.stderr[-2000:] for r in [*results, here])]
+    return [*results, here]
 
 
 def tiny_job(tmp_path: Path, tiny_model_dir: Path, *args: str) -> list[str]:
