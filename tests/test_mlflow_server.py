@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -79,8 +80,10 @@ class MlflowServer:
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+def mlflow_server(tmp_path_factory, empty_db):
+    root = tmp_path_factory.mktemp("mlflow-server")
+    shutil.copy(empty_db, root / "server.db")  # its tables made: the server starts without migrating a store
+    server = MlflowServer(root)
     server.start()
     try:
         yield server
