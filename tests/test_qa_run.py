@@ -6,12 +6,15 @@ import json
 
 import mlflow
 import pytest
+from conftest import compose_config
 
 from esgexp.errors import UserError
 from esgexp.records import QAItem
 from esgexp.run import run_job
 from esgexp.strategies.qa import QAPrompter, draw_examples
-from tests.conftest import compose_config
+
+# Jobs log to a store made in advance (tmp_path/mlruns, see conftest made_store); the first test makes its own.
+pytestmark = pytest.mark.usefixtures("made_store")
 
 FACTOID = (
     "experiment=sustainableqa_factoid",
@@ -26,7 +29,7 @@ def read_jsonl(path):
 
 
 def test_factoid_job_scores_every_item_and_tracks_the_run(tiny_cfg, tmp_path, capsys):
-    metrics = run_job(tiny_cfg(*FACTOID, "strategy=zero_context"))
+    metrics = run_job(tiny_cfg(*FACTOID, "strategy=zero_context", f"paths.mlruns_dir={tmp_path}/new"))  # a new store
     records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     assert len(records) == 6 and metrics["n_items"] == 6 and metrics["factoid/n"] == 6
     for record in records:
@@ -37,7 +40,7 @@ def test_factoid_job_scores_every_item_and_tracks_the_run(tiny_cfg, tmp_path, ca
     assert any(key.startswith("factoid/category/") for key in metrics)
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert saved["factoid/f1"] == pytest.approx(metrics["factoid/f1"])
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/new/mlflow.db")
     run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
     assert run.data.tags["task"] == "qa" and run.data.tags["strategy"] == "zero_context"
     assert run.data.metrics["factoid/f1"] == pytest.approx(metrics["factoid/f1"])
