@@ -33,7 +33,7 @@ def worker_threads() -> list[threading.Thread]:
 
 
 def pooled(openai: OpenAIBackend):
-    return openai.client.pool().connection_from_url(openai.base_url)
+    return openai.client.pool()
 
 
 def closed_soon(port: int) -> bool:

@@ -29,6 +29,7 @@ import random
 import re
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 
 from esgexp.errors import UserError
@@ -120,6 +121,7 @@ class OpenAIClient:
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
         self._pool = None
+        self._base_path = urllib.parse.urlsplit(self.base_url).path  # what a request's path goes after
         self._lock = threading.Lock()
         self._counts = {"n_retries": 0, "n_failed_requests": 0}
         self.answered = False  # whether the server has replied at least once (any status)
@@ -174,7 +176,7 @@ class OpenAIClient:
         self.gate.wake()
 
     def _sleep(self, seconds: float) -> None:
-        if self._stopped.wait(max(0.0, seconds)):
+        if self._stopped.wait(seconds) if seconds > 0 else self._stopped.is_set():
             raise Interrupted("stopped")
 
     def _post_with_retries(self, path: str, body: dict) -> tuple[dict, int]:
@@ -248,9 +250,9 @@ class OpenAIClient:
 
         timeout_s = timeout_s or self.timeout_s
         try:
-            reply = self.pool().request(
+            reply = self.pool().urlopen(
                 "POST",
-                self.base_url + path,
+                self._base_path + path,
                 body=json.dumps(body).encode(),
                 headers=self._headers,
                 timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=timeout_s),
@@ -292,14 +294,15 @@ class OpenAIClient:
     # --- connections ------------------------------------------------------------------------------
 
     def pool(self):
-        """The connection pool (urllib3: thread-safe, one kept-alive connection per request in flight, and one
-        more: the probe's, opened beside the others)."""
+        """The connection pool to ``base_url``'s host (urllib3: thread-safe, one kept-alive connection per request
+        in flight, and one more: the probe's, opened beside the others)."""
         if self._pool is None:
             import urllib3
 
             with self._lock:
                 if self._pool is None:
-                    self._pool = urllib3.PoolManager(maxsize=self.gate.ceiling + 1 if self.gate.ceiling else 64)
+                    size = self.gate.ceiling + 1 if self.gate.ceiling else 64
+                    self._pool = urllib3.connection_from_url(self.base_url, maxsize=size)
         return self._pool
 
     @contextmanager
@@ -307,7 +310,7 @@ class OpenAIClient:
         """Inside: one pooled connection to ``base_url`` taken and opened (TCP, and TLS for https), sending
         nothing; after, it is back in the pool for a request to find ready. Callers that stay inside together
         open that many connections. Raises ``OSError`` / urllib3's ``HTTPError`` when it cannot connect."""
-        pool = self.pool().connection_from_url(self.base_url)
+        pool = self.pool()
         conn = pool._get_conn()  # urllib3 has no public call for this: a fresh (or idle) pooled connection
         try:
             if conn.is_closed:
@@ -325,7 +328,7 @@ class OpenAIClient:
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.clear()
+            pool.close()
 
 
 def connection_cause(error: Exception) -> str:
