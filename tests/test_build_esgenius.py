@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -262,13 +263,19 @@ def test_a_question_a_solver_misses_is_kept_as_it_is(tmp_path):
     assert "rewrite_1" not in report["stages"] and [r["flag"] for r in read_rows(path)] == [""] * 3
 
 
-def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_nothing(shared_corpus, tmp_path):
+def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_nothing(
+    shared_corpus, tmp_path, empty_db, tiny_model_dir
+):
     """The default model under constrained decoding, on the two real report PDFs: every item has four
-    different options with the correct one in its source passage, and evaluates with no conversion step."""
+    different options with the correct one in its source passage, and evaluates with no conversion step
+    (by the tiny random Llama: what is shown there is that the file runs as a job)."""
     from hydra import compose, initialize_config_dir
 
     from esgexp.builders.run import run_build
     from esgexp.run import run_job
+
+    (tmp_path / "mlruns").mkdir()  # the build's and the evaluation's store, its tables already made
+    shutil.copy(empty_db, tmp_path / "mlruns" / "mlflow.db")
 
     overrides = [
         f"paths.root_dir={tmp_path}",
@@ -278,7 +285,7 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
         "trainer.progress_bar=false",
         "builder=esgenius",
         f"corpus={shared_corpus}",
-        "builder.max_candidates=4",
+        "builder.max_candidates=2",
         "builder.max_passage_chars=500",
         "builder.max_question_chars=100",
         "builder.max_new_tokens=64",
@@ -287,7 +294,7 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
         dataset = run_build(compose("build", overrides=overrides))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
     stages = report["stages"]
-    assert stages["candidates"]["n_out"] == 4 and stages["generate"]["n_in"] == 4
+    assert stages["candidates"]["n_out"] == 2 and stages["generate"]["n_in"] == 2
     for name in ("generate", "generate_distractor_1", "generate_distractor_2", "generate_distractor_3"):
         assert stages[name]["n_in"] == stages[name]["n_out"] + stages[name]["n_discarded"], name
     rows = read_rows(dataset)
@@ -316,6 +323,8 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
                 f"paths.request_cache={tmp_path}/requests.sqlite",
                 "experiment=esgenius_zero_shot",
                 f"dataset.path={dataset}",
+                "model=local",
+                f"model.path={tiny_model_dir}",
             ],
         )
     metrics = run_job(cfg)

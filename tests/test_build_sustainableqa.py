@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -302,7 +303,16 @@ def build_cfg(root: Path, corpus: Path, *overrides: str):
         return compose("build", overrides=[*base, *overrides])
 
 
-def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_nothing(tmp_path):
+def with_store(root: Path, empty_db: Path) -> Path:
+    """``root`` with its MLflow store (paths.mlruns_dir) a copy of one whose tables are made: no migrations."""
+    (root / "mlruns").mkdir()
+    shutil.copy(empty_db, root / "mlruns" / "mlflow.db")
+    return root
+
+
+def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_nothing(
+    tmp_path, empty_db, tiny_model_dir
+):
     from hydra import compose, initialize_config_dir
     from pdf_factory import write_pdf
 
@@ -311,6 +321,7 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
     from esgexp.data.corpus import ingest
     from esgexp.run import run_job
 
+    with_store(tmp_path, empty_db)
     write_pdf(tmp_path / "pdfs" / "alpha.pdf", REPORT)
     ingest(tmp_path / "pdfs", tmp_path / "corpus", CharChunker(min_chars=5, max_chars=400), progress=False)
     dataset = run_build(build_cfg(tmp_path, tmp_path / "corpus"))
@@ -344,7 +355,7 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
     assert again["requests"]["n_requests"] == 0 and again["stages"] == stages
     assert before == {name: (dataset / name).read_text() for name in before}
 
-    # evaluated with no conversion step
+    # evaluated with no conversion step (by the tiny random Llama: what is shown is that the files run as a job)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose(
             "config",
@@ -355,6 +366,8 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
                 f"paths.request_cache={tmp_path}/requests.sqlite",
                 "experiment=sustainableqa_factoid",
                 f"dataset.path={dataset}",
+                "model=local",
+                f"model.path={tiny_model_dir}",
                 "scoring.max_new_tokens=8",
             ],
         )
@@ -362,12 +375,12 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
     assert metrics["n_items"] == len(loaded.items) and 0 <= metrics["factoid/f1"] <= 1
 
 
-def test_smollm2_build_on_the_shared_reports_gives_verbatim_factoids(shared_corpus, tmp_path):
+def test_smollm2_build_on_the_shared_reports_gives_verbatim_factoids(shared_corpus, tmp_path, empty_db):
     """The default model and constrained decoding on the two real report PDFs (the judge keeps what it can
     score): factoid pairs whose spans are verbatim in their paragraphs, loaded by dataset=sustainableqa."""
     from esgexp.builders.run import run_build
 
-    dataset = run_build(build_cfg(tmp_path, shared_corpus, "builder.max_candidates=2"))
+    dataset = run_build(build_cfg(with_store(tmp_path, empty_db), shared_corpus, "builder.max_candidates=2"))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
     assert report["stages"]["candidates"]["n_out"] == 2
     splits = json.loads((dataset / "splits.json").read_text())
