@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from cli import run_cli
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
@@ -15,9 +16,26 @@ from esgexp import tracking
 
 
 def esgexp(cwd, env, *args, timeout=300):
+    """The sweep's launching process in this one (its imports paid once); the launchers' jobs run in
+    processes of their own: joblib's workers, one submission process per submitit job."""
+    return run_cli("esgexp", *args, cwd=cwd, env=env, timeout=timeout)
+
+
+def esgexp_process(cwd, env, *args, timeout=300):
+    """The sweep launched as a process of its own: its joblib workers write to its stderr (a file descriptor
+    they inherit), which the test reads."""
     return subprocess.run(
         [sys.executable, "-m", "esgexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def joblib_workers():
+    """joblib keeps its worker processes for the next sweep of this process; stopped after this module."""
+    yield
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor().shutdown(wait=True)
 
 
 def tiny_sweep(tmp_path, tiny_model_dir, *args):
@@ -53,14 +71,14 @@ def test_joblib_runs_jobs_in_parallel_against_one_fresh_sqlite_store(tmp_path, c
     result = esgexp(
         tmp_path,
         clean_env,
-        *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3"),
+        *tiny_sweep(tmp_path, tiny_model_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "Joblib.Parallel(n_jobs=3" in result.stdout
+    assert "Joblib.Parallel(n_jobs=2" in result.stdout
     folders = job_folders(tmp_path)
-    assert [p.name for p in folders] == ["0", "1", "2"]
+    assert [p.name for p in folders] == ["0", "1"]
     runs = finished_runs(tmp_path)
-    assert sorted(r.data.params["seed"] for r in runs) == ["1", "2", "3"]
+    assert sorted(r.data.params["seed"] for r in runs) == ["1", "2"]
     assert {r.data.tags["run_dir"] for r in runs} == {str(p) for p in folders}
     assert all((p / "esgexp.log").is_file() for p in folders)  # each job logs to its own folder
 
@@ -73,7 +91,7 @@ def test_a_bad_job_does_not_end_the_sweep(tmp_path, clean_env, tiny_model_dir, l
     from esgexp.config import BUNDLED_DIR
 
     good = BUNDLED_DIR / "esg_mcq_sample.csv"
-    result = esgexp(
+    result = (esgexp_process if launcher else esgexp)(
         tmp_path,
         clean_env,
         *tiny_sweep(tmp_path, tiny_model_dir, *launcher, f"dataset.path=/no/such.csv,{good}"),
@@ -120,11 +138,12 @@ def open_store(uri, artifacts, barrier, results):
 
 
 def test_processes_opening_one_fresh_sqlite_store_at_once_share_one_experiment(tmp_path):
+    # Forked: three processes of their own with mlflow already imported, none of which has opened this store.
     uri, n = f"sqlite:///{tmp_path}/mlruns/mlflow.db", 3
-    spawn = multiprocessing.get_context("spawn")
-    barrier, results = spawn.Barrier(n), spawn.Queue()
+    fork = multiprocessing.get_context("fork")
+    barrier, results = fork.Barrier(n), fork.Queue()
     processes = [
-        spawn.Process(target=open_store, args=(uri, str(tmp_path / "artifacts"), barrier, results)) for _ in range(n)
+        fork.Process(target=open_store, args=(uri, str(tmp_path / "artifacts"), barrier, results)) for _ in range(n)
     ]
     for process in processes:
         process.start()
