@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -230,15 +231,14 @@ def test_items_never_answered_make_the_run_incomplete(fault_proxy, llama_server,
     items = instantiate(compose_config(tmp_path, "dataset.limit=4").dataset).load().items
     question = json.dumps(items[0].question)[1:-1]
     fault_proxy.fail_when(lambda request: question in json.dumps(request.json()), "500")
-    first = command(
-        "esgexp",
-        *settings,
-        f"backend.base_url={fault_proxy.base_url}",
-        f"paths.root_dir={tmp_path}",
-        "trainer.progress_bar=false",
-        "cache=off",
+    job_args = (*settings, f"backend.base_url={fault_proxy.base_url}", f"paths.root_dir={tmp_path}", "cache=off")
+    first = subprocess.run(  # its own process: the exit status is what a user's shell sees
+        [sys.executable, "-m", "esgexp", *job_args, "trainer.progress_bar=false"],
         cwd=tmp_path,
         env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert first.returncode == INCOMPLETE_EXIT == 3, first.stderr[-3000:]
     assert "Traceback" not in first.stderr
