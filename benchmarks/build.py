@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 import tempfile
 import time
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_server:
             from openai_server import LlamaServer, gguf_path
 
-            server = LlamaServer(gguf_path(), root / "server.log").start(timeout=300)
+            server = LlamaServer(gguf_path(), root / "server.log", n_threads=os.cpu_count() or 1).start(timeout=300)
             backends.append(
                 [
                     "backend=openai",
