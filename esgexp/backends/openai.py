@@ -160,8 +160,8 @@ class OpenAIBackend(Backend):
             try:
                 with self.client.open_connection():
                     started.wait()
-            except threading.BrokenBarrierError:
-                pass
+            except threading.BrokenBarrierError:  # another task could not connect: the probe reports why
+                log.debug("warm-up of %s stopped early: connections open on first use", self.base_url)
             except Exception as error:  # the probe says what is wrong with the server
                 log.debug("opening a connection to %s: %s", self.base_url, error)
                 with suppress(threading.BrokenBarrierError):
