@@ -1,0 +1,113 @@
+"""A fork server for the command-line tests: imports the heavy libraries once, then forks one child per
+command, and each child runs ``python -m MODULE ARGS...`` as a new interpreter would (its own process,
+process group, standard streams, folder, environment and exit status), minus the 5-8 CPU-seconds of
+imports. A child ends as the interpreter does but skips tearing down the imported modules, which in a
+forked child only copies the shared memory (2 s a command).
+
+Protocol, one JSON object per line: a request on stdin
+``{"module", "args", "cwd", "env", "stdout", "stderr"}`` (the last two are file paths for the child's
+streams) is answered on stdout with ``{"pid": N}`` when the child starts and ``{"returncode": R}`` when it
+ends (negative: killed by that signal, as ``subprocess`` reports it). The first line is ``{"ready": true}``,
+or ``{"error": why}`` when forking would not be safe. End of stdin ends the server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import json
+import os
+import runpy
+import signal
+import sys
+import threading
+
+# What a job imports sooner or later; a command that needs none of them gets them anyway, unused.
+PRELOAD = ("torch", "transformers", "lightning", "peft", "mlflow", "hydra", "omegaconf", "datasets", "pypdf")
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional library: the child imports what it finds, as a fresh process would
+            pass
+
+
+def say(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def serve() -> dict:
+    """Answer requests until stdin ends (then exit); in a forked child, return that child's request."""
+    if threading.active_count() != 1:
+        say({"error": f"{threading.active_count()} threads after the imports: forking is not safe"})
+        sys.exit(0)
+    say({"ready": True})
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            return request
+        say({"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        say({"returncode": os.waitstatus_to_exitcode(status)})
+    sys.exit(0)
+
+
+def become(request: dict) -> None:
+    """Turn this forked child into the fresh interpreter ``python -m`` would start for ``request``."""
+    os.setpgid(0, 0)  # its own group: a timeout kills what it started too
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    sys.stdin = open(0, closefd=False)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [request["module"], *request["args"]]
+    sys.path[0] = os.getcwd()  # python -m puts the working folder first, not this file's folder
+    if "numpy" in sys.modules:  # fresh seeds, as a new process has (random reseeds itself after a fork)
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+
+
+def run_as_main(module: str) -> int:
+    """Run ``module`` as ``__main__`` and end as the interpreter does (uncaught errors printed, threads
+    joined, atexit run, streams flushed); its exit status. Killed by SIGINT after an uncaught Ctrl-C."""
+    interrupted = False
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as done:
+        status = done.code if done.code is None or isinstance(done.code, int) else 1
+        if not isinstance(done.code, int) and done.code is not None:
+            print(done.code, file=sys.stderr)
+    except BaseException as error:
+        sys.excepthook(type(error), error, error.__traceback__)
+        status, interrupted = 1, isinstance(error, KeyboardInterrupt)
+    threading._shutdown()  # what interpreter shutdown does first: wait for the non-daemon threads
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return status or 0
+
+
+def main() -> None:
+    preload()
+    gc.freeze()  # the imported objects stay out of every collection: the children leave their pages shared
+    request = serve()
+    become(request)
+    # The rest of a normal exit (tearing down every module) only copies the shared pages: 2 s a command.
+    os._exit(run_as_main(request["module"]))
+
+
+if __name__ == "__main__":
+    main()
