@@ -1129,7 +1129,7 @@ def main(argv: list[str] | None = None) -> None:
     for data in args.data:
         items = load_items(data, args.limit)
         reference = None  # our float32 log-probabilities: what every other setting is compared with
-        for dtype in args.dtypes:
+        for dtype in sorted(args.dtypes, key=lambda name: name != "float32"):  # float32 first: the reference
             for mode in args.modes:
                 ours, lmevals = [], []
                 # interleaved (ours, lm-eval, ours, ...) so that a change of load touches both sides
