@@ -13,6 +13,8 @@ import logging
 import os
 import random
 import re
+import shutil
+import sqlite3
 import subprocess
 import time
 from contextlib import contextmanager
@@ -138,6 +140,48 @@ def store_lock(uri: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def empty_store_template() -> Path:
+    """A sqlite MLflow store with every migration applied and no experiment, made once per MLflow version in
+    the user cache (``$XDG_CACHE_HOME/esgexp``, else ``~/.cache/esgexp``)."""
+    import mlflow
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "esgexp" / "mlflow"
+    template = folder / f"empty-{mlflow.__version__}.db"
+    if template.is_file():
+        return template
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{template.name}.{os.getpid()}.partial"
+    SqlAlchemyStore(f"sqlite:///{partial}", str(folder / "artifacts")).engine.dispose()
+    # MLflow adds its Default experiment (id 0) with this folder as its artifact root; a store opened on a
+    # copy makes its own, with that store's root.
+    with sqlite3.connect(partial) as db:
+        db.execute("DELETE FROM experiments")
+    db.close()
+    os.replace(partial, template)
+    return template
+
+
+def seed_new_store(uri: str) -> None:
+    """Where ``uri`` names a sqlite file that does not exist yet, make it a copy of
+    :func:`empty_store_template`: MLflow's migrations cost 2-3 CPU-seconds on every new file. A store made
+    meanwhile by another process is left as it is."""
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    if db.exists():
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    partial = db.with_name(f".{db.name}.{os.getpid()}.partial")
+    try:
+        shutil.copyfile(empty_store_template(), partial)
+        os.link(partial, db)  # never replaces a file that appeared meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def use_store(uri: str, artifact_location: str | None, experiment_name: str) -> str:
     """Point MLflow at ``uri`` and return the id of ``experiment_name``, creating it if needed.
 
@@ -148,6 +192,7 @@ def use_store(uri: str, artifact_location: str | None, experiment_name: str) -> 
 
     mlflow.set_tracking_uri(uri)
     with store_lock(uri):
+        seed_new_store(uri)
         experiment = retry_locked(mlflow.get_experiment_by_name, experiment_name)
         if experiment is not None:
             return experiment.experiment_id

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
+import gc
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,9 +18,7 @@ SAMPLE_CSV = BUNDLED_DIR / "esg_mcq_sample.csv"
 
 
 def compose_config(root: Path, *overrides: str, name: str = "config"):
-    """The project config with every path under ``root`` and no progress bar. A job config that logs to a
-    sqlite store not there yet gets a copy of ``empty_store()`` there: MLflow's migrations (2-3 CPU-seconds
-    per new store) are not what the tests prove (tests/test_sweeps.py covers fresh stores)."""
+    """The project config with every path under ``root`` and no progress bar."""
     base = [
         f"paths.root_dir={root}",
         f"paths.output_dir={root}/run",
@@ -34,29 +30,18 @@ def compose_config(root: Path, *overrides: str, name: str = "config"):
         base = [f"paths.root_dir={root}"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose(name, overrides=[*base, *overrides])
-    if name == "config" and not cfg.tracking.offline and not cfg.get("dry_run"):
-        seed_store(cfg.tracking.uri)
     return cfg
 
 
-@functools.cache
-def empty_store() -> Path:
-    """A sqlite MLflow store with its tables and no run, made once per test process."""
-    import mlflow
+@pytest.fixture(scope="session", autouse=True)
+def frozen_imports():
+    """The heavy libraries imported once per test process, then kept out of every garbage collection:
+    a full collection otherwise walks all their objects (about 1 s on a 2-core machine, and every job
+    ends with one, ``HFBackend.close``)."""
+    from forkserver import preload
 
-    db = Path(tempfile.mkdtemp(prefix="esgexp-empty-store-")) / "mlflow.db"
-    mlflow.MlflowClient(f"sqlite:///{db}").search_experiments()
-    return db
-
-
-def seed_store(uri: str) -> None:
-    """Copy ``empty_store()`` to the sqlite file ``uri`` names, where there is none yet."""
-    if not uri.startswith("sqlite:///"):
-        return
-    db = Path(uri.removeprefix("sqlite:///"))
-    if not db.exists():
-        db.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(empty_store(), db)
+    preload()
+    gc.freeze()
 
 
 @pytest.fixture
@@ -188,15 +173,18 @@ def fault_proxy(llama_server):
 
 @pytest.fixture(scope="session")
 def empty_db() -> Path:
-    """A sqlite MLflow store with its tables and no run (``empty_store()``): copies skip MLflow's migrations."""
-    return empty_store()
+    """A sqlite MLflow store with its tables and no experiment, the one every new store of a job starts from."""
+    from esgexp.tracking import empty_store_template
+
+    return empty_store_template()
 
 
 @pytest.fixture
 def made_store(tmp_path, empty_db) -> Path:
-    """``tmp_path/mlruns/mlflow.db``, the store a job with ``paths.root_dir=tmp_path`` logs to, as a copy of
-    ``empty_db``: its tables made, MLflow's migrations (about 2 CPU-seconds per new store) skipped. For tests
-    that are not about a store being created."""
+    """``tmp_path/mlruns/mlflow.db``, the store a job with ``paths.root_dir=tmp_path`` logs to, made before
+    the job, as the job would make it."""
+    from esgexp.tracking import seed_new_store
+
     db = tmp_path / "mlruns" / "mlflow.db"
-    seed_store(f"sqlite:///{db}")
+    seed_new_store(f"sqlite:///{db}")
     return db

@@ -154,6 +154,26 @@ def test_processes_opening_one_fresh_sqlite_store_at_once_share_one_experiment(t
     assert [e.name for e in MlflowClient(uri).search_experiments()].count("sweep") == 1
 
 
+def test_a_new_store_starts_from_the_migrated_template_and_gets_its_own_default_experiment(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    experiment_id = tracking.use_store(uri, str(tmp_path / "artifacts"), "sweep")
+    client = MlflowClient(uri)
+    experiments = {e.name: e for e in client.search_experiments()}
+    assert sorted(experiments) == ["Default", "sweep"]
+    # The Default experiment is this store's own, not the template's (whose folder is the user cache).
+    assert "esgexp/mlflow" not in experiments["Default"].artifact_location
+    assert experiments["sweep"].artifact_location == (tmp_path / "artifacts").resolve().as_uri()
+    run = client.create_run(experiment_id)
+    client.log_metric(run.info.run_id, "accuracy", 0.5)
+    assert client.get_run(run.info.run_id).data.metrics == {"accuracy": 0.5}
+    # A file already there, even one that is not a store yet, is never replaced.
+    other = tmp_path / "other.db"
+    other.write_bytes(b"")
+    tracking.seed_new_store(f"sqlite:///{other}")
+    assert other.read_bytes() == b""
+    assert not list(tmp_path.glob(".*.partial"))
+
+
 def test_a_locked_store_is_retried(tmp_path, monkeypatch, caplog):
     locked = MlflowException("(sqlite3.OperationalError) database is locked")
 
