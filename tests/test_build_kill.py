@@ -17,12 +17,11 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli import start_cli
 from conftest import REPO
 from hydra import compose, initialize_config_dir
 from pdf_factory import write_pdf
@@ -93,17 +92,17 @@ def answered(cache: Path) -> int | None:
 def kill_once_answered(
     command: list[str], env: dict, cache: Path, at_least: int, log: Path, timeout: float = 240
 ) -> int:
-    """Start ``command``; SIGKILL it as soon as ``cache`` holds ``at_least`` answers; return how many it holds then."""
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-        deadline, seen = time.monotonic() + timeout, 0
-        while time.monotonic() < deadline and process.poll() is None:
-            seen = answered(cache) or 0
-            if seen >= at_least:
-                break
-            time.sleep(0.02)
-        process.kill()
-        process.wait()
+    """Start ``command`` (a module and its arguments); SIGKILL it as soon as ``cache`` holds ``at_least``
+    answers; return how many it holds then."""
+    process = start_cli(*command, cwd=REPO, env=env)
+    deadline, seen = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline and process.poll() is None:
+        seen = answered(cache) or 0
+        if seen >= at_least:
+            break
+        time.sleep(0.02)
+    process.kill()
+    log.write_text(process.communicate()[1])
     assert seen >= at_least, (
         f"the build held {seen} answers, not {at_least} (exit {process.returncode}): {log.read_text()[-2000:]}"
     )
@@ -155,7 +154,7 @@ def test_kill_9_during_a_build_then_resume_asks_only_the_rest_and_equals_an_unin
     assert {r["stage"] for r in rejections(straight)} >= {"generate", "dedupe"}
 
     at_least = 1 if round_killed == "first" else n_first + 1
-    command = [sys.executable, "-m", "esgexp.build", *overrides(tmp_path, corpus_dir, tiny_model_dir)]
+    command = ["esgexp.build", *overrides(tmp_path, corpus_dir, tiny_model_dir)]
     n_killed = kill_once_answered(command, clean_env, tmp_path / "requests.sqlite", at_least, tmp_path / "killed.log")
     assert at_least <= n_killed < n_total, (
         f"killed with {n_killed} of {n_total} requests answered: nothing left to resume"

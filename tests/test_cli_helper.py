@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from cli import _server, run_cli
+from cli import _server, run_cli, start_cli
 
 PROBE = textwrap.dedent(
     """
@@ -77,3 +78,31 @@ def test_a_changed_import_time_variable_gets_a_fresh_interpreter(probe_dir):
     assert _server(env) is None
     result = run_cli("probe", "0", cwd=probe_dir, env=env)
     assert result.returncode == 0 and f"parent {os.getpid()}" in result.stdout
+
+
+def test_started_commands_run_side_by_side_and_take_signals_as_processes_do(probe_dir):
+    sleepers = [start_cli("probe", "sleep", cwd=probe_dir) for _ in range(2)]
+    assert run_cli("probe", "4", cwd=probe_dir).returncode == 4  # served while both sleep
+    assert [s.poll() for s in sleepers] == [None, None]
+    sleepers[0].kill()
+    sleepers[1].send_signal(signal.SIGINT)
+    assert sleepers[0].wait(timeout=30) == -signal.SIGKILL
+    stdout, stderr = sleepers[1].communicate(timeout=30)
+    assert sleepers[1].returncode == -signal.SIGINT  # an uncaught Ctrl-C ends it as the interpreter does
+    assert "argv ['sleep']" in stdout and "KeyboardInterrupt" in stderr
+
+
+def test_the_commands_pythonpath_is_searched_after_its_folder(probe_dir):
+    lib = probe_dir / "lib"
+    lib.mkdir()
+    (lib / "probe_lib.py").write_text("VALUE = 7\n")
+    (probe_dir / "uses_lib.py").write_text(
+        "import sys, probe_lib\nprint(probe_lib.VALUE, sys.path.index(sys.argv[1]))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(lib))
+    assert _server(env) is not None
+    forked = run_cli("uses_lib", str(lib), cwd=probe_dir, env=env)
+    plain = subprocess.run(
+        [sys.executable, "-m", "uses_lib", str(lib)], cwd=probe_dir, env=env, capture_output=True, text=True
+    )
+    assert forked.stdout == plain.stdout == "7 1\n", forked.stderr

@@ -9,11 +9,10 @@ rankings.jsonl once, at the end, so there is nothing half-written to resume.
 
 import json
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
+from cli import start_cli
 from conftest import REPO, compose_config
 
 from esgexp.run import run_job
@@ -29,23 +28,22 @@ def read_jsonl(path):
 
 
 def kill_when(command, env, ready, timeout=240):
-    """Start ``command``; SIGKILL it as soon as ``ready()`` returns a path; return that path."""
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    """Start ``command`` (a module and its arguments); SIGKILL it as soon as ``ready()`` returns a path;
+    return that path."""
+    process = start_cli(*command, cwd=REPO, env=env)
     deadline, found = time.monotonic() + timeout, None
     while time.monotonic() < deadline and found is None and process.poll() is None:
         found = ready()
         time.sleep(0.02)
     process.kill()
     _, stderr = process.communicate()
-    assert found is not None, f"nothing to resume from (exit {process.returncode}): {stderr.decode()[-2000:]}"
+    assert found is not None, f"nothing to resume from (exit {process.returncode}): {stderr[-2000:]}"
     assert process.returncode == -signal.SIGKILL, "the job ended before the kill: nothing was interrupted"
     return found
 
 
 def cli(root, *overrides):
     return [
-        sys.executable,
-        "-m",
         "esgexp",
         *overrides,
         f"paths.root_dir={root}",

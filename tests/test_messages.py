@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli import run_cli
+from cli import run_cli, start_cli
 from openai_server import FakeOpenAI
 from pdf_factory import write_pdf
 
@@ -208,25 +208,18 @@ def test_a_server_that_refuses_response_format_stops_the_build_at_once_naming_it
 
 def test_ctrl_c_is_one_line_saying_what_was_kept_and_how_to_go_on(tmp_path, clean_env):
     with FakeOpenAI(delay=0.3, answer="A") as server:
-        job = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "esgexp",
-                "backend=openai",
-                f"backend.base_url={server.base_url}",
-                "backend.max_concurrency=1",
-                "dataset.limit=40",
-                "tracking.offline=true",
-                "trainer.progress_bar=false",
-                f"paths.request_cache={tmp_path}/requests.sqlite",
-                f"hydra.run.dir={tmp_path}/run",
-            ],
+        job = start_cli(
+            "esgexp",
+            "backend=openai",
+            f"backend.base_url={server.base_url}",
+            "backend.max_concurrency=1",
+            "dataset.limit=40",
+            "tracking.offline=true",
+            "trainer.progress_bar=false",
+            f"paths.request_cache={tmp_path}/requests.sqlite",
+            f"hydra.run.dir={tmp_path}/run",
             cwd=tmp_path,
             env=clean_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
         predictions = tmp_path / "run" / "predictions.jsonl"
         deadline = time.monotonic() + 90
@@ -258,17 +251,14 @@ def test_ctrl_c_is_one_line_in_the_other_commands(tmp_path, clean_env, module, a
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        job = subprocess.Popen(
-            [sys.executable, "-m", module, *args, f"tracking.uri={uri}", "tracking.connect_timeout_s=60"],
-            cwd=tmp_path,
-            env=clean_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        job = start_cli(
+            module, *args, f"tracking.uri={uri}", "tracking.connect_timeout_s=60", cwd=tmp_path, env=clean_env
         )
-        time.sleep(6)  # imports done, waiting for /health
+        silent.settimeout(120)
+        connection, _ = silent.accept()  # the command is waiting for /health
         job.send_signal(signal.SIGINT)
         stdout, stderr = job.communicate(timeout=60)
+        connection.close()
     assert job.returncode == 130, stdout + stderr
     assert [line for line in stderr.splitlines() if line.strip()] == ["interrupted (Ctrl-C)"]
     assert not [noise for noise in NOISE if noise in stdout + stderr]
@@ -277,24 +267,17 @@ def test_ctrl_c_is_one_line_in_the_other_commands(tmp_path, clean_env, module, a
 def test_ctrl_c_in_a_build_says_where_its_answers_are_and_how_to_go_on(tmp_path, clean_env, corpus_dir):
     with FakeOpenAI(delay=1.0, answer="{}") as server:
         out = tmp_path / "built"
-        job = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "esgexp.build",
-                f"corpus={corpus_dir}",
-                "backend=openai",
-                f"backend.base_url={server.base_url}",
-                f"out={out}",
-                f"paths.request_cache={tmp_path}/requests.sqlite",
-                "tracking.offline=true",
-                "progress=false",
-            ],
+        job = start_cli(
+            "esgexp.build",
+            f"corpus={corpus_dir}",
+            "backend=openai",
+            f"backend.base_url={server.base_url}",
+            f"out={out}",
+            f"paths.request_cache={tmp_path}/requests.sqlite",
+            "tracking.offline=true",
+            "progress=false",
             cwd=tmp_path,
             env=clean_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and job.poll() is None and server.count < 2:

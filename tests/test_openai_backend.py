@@ -2,16 +2,13 @@
 
 import json
 import logging
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from cli import run_cli
+from cli import run_cli, start_cli
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import GenerationRequest, LetterRequest, RunContext
@@ -209,8 +206,7 @@ def test_kill_9_mid_run_then_resume_loses_and_repeats_nothing(fault_proxy, tmp_p
     """A CLI run is killed while it answers; resume=true finishes it without resending a finished request."""
     fault_proxy.fail_when(lambda request: True, "delay", delay=0.3)  # every answer slowed: the kill lands mid-run
     args = cli_args(fault_proxy.base_url, tmp_path, "backend.max_concurrency=1", "dataset.limit=8")
-    command = [sys.executable, "-m", "esgexp", *args]
-    process = subprocess.Popen(command, cwd=REPO, env=clean_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = start_cli("esgexp", *args, cwd=REPO, env=clean_env)
     deadline = time.monotonic() + 200  # a busy machine takes a minute to start a job
     predictions = None
     while time.monotonic() < deadline:
@@ -219,9 +215,9 @@ def test_kill_9_mid_run_then_resume_loses_and_repeats_nothing(fault_proxy, tmp_p
             predictions = found[0]
             break
         time.sleep(0.1)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    assert predictions is not None, process.stderr.read().decode()[-2000:]
+    process.kill()
+    _, stderr = process.communicate()
+    assert predictions is not None, stderr[-2000:]
     answered = {r["id"] for r in read_jsonl(predictions)}
     first_bodies = fault_proxy.bodies("/v1/chat/completions")
     fault_proxy.reset()
@@ -284,8 +280,7 @@ def slow_api():
 def test_ctrl_c_keeps_every_answer_the_server_sent_and_resume_finishes(slow_api, tmp_path, clean_env):
     """SIGINT while requests are in flight: their answers (arriving during the shutdown) are written too."""
     args = cli_args(slow_api.base_url, tmp_path, "backend.max_concurrency=3", "dataset.limit=12")
-    command = [sys.executable, "-m", "esgexp", *args]
-    process = subprocess.Popen(command, cwd=REPO, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = start_cli("esgexp", *args, cwd=REPO, env=clean_env)
     deadline, predictions = time.monotonic() + 200, None
     while time.monotonic() < deadline and predictions is None:
         found = list(tmp_path.glob("runs/**/predictions.jsonl"))
@@ -294,7 +289,7 @@ def test_ctrl_c_keeps_every_answer_the_server_sent_and_resume_finishes(slow_api,
         time.sleep(0.05)
     if predictions is None:
         process.kill()
-        pytest.fail(f"no 3 answers within 200 s: {process.communicate()[1].decode()[-2000:]}")
+        pytest.fail(f"no 3 answers within 200 s: {process.communicate()[1][-2000:]}")
     time.sleep(0.5)  # the next three are on their way
     in_flight = slow_api.count - slow_api.answered
     process.send_signal(signal.SIGINT)
@@ -302,7 +297,7 @@ def test_ctrl_c_keeps_every_answer_the_server_sent_and_resume_finishes(slow_api,
     assert process.returncode != 0 and in_flight >= 1
     records = read_jsonl(predictions)
     # every item answer the server sent (all but the probe) is in predictions.jsonl, none twice, none failed
-    assert len(records) == slow_api.answered - 1 == len({r["id"] for r in records}), stderr.decode()[-2000:]
+    assert len(records) == slow_api.answered - 1 == len({r["id"] for r in records}), stderr[-2000:]
     assert len(records) >= 3 + in_flight and not any(r.get("failed") for r in records)
     assert slow_api.count == slow_api.answered  # nothing was sent after the signal but never answered
 

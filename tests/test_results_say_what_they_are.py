@@ -11,7 +11,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -232,14 +231,8 @@ def test_items_never_answered_make_the_run_incomplete(fault_proxy, llama_server,
     question = json.dumps(items[0].question)[1:-1]
     fault_proxy.fail_when(lambda request: question in json.dumps(request.json()), "500")
     job_args = (*settings, f"backend.base_url={fault_proxy.base_url}", f"paths.root_dir={tmp_path}", "cache=off")
-    first = subprocess.run(  # its own process: the exit status is what a user's shell sees
-        [sys.executable, "-m", "esgexp", *job_args, "trainer.progress_bar=false"],
-        cwd=tmp_path,
-        env=clean_env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    # its own process: the exit status is what a user's shell sees
+    first = run_cli("esgexp", *job_args, "trainer.progress_bar=false", cwd=tmp_path, env=clean_env, timeout=240)
     assert first.returncode == INCOMPLETE_EXIT == 3, first.stderr[-3000:]
     assert "Traceback" not in first.stderr
     assert re.search(r"never answered +1 \(resume=true finishes them\)", first.stdout), first.stdout

@@ -7,12 +7,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from cli import run_cli
+from cli import run_cli, start_cli
 from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
@@ -28,9 +27,8 @@ TESTS = Path(__file__).resolve().parent
 def start_at_once(tmp_path: Path, env: dict, jobs: list[list[str]]) -> list[subprocess.CompletedProcess]:
     """Run each job's ``python -m esgexp`` arguments, all let go at one instant, once their config is
     composed and just before their run folder is made (tests/at_once.py), just after a second begins:
-    before the fix they all made the same ``HH-MM-SS`` folder. Each job but the last runs in its own
-    process; the last runs in this one (tests/cli.py: its imports are paid once), let go with the others
-    by a thread of this process."""
+    before the fix they all made the same ``HH-MM-SS`` folder. Each job runs in its own process
+    (tests/cli.py), let go by a thread of this one."""
     env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))}
     go = tmp_path / "go"
     commands = []
@@ -42,17 +40,7 @@ def start_at_once(tmp_path: Path, env: dict, jobs: list[list[str]]) -> list[subp
             f"+hydra.callbacks.at_once.go={go}",
         ]
         commands.append((ready, [*args, *barrier]))
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-m", "esgexp", *args],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _, args in commands[:-1]
-    ]
+    processes = [start_cli("esgexp", *args, cwd=tmp_path, env=env) for _, args in commands[:-1]]
     here_done, problems = threading.Event(), []
 
     def let_go() -> None:

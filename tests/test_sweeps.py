@@ -3,8 +3,6 @@ jobs sharing one sqlite MLflow store (created by whichever job comes first)."""
 
 import json
 import multiprocessing
-import subprocess
-import sys
 
 import pytest
 from cli import run_cli
@@ -16,17 +14,10 @@ from esgexp import tracking
 
 
 def esgexp(cwd, env, *args, timeout=300):
-    """The sweep's launching process in this one (its imports paid once); the launchers' jobs run in
-    processes of their own: joblib's workers, one submission process per submitit job."""
+    """The sweep's launching process (tests/cli.py); the launchers' jobs run in processes of their own:
+    joblib's workers (they write to its stderr, a file descriptor they inherit), one submission process per
+    submitit job."""
     return run_cli("esgexp", *args, cwd=cwd, env=env, timeout=timeout)
-
-
-def esgexp_process(cwd, env, *args, timeout=300):
-    """The sweep launched as a process of its own: its joblib workers write to its stderr (a file descriptor
-    they inherit), which the test reads."""
-    return subprocess.run(
-        [sys.executable, "-m", "esgexp", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -91,7 +82,7 @@ def test_a_bad_job_does_not_end_the_sweep(tmp_path, clean_env, tiny_model_dir, l
     from esgexp.config import BUNDLED_DIR
 
     good = BUNDLED_DIR / "esg_mcq_sample.csv"
-    result = (esgexp_process if launcher else esgexp)(
+    result = esgexp(
         tmp_path,
         clean_env,
         *tiny_sweep(tmp_path, tiny_model_dir, *launcher, f"dataset.path=/no/such.csv,{good}"),
