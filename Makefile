@@ -10,13 +10,12 @@ export HF_HUB_OFFLINE ?= 1
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch first and pinned: the CPU build on this disk; a bare 'torch' pulls a multi-GB CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
 	# llama.cpp's OpenAI-compatible server (tests/openai_server.py): the .[server] extra, pinned here too.
-	# PyPI has only its source: the first install compiles llama.cpp (lean flags below: 5m47s wall,
-	# 6m48s CPU on this 2-core machine); pip caches the wheel by the sdist's URL, so later venvs on the
-	# machine install it in seconds (the cache key ignores CMAKE_ARGS: clear it to rebuild differently).
+	# PyPI has only its source: the first install compiles llama.cpp (lean flags below: 8 min on a fresh
+	# 2-core AVX2-only machine). The compile runs while pip installs torch and the project (mostly
+	# unpacking: 3-4 min), its output in $(VENV)/llama-cpp-build.log. pip caches the wheel by the sdist's
+	# URL, so later venvs on the machine get it in seconds (the cache key ignores CMAKE_ARGS: clear it to
+	# rebuild differently).
 	#   LLAVA_BUILD=OFF: skips libmtmd (~23k lines of C++ for images/audio); text chat, completions and
 	#     logprobs never load it.
 	#   LLAMA_BUILD_{TOOLS,SERVER,TESTS,EXAMPLES,APP}=OFF: llama.cpp's own programs (already off when it is
@@ -24,10 +23,15 @@ $(STAMP): pyproject.toml
 	#     server (python -m llama_cpp.server) needs only libllama.
 	#   GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C=ON: a portable x86-64 (AVX2) build instead of -march=native,
 	#     so a cached wheel or venv copied to another machine cannot die on an unknown instruction.
+	# torch first and pinned: the CPU build on this disk; a bare 'torch' pulls a multi-GB CUDA build.
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
-		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install -q "llama-cpp-python[server]==0.3.36"
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip wheel -q --no-deps -w $(VENV)/wheels "llama-cpp-python==0.3.36" \
+		> $(VENV)/llama-cpp-build.log 2>&1 & compiling=$$!; \
+	$(PY) -m pip install -q torch==2.13.0 && $(PY) -m pip install -q -e ".[dev]"; installed=$$?; \
+	wait $$compiling || { tail -50 $(VENV)/llama-cpp-build.log; exit 1; }; exit $$installed
+	$(PY) -m pip install -q "$$(ls $(VENV)/wheels/llama_cpp_python-0.3.36-*.whl)[server]"
 	# The embeddings retriever's test server: the bundled all-MiniLM-L6-v2 converted to GGUF once, with the
-	# converter from llama-cpp-python's own source (pip download, about a minute), into ~/.cache/esgexp/test-models.
+	# converter from llama-cpp-python's own source (pip download, seconds), into ~/.cache/esgexp/test-models.
 	$(PY) tests/embedding_server.py
 	# xgrammar: structured (JSON Schema) output for backend=hf, used by the dataset builders. --no-deps:
 	# its only missing requirement on a CPU machine is triton (a GPU compiler, hundreds of MB, unused here).
