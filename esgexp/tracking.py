@@ -165,7 +165,8 @@ def empty_store_template() -> Path:
 def seed_new_store(uri: str) -> None:
     """Where ``uri`` names a sqlite file that does not exist yet, make it a copy of
     :func:`empty_store_template`: MLflow's migrations cost 2-3 CPU-seconds on every new file. A store made
-    meanwhile by another process is left as it is."""
+    meanwhile by another process is left as it is; where the copy cannot be made (a read-only cache, a
+    file system without hard links), MLflow makes the store itself."""
     if not uri.startswith("sqlite:///"):
         return
     db = Path(uri.removeprefix("sqlite:///"))
@@ -178,6 +179,8 @@ def seed_new_store(uri: str) -> None:
         os.link(partial, db)  # never replaces a file that appeared meanwhile
     except FileExistsError:
         pass
+    except OSError as error:
+        log.debug("no copy of the empty MLflow store for %s (%s): MLflow makes it", db, error)
     finally:
         partial.unlink(missing_ok=True)
 

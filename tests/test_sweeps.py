@@ -165,6 +165,15 @@ def test_a_new_store_starts_from_the_migrated_template_and_gets_its_own_default_
     assert not list(tmp_path.glob(".*.partial"))
 
 
+def test_a_cache_that_cannot_be_written_leaves_the_new_store_to_mlflow(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    experiment_id = tracking.use_store(uri, str(tmp_path / "artifacts"), "sweep")
+    assert MlflowClient(uri).get_experiment(experiment_id).name == "sweep"
+
+
 def test_a_locked_store_is_retried(tmp_path, monkeypatch, caplog):
     locked = MlflowException("(sqlite3.OperationalError) database is locked")
 
