@@ -178,7 +178,7 @@ def seed_new_store(uri: str) -> None:
         shutil.copyfile(empty_store_template(), partial)
         os.link(partial, db)  # never replaces a file that appeared meanwhile
     except FileExistsError:
-        pass
+        log.debug("%s was made by another process meanwhile: it is kept", db)
     except OSError as error:
         log.debug("no copy of the empty MLflow store for %s (%s): MLflow makes it", db, error)
     finally:
