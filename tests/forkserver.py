@@ -26,16 +26,32 @@ import signal
 import sys
 import threading
 
-# What a job imports sooner or later; a command that needs none of them gets them anyway, unused.
-PRELOAD = ("torch", "transformers", "lightning", "peft", "mlflow", "hydra", "omegaconf", "datasets", "pypdf")
+# What a job imports sooner or later; a command that needs none of them gets them anyway, unused. MLflow's
+# sqlite store is a module of its own (sqlalchemy, alembic: 1.2 s), imported by the first job that tracks.
+PRELOAD = (
+    "torch",
+    "transformers",
+    "lightning",
+    "peft",
+    "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "hydra",
+    "omegaconf",
+    "datasets",
+    "pypdf",
+)
 
 
 def preload() -> None:
+    """Import PRELOAD and parse each config file once per process (tests/hydra_cache.py)."""
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except ImportError:  # an optional library: the child imports what it finds, as a fresh process would
             pass
+    import hydra_cache
+
+    hydra_cache.install()
 
 
 def say(message: dict) -> None:

@@ -93,3 +93,35 @@ def test_composing_and_help_import_no_heavy_library(tmp_path):
         [sys.executable, "-m", "esgexp", "--help"], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
     assert help_text.returncode == 0 and "model: " in help_text.stdout
+
+
+def test_the_test_suites_config_file_cache_composes_what_hydra_composes(tmp_path):
+    """tests/hydra_cache.py (installed in every test process) changes no composed config, and a file edited
+    between two composes is read again."""
+    import hydra_cache
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    def composed(conf_dir, name, *overrides):
+        with initialize_config_dir(str(conf_dir), version_base="1.3"):
+            return OmegaConf.to_yaml(compose(name, overrides=list(overrides), return_hydra_config=True))
+
+    cases = [
+        ("config", "experiment=rag", "model=qwen2.5-14b-instruct"),
+        ("config", "experiment=finetune_sustainableqa", "trainer=gpu"),
+        ("config", "model=gpt-4o", "scoring=logprob"),
+        ("build", "builder=esgenius", "corpus=/c"),
+        ("leaderboard",),
+    ]
+    cached = [composed(CONF_DIR, *case) for case in cases]
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "config.yaml").write_text("value: 1\n")
+    before = composed(conf, "config")
+    hydra_cache.uninstall()
+    try:
+        assert [composed(CONF_DIR, *case) for case in cases] == cached
+    finally:
+        hydra_cache.install()
+    (conf / "config.yaml").write_text("value: 22\n")
+    assert "value: 1\n" in before and "value: 22\n" in composed(conf, "config")
