@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,11 @@ from esgexp.config import BUNDLED_DIR, CONF_DIR
 REPO = Path(__file__).resolve().parent.parent
 SHARED_SAMPLES = REPO.parent / "shared" / "data" / "samples"
 SAMPLE_CSV = BUNDLED_DIR / "esg_mcq_sample.csv"
+
+# A suite started in the background by a non-interactive shell (`make test &`, some CI runners) inherits
+# SIGINT ignored, and so would every command it starts: the Ctrl-C tests' commands would never see theirs.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def compose_config(root: Path, *overrides: str, name: str = "config"):
