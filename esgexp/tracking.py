@@ -23,12 +23,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
+from esgexp.file_lock import exclusive
 from esgexp.outputs import NoSpace, mount_point, write_json
-
-try:
-    import fcntl
-except ImportError:  # Windows: no inter-process lock
-    fcntl = None
 
 log = logging.getLogger(__name__)
 
@@ -125,19 +121,14 @@ def retry_locked(call, *args, attempts: int = 8, **kwargs):
 
 @contextmanager
 def store_lock(uri: str):
-    """Held by one process at a time: an exclusive ``flock`` on ``<db>.lock`` next to a sqlite store (its
-    folder is created); a no-op for other stores, and where ``fcntl`` is missing (Windows)."""
-    if not uri.startswith("sqlite:///") or fcntl is None:
+    """Held by one process at a time: an exclusive lock on ``<db>.lock`` next to a sqlite store (its
+    folder is created); a no-op for other stores (file_lock.exclusive)."""
+    if not uri.startswith("sqlite:///"):
         yield
         return
     db = Path(uri.removeprefix("sqlite:///"))
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with exclusive(db.with_name(db.name + ".lock")):
+        yield
 
 
 def empty_store_template() -> Path:

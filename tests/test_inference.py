@@ -150,6 +150,38 @@ def test_missing_weights_package_is_named(tmp_path):
         resolve_model_dir(cfg, tmp_path)
 
 
+def test_processes_that_need_a_gguf_model_at_once_convert_it_once(monkeypatch, tmp_path):
+    """Two callers on a cold cache: the second waits on the first's lock, then finds its folder."""
+    import threading
+    import time
+
+    from esgexp.models import loading
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    conversions = []
+
+    def convert(gguf_path, target):
+        conversions.append(target)
+        time.sleep(0.5)  # long enough for the other caller to reach the lock
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+
+    monkeypatch.setattr(loading, "find_package_file", lambda package, filename: gguf)
+    monkeypatch.setattr(loading, "convert_gguf", convert)
+    folders = []
+    callers = [
+        threading.Thread(target=lambda: folders.append(loading.converted_gguf_dir("m", "pkg", "model.gguf", tmp_path)))
+        for _ in range(2)
+    ]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert len(conversions) == 1 and folders == [conversions[0]] * 2
+    assert (folders[0] / "config.json").is_file()
+
+
 def test_prefix_cache_gives_the_same_scores(tiny):
     model, tokenizer = tiny
     shared = "You are an expert in ESG. Answer with one letter.\n\n"

@@ -17,6 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
+from esgexp.file_lock import exclusive
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,23 @@ def find_package_file(package: str, filename: str) -> Path:
 
 
 def converted_gguf_dir(name: str, package: str, filename: str, cache_dir: Path) -> Path:
-    """Convert a packaged GGUF model to a safetensors folder once; later calls reuse it."""
+    """Convert a packaged GGUF model to a safetensors folder once; later calls reuse it. Processes that
+    need it at the same time (a sweep's jobs, test processes on a fresh machine) convert it once: the
+    others wait for the first (about 20 CPU-seconds for SmolLM2-135M) instead of repeating it."""
     gguf_path = find_package_file(package, filename)
     stat = gguf_path.stat()
     target = cache_dir / "models" / f"{name}-{stat.st_size}-{int(stat.st_mtime)}"
     if (target / "config.json").is_file():
         return target
+    with exclusive(target.with_name(f".{target.name}.lock")):
+        if not (target / "config.json").is_file():
+            convert_gguf(gguf_path, target)
+    return target
+
+
+def convert_gguf(gguf_path: Path, target: Path) -> None:
+    """The model and tokenizer of ``gguf_path``, dequantised, saved as the folder ``target`` (written in a
+    staging folder beside it, then renamed)."""
     log.info("converting %s to safetensors in %s (once)", gguf_path, target)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -81,7 +93,6 @@ def converted_gguf_dir(name: str, package: str, filename: str, cache_dir: Path) 
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
         model.save_pretrained(staging)
@@ -91,7 +102,6 @@ def converted_gguf_dir(name: str, package: str, filename: str, cache_dir: Path) 
         shutil.rmtree(staging, ignore_errors=True)
         if not (target / "config.json").is_file():  # not another process finishing first
             raise
-    return target
 
 
 def cpu_has_fast_bf16() -> tuple[bool, str]:
