@@ -10,14 +10,13 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
 from esgexp.file_lock import exclusive
+from esgexp.models.gguf_conversion import convert_gguf
 
 log = logging.getLogger(__name__)
 
@@ -79,29 +78,6 @@ def converted_gguf_dir(name: str, package: str, filename: str, cache_dir: Path) 
         if not (target / "config.json").is_file():
             convert_gguf(gguf_path, target)
     return target
-
-
-def convert_gguf(gguf_path: Path, target: Path) -> None:
-    """The model and tokenizer of ``gguf_path``, dequantised, saved as the folder ``target`` (written in a
-    staging folder beside it, then renamed)."""
-    log.info("converting %s to safetensors in %s (once)", gguf_path, target)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    # The GGUF weights are dequantised on load; drop the quantiser marker so they can be saved.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        staging.rename(target)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-        if not (target / "config.json").is_file():  # not another process finishing first
-            raise
 
 
 def cpu_has_fast_bf16() -> tuple[bool, str]:
