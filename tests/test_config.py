@@ -96,8 +96,8 @@ def test_composing_and_help_import_no_heavy_library(tmp_path):
 
 
 def test_the_test_suites_config_file_cache_composes_what_hydra_composes(tmp_path):
-    """tests/hydra_cache.py (installed in every test process) changes no composed config, and a file edited
-    between two composes is read again."""
+    """tests/hydra_cache.py (installed in every test process) parses each file once, changes no composed
+    config, and reads a file edited between two composes again."""
     import hydra_cache
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -114,6 +114,9 @@ def test_the_test_suites_config_file_cache_composes_what_hydra_composes(tmp_path
         ("leaderboard",),
     ]
     cached = [composed(CONF_DIR, *case) for case in cases]
+    parsed = hydra_cache.files_parsed()
+    assert parsed > 0 and [composed(CONF_DIR, *case) for case in cases] == cached
+    assert hydra_cache.files_parsed() == parsed  # the second time every file came from the cache
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "config.yaml").write_text("value: 1\n")
