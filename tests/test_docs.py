@@ -32,6 +32,7 @@ CONFIGS = {
     "esgexp.compare": "compare",
     "esgexp.paper": "paper",
     "esgexp.export_adapter": "export_adapter",
+    "esgexp.models": "config",
     "esgexp.sync": None,
     "esgexp.settings_reference": None,
     "esgexp.data.make_sustainableqa_fixture": None,

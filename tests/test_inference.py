@@ -182,6 +182,16 @@ def test_processes_that_need_a_gguf_model_at_once_convert_it_once(monkeypatch, t
     assert (folders[0] / "config.json").is_file()
 
 
+def test_the_models_command_prints_what_a_job_loads_and_names_a_bad_folder(tiny_model_dir, tmp_path, capsys):
+    """``python -m esgexp.models`` (run by ``make install`` for the default model) resolves the weights as a job does."""
+    from esgexp.models.__main__ import main
+
+    main(["model=local", f"model.path={tiny_model_dir}"])
+    assert capsys.readouterr().out == f"model local: {tiny_model_dir}\n"
+    with pytest.raises(UserError, match=rf"model.path={tmp_path} is not a model folder \(no config.json\)"):
+        main(["model=local", f"model.path={tmp_path}"])
+
+
 def test_prefix_cache_gives_the_same_scores(tiny):
     model, tokenizer = tiny
     shared = "You are an expert in ESG. Answer with one letter.\n\n"
