@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -74,19 +75,29 @@ def shared_samples() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_corpus(tmp_path_factory) -> Path:
-    """The two shared report PDFs ingested with the default chunker (paragraphs), once per test process."""
+    """The two shared report PDFs ingested with the default chunker (paragraphs), once per test run: the
+    first test process to need them ingests them (under a lock, in the run's temporary folder that every
+    pytest-xdist process shares), the others wait for it and read the same folder (7 CPU-seconds each)."""
     from esgexp.data.chunking import CharChunker
     from esgexp.data.corpus import ingest
+    from esgexp.file_lock import exclusive
 
     if not (SHARED_SAMPLES / "pdfs").is_dir():
         pytest.skip(f"../shared report PDFs not present at {SHARED_SAMPLES / 'pdfs'}")
-    pdfs = tmp_path_factory.mktemp("shared-pdfs")
-    for pdf in sorted((SHARED_SAMPLES / "pdfs").glob("*.pdf")):
-        (pdfs / pdf.name).symlink_to(pdf)
-    corpus = tmp_path_factory.mktemp("shared-corpus")
-    ingest(
-        pdfs, corpus, CharChunker(name="paragraphs", min_chars=200, max_chars=800), progress=False
-    )  # conf/chunker/paragraphs.yaml
+    run_root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each process's base folder is popen-gwN inside the run's
+        run_root = run_root.parent
+    corpus = run_root / "shared-corpus"
+    with exclusive(run_root / "shared-corpus.lock"):
+        if not corpus.is_dir():
+            staging = Path(tempfile.mkdtemp(prefix="shared-corpus-", dir=run_root))
+            pdfs = staging / "pdfs"
+            pdfs.mkdir()
+            for pdf in sorted((SHARED_SAMPLES / "pdfs").glob("*.pdf")):
+                (pdfs / pdf.name).symlink_to(pdf)
+            chunker = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # conf/chunker/paragraphs.yaml
+            ingest(pdfs, staging / "corpus", chunker, progress=False)
+            (staging / "corpus").rename(corpus)
     return corpus
 
 
