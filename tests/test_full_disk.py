@@ -115,10 +115,10 @@ def test_a_disk_filling_up_mid_run_keeps_whole_lines_and_resume_finishes(
         return False  # no fault: every request is answered
 
     fault_proxy.fail_when(fill_once_3_lines_are_kept, "500")
-    command = api_job(small_disk, fault_proxy.base_url, "dataset.limit=16", "cache=off")
+    command = api_job(small_disk, fault_proxy.base_url, "dataset.limit=8", "cache=off")
     job = run_cli("esgexp", *command, cwd=tmp_path, env=clean_env, timeout=300)
     stdout, stderr = job.stdout, job.stderr
-    assert filled_at and filled_at[0] < 16, "the disk did not fill while the job ran"
+    assert filled_at and filled_at[0] < 8, "the disk did not fill while the job ran"
     assert job.returncode == 2, stderr[-3000:]
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in stdout + stderr and "Logging error" not in stderr, stderr[-3000:]
@@ -137,9 +137,9 @@ def test_a_disk_filling_up_mid_run_keeps_whole_lines_and_resume_finishes(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (line,) = [line for line in resumed.stdout.splitlines() if line.startswith("run folder: ")]
     metrics = json.loads((Path(line.removeprefix("run folder: ")) / "metrics.json").read_text())
-    assert metrics["n_items"] == 16 and metrics["n_resumed"] == len(lines) and metrics["n_failed"] == 0
+    assert metrics["n_items"] == 8 and metrics["n_resumed"] == len(lines) and metrics["n_failed"] == 0
     items = [b for b in fault_proxy.bodies("/v1/chat/completions") if "Question" in json.dumps(b)]
-    assert len(items) == 16 - len(lines)  # only the items not kept were asked again
+    assert len(items) == 8 - len(lines)  # only the items not kept were asked again
 
 
 def test_a_full_disk_never_drops_the_request_cache(small_disk, fault_proxy, clean_env, tmp_path):

@@ -310,18 +310,18 @@ def test_ctrl_c_keeps_every_answer_the_server_sent_and_resume_finishes(slow_api,
 
 
 def test_timeouts_on_a_one_slot_server_lower_the_concurrency_instead_of_snowballing(make_cfg, caplog):
-    """timeout_s=3 against a single-slot server that takes 6 s on one item (issue 19: 6 items made 30 requests and
-    5 of them failed): the client lowers its concurrency and lengthens the timeouts instead."""
+    """timeout_s=1.5 against a single-slot server that takes 3 s on one item (issue 19, at half its times: 6 items
+    made 30 requests and 5 of them failed): the client lowers its concurrency and lengthens the timeouts instead."""
     from openai_server import FakeOpenAI, FaultProxy
 
     [slow] = questions(make_cfg("dataset.limit=6"), 1)
-    with FakeOpenAI(delay=0.3) as fake, FaultProxy(fake.base_url, slots=1) as proxy:
-        proxy.fail_when(slow, "delay", delay=6)  # every try of that item: a long answer, holding the one slot
+    with FakeOpenAI(delay=0.15) as fake, FaultProxy(fake.base_url, slots=1) as proxy:
+        proxy.fail_when(slow, "delay", delay=3)  # every try of that item: a long answer, holding the one slot
         logger = logging.getLogger("esgexp.backends.openai_client")
         logger.addHandler(caplog.handler)
         try:
             metrics = run_job(
-                make_cfg(*api(proxy.base_url, "backend.timeout_s=3", "backend.max_concurrency=8"), "dataset.limit=6")
+                make_cfg(*api(proxy.base_url, "backend.timeout_s=1.5", "backend.max_concurrency=8"), "dataset.limit=6")
             )
         finally:
             logger.removeHandler(caplog.handler)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import string
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -112,17 +110,17 @@ def fake_hub_cache(root: Path, repo: str, commit: str) -> Path:
     return root
 
 
-def test_a_hub_id_loads_from_the_local_cache_and_one_missing_says_how_to_get_it(tmp_path, clean_env):
+def test_a_hub_id_loads_from_the_local_cache_and_one_missing_says_how_to_get_it(tmp_path, monkeypatch):
+    """A hub id is read from the Hugging Face cache as HF_HUB_CACHE names it (huggingface_hub and transformers
+    read that folder from ``huggingface_hub.constants`` when they look a file up, as set here)."""
+    from huggingface_hub import constants
+
     commit = "0123456789abcdef0123456789abcdef01234567"
-    env = dict(clean_env, HF_HUB_CACHE=str(fake_hub_cache(tmp_path / "hub", "acme/minilm", commit)))
-    code = (
-        "import sys; sys.path.insert(0, 'tests')\n"
-        "from esgexp.retrieval.dense import DenseRetriever\nfrom test_retrievers import PASSAGES\n"
-        "r = DenseRetriever(model='acme/minilm', query_model='acme/minilm', device='cpu'); r.index(PASSAGES)\n"
-        "print(r.settings()['model_files'], [h.passage_id for h in r.search(['workplace accidents'], 1)[0]])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
-    assert out.stdout.split() == [commit, "['safety']"], out.stderr[-2000:]
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(fake_hub_cache(tmp_path / "hub", "acme/minilm", commit)))
+    retriever = DenseRetriever(model="acme/minilm", query_model="acme/minilm", device="cpu")
+    retriever.index(PASSAGES)
+    assert retriever.settings()["model_files"] == commit
+    assert [h.passage_id for h in retriever.search(["workplace accidents"], 1)[0]] == ["safety"]
     with pytest.raises(UserError) as error:
         DenseRetriever(name="bge-base", model="acme/not-downloaded")
     assert str(error.value) == (
