@@ -1,10 +1,11 @@
 """Run a command as a user does, ``python -m MODULE ARGS...``: the one helper the command-line tests share.
 
 Each command is a process of its own, forked from a server that has already imported torch, transformers,
-lightning and mlflow (``tests/forkserver.py``, one per test process): a job then starts in a fraction of a
-second instead of paying 5-8 CPU-seconds of imports. A command runs as a plain subprocess instead when its
-environment changes a variable that a library reads when it is imported (``IMPORT_TIME``), or when the
-server cannot start. ``run_cli`` runs a command to its end; ``start_cli`` hands it back running, as
+lightning and mlflow (``tests/forkserver.py``): a job then starts in a fraction of a second instead of paying
+5-8 CPU-seconds of imports. A run of pytest-xdist processes shares one server, started by the controlling
+process before them (tests/conftest.py); a single test process starts its own on first use. A command runs
+as a plain subprocess instead when its environment changes a variable that a library reads when it is
+imported (``IMPORT_TIME``), or when the server cannot start. ``run_cli`` runs a command to its end; ``start_cli`` hands it back running, as
 ``subprocess.Popen`` does, for the tests about the process boundary (signals, kill -9, jobs side by side).
 
 (Running commands inside the test process, which was tried first, left pytest's captured output closed on
@@ -17,11 +18,14 @@ import atexit
 import json
 import os
 import queue
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 # Prefixes of environment variables read at import time (hub and cache folders, thread pools, the
@@ -78,23 +82,57 @@ def import_time_variables(env: dict) -> dict:
     return {name: value for name, value in env.items() if name.startswith(IMPORT_TIME) and name != "PYTHONPATH"}
 
 
-class ForkServer:
-    """A running ``tests/forkserver.py`` started with ``env``; commands from any thread, side by side."""
+# The socket of the run's shared fork server, for the test processes it was started before.
+SHARED_SERVER = "ESGEXP_TEST_FORK_SERVER"
 
-    def __init__(self, env: dict):
-        self.env_key = import_time_variables(env)
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            cwd=Path(__file__).parent,
-            text=True,
-        )
-        first = json.loads(self.process.stdout.readline() or '{"error": "it ended"}')
+
+def start_server(folder: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    """``tests/forkserver.py`` started with ``env``, to listen at a socket in ``folder``: the process (closing
+    its stdin ends it once its children have) and the socket's path, which appears once it accepts."""
+    path = str(folder / "forkserver.sock")
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("forkserver.py")), path],
+        stdin=subprocess.PIPE,
+        env=env,
+        cwd=Path(__file__).parent,
+    )
+    return process, path
+
+
+def stop_server(process: subprocess.Popen, folder: Path) -> None:
+    """End a server from ``start_server`` (once its children have ended, at most 30 s) and remove ``folder``."""
+    process.stdin.close()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+class ForkServer:
+    """A connection to a running ``tests/forkserver.py`` (``.pid``: the server's, ``.path``: its socket);
+    commands from any thread, side by side. ``process``: the server, when this process started it (to tell a failed start sooner)."""
+
+    def __init__(self, path: str, process: subprocess.Popen | None = None, timeout: float = 300):
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            error = Path(f"{path}.error")
+            if error.is_file():
+                raise RuntimeError(f"the fork server did not start: {error.read_text()}")
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(f"the fork server ended with exit status {process.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the fork server did not listen at {path} within {timeout} s")
+            time.sleep(0.05)
+        self.path = path
+        self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._connection.connect(path)
+        self._answers = self._connection.makefile("r", encoding="utf-8")
+        first = json.loads(self._answers.readline() or '{"error": "it closed the connection"}')
         if "ready" not in first:
             self.close()
             raise RuntimeError(f"the fork server did not start: {first}")
+        self.pid, self.env_key = first["pid"], first["env"]
         self._sending = threading.Lock()
         self._started: queue.Queue = queue.Queue()
         self._ended = threading.Condition()
@@ -103,7 +141,7 @@ class ForkServer:
         threading.Thread(target=self._read_answers, daemon=True).start()
 
     def _read_answers(self) -> None:
-        for line in self.process.stdout:
+        for line in self._answers:
             answer = json.loads(line)
             if "exit" in answer:
                 with self._ended:
@@ -119,11 +157,10 @@ class ForkServer:
     def start(self, request: dict) -> int:
         """Fork a child for ``request`` (see tests/forkserver.py); its pid."""
         with self._sending:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
+            self._connection.sendall((json.dumps(request) + "\n").encode())
             pid = self._started.get(timeout=60)
         if pid is None:
-            raise RuntimeError(f"the fork server ended (exit status {self.process.wait()})")
+            raise RuntimeError("the fork server closed the connection")
         return pid
 
     def wait(self, pid: int, timeout: float | None) -> int | None:
@@ -133,8 +170,7 @@ class ForkServer:
             return self._exits.get(pid)
 
     def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
+        self._connection.close()
 
 
 class ForkedCommand:
@@ -181,16 +217,21 @@ class ForkedCommand:
         return stdout, stderr
 
 
-_started: list[ForkServer | None] = []  # this process's one server, once asked for (None: it could not start)
+_started: list[ForkServer | None] = []  # this process's connection, once asked for (None: no server)
 
 
 def _server(env: dict) -> ForkServer | None:
-    """This process's fork server, if ``env`` agrees with it on every import-time variable (else None: run
-    a plain subprocess). It starts on first use, with this process's environment."""
+    """The fork server, if ``env`` agrees with it on every import-time variable (else None: run a plain
+    subprocess): the run's shared one, or one this process starts on first use with its environment."""
     if not _started:
         try:
-            _started.append(ForkServer(dict(os.environ)))
-            atexit.register(_started[0].close)
+            if os.environ.get(SHARED_SERVER):
+                _started.append(ForkServer(os.environ[SHARED_SERVER]))
+            else:
+                folder = Path(tempfile.mkdtemp(prefix="forkserver-"))
+                process, path = start_server(folder, dict(os.environ))
+                atexit.register(stop_server, process, folder)
+                _started.append(ForkServer(path, process))
         except (OSError, RuntimeError) as why:
             print(f"tests/cli.py: commands run as plain subprocesses: {why}", file=sys.stderr)
             _started.append(None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -22,6 +23,38 @@ SAMPLE_CSV = BUNDLED_DIR / "esg_mcq_sample.csv"
 # SIGINT ignored, and so would every command it starts: the Ctrl-C tests' commands would never see theirs.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_run: dict = {}  # in the process that started the run: its folder, and the fork server it started
+
+
+def pytest_configure(config):
+    """In the process that starts the run (the pytest-xdist controller, or the only process), before any test
+    process: the run's caches in a folder of its own (requests, indexes, adapters and the datasets library's:
+    a run neither reads nor fills the user's; only the converted models, made once per machine, are shared),
+    and with pytest-xdist one fork server for every test process (tests/cli.py)."""
+    if hasattr(config, "workerinput"):  # an xdist test process: its environment is the controller's
+        return
+    from cli import SHARED_SERVER, start_server
+
+    folder = Path(tempfile.mkdtemp(prefix="esgexp-tests-"))
+    user_cache = Path(os.environ.get("ESGEXP_CACHE_DIR") or f"{os.environ.get('HOME', '.')}/.cache/esgexp")
+    (user_cache / "models").mkdir(parents=True, exist_ok=True)
+    (folder / "cache").mkdir()
+    (folder / "cache" / "models").symlink_to(user_cache / "models")
+    os.environ.update(ESGEXP_CACHE_DIR=str(folder / "cache"), HF_DATASETS_CACHE=str(folder / "hf-datasets"))
+    _run["folder"] = folder
+    if config.getoption("dist", "no") != "no":
+        _run["server"], os.environ[SHARED_SERVER] = start_server(folder, dict(os.environ))
+
+
+def pytest_unconfigure(config):
+    from cli import stop_server
+
+    if "server" in _run:
+        stop_server(_run.pop("server"), _run["folder"])
+    if "folder" in _run:
+        shutil.rmtree(_run.pop("folder"), ignore_errors=True)
 
 
 def compose_config(root: Path, *overrides: str, name: str = "config"):

@@ -4,13 +4,14 @@ process group, standard streams, folder, environment and exit status), minus the
 imports. A child ends as the interpreter does but skips tearing down the imported modules, which in a
 forked child only copies the shared memory (2 s a command).
 
-Protocol, one JSON object per line: a request on stdin
+``python forkserver.py SOCKET``: after its imports it listens on the Unix socket SOCKET; the path appears
+only once it accepts (``SOCKET.error`` holds the reason instead when forking would not be safe). Any number
+of test processes connect. On a connection the server first sends ``{"ready": true, "pid": N, "env": {...}}``
+(its pid and the import-time variables it started with, tests/cli.py), then each request line
 ``{"module", "args", "cwd", "env", "stdout", "stderr"}`` (the last two are file paths for the child's
-streams) is answered on stdout with ``{"pid": N}`` as soon as the child starts; ``{"exit": N,
-"returncode": R}`` follows when it ends (negative: killed by that signal, as ``subprocess`` reports it).
-Children run side by side: exits are reported in the order they happen. The first line is
-``{"ready": true}``, or ``{"error": why}`` when forking would not be safe. End of stdin ends the server
-once its children have ended.
+streams) is answered with ``{"pid": N}`` as soon as the child starts and ``{"exit": N, "returncode": R}``
+when it ends (negative: killed by that signal, as ``subprocess`` reports it), on the connection that asked.
+Children run side by side. End of the server's stdin ends it once its children have ended.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ import os
 import runpy
 import select
 import signal
+import socket
 import sys
 import threading
+from pathlib import Path
+
+from cli import import_time_variables
 
 # What a job imports sooner or later; a command that needs none of them gets them anyway, unused. MLflow's
 # sqlite store is a module of its own (sqlalchemy, alembic: 1.2 s), imported by the first job that tracks.
@@ -54,39 +59,67 @@ def preload() -> None:
     hydra_cache.install()
 
 
-def say(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+def send(connection: socket.socket, message: dict) -> bool:
+    """One JSON line to a test process; False when it has gone."""
+    try:
+        connection.sendall((json.dumps(message) + "\n").encode())
+        return True
+    except OSError:
+        return False
 
 
-def serve() -> dict:
-    """Answer requests until stdin ends and every child has ended (then exit); in a forked child, return
-    that child's request."""
+def listen(path: str) -> socket.socket:
+    """A socket accepting at ``path``, which appears only once it does (bound under another name, then renamed)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(f"{path}.binding")
+    listener.listen(64)
+    os.replace(f"{path}.binding", path)
+    return listener
+
+
+def serve(path: str) -> dict:
+    """Answer the requests of every connection until stdin ends and every child has ended (then exit); in a
+    forked child, return that child's request."""
     if threading.active_count() != 1:
-        say({"error": f"{threading.active_count()} threads after the imports: forking is not safe"})
+        Path(f"{path}.error").write_text(f"{threading.active_count()} threads after the imports: forking is not safe")
         sys.exit(0)
-    say({"ready": True})
-    children, pending, open_input = set(), b"", True
-    while open_input or children:
-        readable, _, _ = select.select([0] if open_input else [], [], [], 0.02 if children else None)
-        if readable:
-            chunk = os.read(0, 1 << 16)
-            open_input = bool(chunk)
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                request = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    return request
-                children.add(pid)
-                say({"pid": pid})
-        while children:
+    listener = listen(path)
+    hello = {"ready": True, "pid": os.getpid(), "env": import_time_variables(dict(os.environ))}
+    pending: dict[socket.socket, bytes] = {}  # each connection's unfinished line
+    asked_by: dict[int, socket.socket] = {}  # each running child's connection
+    open_input = True
+    while open_input or asked_by:
+        watched = [listener, *pending, *([0] if open_input else [])]
+        readable, _, _ = select.select(watched, [], [], 0.02 if asked_by else None)
+        for source in readable:
+            if source == 0:
+                open_input = bool(os.read(0, 1 << 16))
+            elif source is listener:
+                connection, _ = listener.accept()
+                if send(connection, hello):
+                    pending[connection] = b""
+            else:
+                chunk = source.recv(1 << 16)
+                if not chunk:
+                    del pending[source]
+                    source.close()
+                    continue
+                *lines, pending[source] = (pending[source] + chunk).split(b"\n")
+                for line in lines:
+                    pid = os.fork()
+                    if pid == 0:
+                        for connection in (listener, *pending):
+                            connection.close()
+                        return json.loads(line)
+                    asked_by[pid] = source
+                    send(source, {"pid": pid})
+        while asked_by:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            children.discard(pid)
-            say({"exit": pid, "returncode": os.waitstatus_to_exitcode(status)})
+            connection = asked_by.pop(pid)
+            if connection in pending:
+                send(connection, {"exit": pid, "returncode": os.waitstatus_to_exitcode(status)})
     sys.exit(0)
 
 
@@ -139,7 +172,7 @@ def run_as_main(module: str) -> int:
 def main() -> None:
     preload()
     gc.freeze()  # the imported objects stay out of every collection: the children leave their pages shared
-    request = serve()
+    request = serve(sys.argv[1])
     become(request)
     # The rest of a normal exit (tearing down every module) only copies the shared pages: 2 s a command.
     os._exit(run_as_main(request["module"]))

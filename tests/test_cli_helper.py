@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from cli import _server, run_cli, start_cli
+from cli import ForkedCommand, ForkServer, _server, run_cli, start_cli
 
 PROBE = textwrap.dedent(
     """
@@ -44,7 +44,7 @@ def test_a_forked_command_runs_as_a_fresh_interpreter_does(probe_dir):
     plain = subprocess.run(
         [sys.executable, "-m", "probe", "3", "x y"], cwd=probe_dir, env=env, capture_output=True, text=True
     )
-    assert f"parent {server.process.pid}" in forked.stdout  # it did come from the server
+    assert f"parent {server.pid}" in forked.stdout  # it did come from the server
     strip = lambda out: [line for line in out.splitlines() if not line.startswith("parent")]  # noqa: E731
     assert (
         strip(forked.stdout)
@@ -59,6 +59,25 @@ def test_a_forked_command_runs_as_a_fresh_interpreter_does(probe_dir):
     )
     assert forked.stderr == plain.stderr == "to stderr\n"
     assert forked.returncode == plain.returncode == 3
+
+
+def test_one_server_serves_every_test_process_that_connects(probe_dir):
+    """A second connection, as from a second pytest-xdist process: each connection hears of its own
+    commands only, and one that closes ends nothing for the others."""
+    server = _server(dict(os.environ))
+    assert server is not None, "the fork server did not start"
+    other = ForkServer(server.path)
+    assert other.pid == server.pid
+    sleeper = ForkedCommand(server, "probe", ["sleep"], str(probe_dir), dict(os.environ))
+    mine = ForkedCommand(server, "probe", ["5"], str(probe_dir), dict(os.environ))
+    theirs = ForkedCommand(other, "probe", ["6"], str(probe_dir), dict(os.environ))
+    assert (mine.wait(timeout=30), theirs.wait(timeout=30)) == (5, 6)
+    assert other.wait(mine.pid, 0) is None and server.wait(theirs.pid, 0) is None
+    assert f"parent {server.pid}" in theirs.communicate()[0]
+    other.close()
+    assert sleeper.poll() is None and run_cli("probe", "0", cwd=probe_dir).returncode == 0
+    sleeper.kill()
+    assert sleeper.wait(timeout=30) == -signal.SIGKILL
 
 
 def test_an_uncaught_error_exits_1_with_its_traceback(probe_dir):
