@@ -99,14 +99,13 @@ def start_server(folder: Path, env: dict) -> tuple[subprocess.Popen, str]:
     return process, path
 
 
-def stop_server(process: subprocess.Popen, folder: Path) -> None:
-    """End a server from ``start_server`` (once its children have ended, at most 30 s) and remove ``folder``."""
+def stop_server(process: subprocess.Popen) -> None:
+    """End a server from ``start_server``, once its children have ended (killed after 30 s)."""
     process.stdin.close()
     try:
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         process.kill()
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 class ForkServer:
@@ -230,7 +229,8 @@ def _server(env: dict) -> ForkServer | None:
             else:
                 folder = Path(tempfile.mkdtemp(prefix="forkserver-"))
                 process, path = start_server(folder, dict(os.environ))
-                atexit.register(stop_server, process, folder)
+                atexit.register(shutil.rmtree, folder, True)  # after the server has stopped (last in, first run)
+                atexit.register(stop_server, process)
                 _started.append(ForkServer(path, process))
         except (OSError, RuntimeError) as why:
             print(f"tests/cli.py: commands run as plain subprocesses: {why}", file=sys.stderr)

@@ -52,7 +52,7 @@ def pytest_unconfigure(config):
     from cli import stop_server
 
     if "server" in _run:
-        stop_server(_run.pop("server"), _run["folder"])
+        stop_server(_run.pop("server"))
     if "folder" in _run:
         shutil.rmtree(_run.pop("folder"), ignore_errors=True)
 
