@@ -5,8 +5,9 @@ lightning and mlflow (``tests/forkserver.py``): a job then starts in a fraction 
 5-8 CPU-seconds of imports. A run of pytest-xdist processes shares one server, started by the controlling
 process before them (tests/conftest.py); a single test process starts its own on first use. A command runs
 as a plain subprocess instead when its environment changes a variable that a library reads when it is
-imported (``IMPORT_TIME``), or when the server cannot start. ``run_cli`` runs a command to its end; ``start_cli`` hands it back running, as
-``subprocess.Popen`` does, for the tests about the process boundary (signals, kill -9, jobs side by side).
+imported (``IMPORT_TIME``), or when the server cannot start. ``run_cli`` runs a command to its end;
+``start_cli`` hands it back running, as ``subprocess.Popen`` does, for the tests about the process boundary
+(signals, kill -9, jobs side by side).
 
 (Running commands inside the test process, which was tried first, left pytest's captured output closed on
 an xdist worker after some full commands; a forked child cannot touch the test process's files.)
@@ -110,9 +111,10 @@ def stop_server(process: subprocess.Popen) -> None:
 
 class ForkServer:
     """A connection to a running ``tests/forkserver.py`` (``.pid``: the server's, ``.path``: its socket);
-    commands from any thread, side by side. ``process``: the server, when this process started it (to tell a failed start sooner)."""
+    commands from any thread, side by side. ``process``: the server, when this process started it (a start
+    that failed is then told at once; otherwise by ``SOCKET.error``, or after ``timeout`` seconds)."""
 
-    def __init__(self, path: str, process: subprocess.Popen | None = None, timeout: float = 300):
+    def __init__(self, path: str, process: subprocess.Popen | None = None, timeout: float = 120):
         deadline = time.monotonic() + timeout
         while not os.path.exists(path):
             error = Path(f"{path}.error")

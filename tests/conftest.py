@@ -38,6 +38,7 @@ def pytest_configure(config):
     from cli import SHARED_SERVER, start_server
 
     folder = Path(tempfile.mkdtemp(prefix="esgexp-tests-"))
+    # paths.cache_dir's default (conf/paths/default.yaml), where `make install` converted the models
     user_cache = Path(os.environ.get("ESGEXP_CACHE_DIR") or f"{os.environ.get('HOME', '.')}/.cache/esgexp")
     (user_cache / "models").mkdir(parents=True, exist_ok=True)
     (folder / "cache").mkdir()

@@ -170,7 +170,11 @@ def run_as_main(module: str) -> int:
 
 
 def main() -> None:
-    preload()
+    try:
+        preload()
+    except BaseException as error:  # told to the test processes waiting for the socket, not left to their timeout
+        Path(f"{sys.argv[1]}.error").write_text(f"its imports failed: {error!r}")
+        raise
     gc.freeze()  # the imported objects stay out of every collection: the children leave their pages shared
     request = serve(sys.argv[1])
     become(request)
