@@ -41,6 +41,10 @@ printed and recorded: it decides how fast bfloat16 is.
   (--mm-seconds per shape; 0 skips it). "in model" rates count only the seconds inside the
   model's forward passes (ours) or lm-eval's loglikelihood call (its "core").
 
+In generate mode it adds where our seconds go (prompt passes, generation steps, outside the model),
+the prompt tokens each side computes, and the speed ratio those skipped tokens alone explain (both
+sides run the same generation steps through transformers' ``generate``).
+
 Run from the repository root, offline, on an otherwise idle machine (busy CPUs make torch's
 threads wait on each other and the timings meaningless; the script warns when the load is high):
 
@@ -58,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import hashlib
 import json
 import math
@@ -238,8 +243,8 @@ def run_ours(job: dict) -> dict:
     model = backend.loaded_model()
     load_s = time.perf_counter() - start
 
-    model_time = {"s": 0.0}
-    model.forward = timed(model.forward, model_time)  # the seconds inside the model's forward passes
+    model_time = {"s": 0.0, "prefill_s": 0.0, "decode_s": 0.0}
+    model.forward = timed_forward(model.forward, model_time)  # the seconds inside the model's forward passes
     responses = []
     start = time.perf_counter()
     backend.run(requests, responses.extend)
@@ -259,6 +264,8 @@ def run_ours(job: dict) -> dict:
         "load_s": load_s,
         "infer_s": infer_s,
         "model_s": model_time["s"],
+        "prefill_s": model_time["prefill_s"],
+        "decode_s": model_time["decode_s"],
         "tokenise_s": tokenise_s,
         "peak_mib": peak_mib(),
         "torch_threads": threads,
@@ -266,7 +273,7 @@ def run_ours(job: dict) -> dict:
         "parameters": parameter_counts(model),
         "backend": type(backend).__name__,
         "batch_size": backend.batch_size,
-        "prefix_tokens": len(common_prefix(tokens)) if job["mode"] == "logprob" and backend.prefix_cache else 0,
+        "prefix_tokens": len(common_prefix(tokens)) if backend.prefix_cache else 0,
         "n_failed": sum(1 for r in responses if r.failed),
         "prompt_hashes": [text_hash(text) for text in rendered],
         "letter_logprobs": scores if job["mode"] == "logprob" else None,
@@ -417,12 +424,33 @@ def write_lmeval_task(folder: Path, csv_path: Path, mode: str) -> dict:
 def timed(method, totals: dict):
     """Wrap an LM request method so the seconds spent inside it add up in ``totals['s']``."""
 
+    @functools.wraps(method)
     def wrapper(*args, **kwargs):
         start = time.perf_counter()
         try:
             return method(*args, **kwargs)
         finally:
             totals["s"] += time.perf_counter() - start
+
+    return wrapper
+
+
+def timed_forward(forward, totals: dict):
+    """``timed`` for a model's forward pass, whose seconds also add up apart in ``totals['decode_s']``
+    (one new token a row: a generation step) and ``totals['prefill_s']`` (anything longer: a prompt).
+    The wrapper keeps the forward's signature: ``generate`` reads it to decide whether a prompt's pass
+    may compute the logits of its last position only (``logits_to_keep``)."""
+
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            seconds = time.perf_counter() - start
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            totals["s"] += seconds
+            totals["decode_s" if ids is not None and ids.shape[1] == 1 else "prefill_s"] += seconds
 
     return wrapper
 
@@ -822,6 +850,30 @@ def roofline(row: dict, ours: dict, lmeval: dict | None, mm: dict) -> dict:
     }
 
 
+def generate_work(row: dict, ours: dict, lmeval: dict | None) -> dict:
+    """Where our generate seconds go (prompts, generation steps, outside the model) and the speed ratio
+    that the prompt tokens we skip explain.
+
+    Both sides generate through transformers' ``generate``: the same steps, each one token a row. They
+    differ in the prompt tokens computed (ours: the shared prefix once, then each batch's rest padded
+    to its longest; lm-eval: each whole prompt, left-padded per batch). ``explained_ratio``: our speed
+    over lm-eval's if lm-eval computed its extra prompt tokens at our prompt rate and did all else in
+    our time."""
+    tokens = ours_tokens(ours["token_lengths"], ours["prefix_tokens"], ours["batch_size"])
+    work = {
+        "ours_prompt_tokens": tokens,
+        "prefill_s": ours["prefill_s"],
+        "decode_s": ours["decode_s"],
+        "outside_model_s": ours["infer_s"] - ours["model_s"],
+        "speed_ratio": row.get("speed_ratio"),
+    }
+    if lmeval:
+        work["lmeval_prompt_tokens"] = lmeval_tokens(ours["token_lengths"], lmeval["job"]["batch_size"])
+        extra_s = ours["prefill_s"] * (work["lmeval_prompt_tokens"] / tokens - 1)
+        work["explained_ratio"] = (ours["infer_s"] + extra_s) / ours["infer_s"]
+    return work
+
+
 def ranking(logprobs: list[float]) -> list[int]:
     """The letters' order, most probable first (the first letter first on ties, as the answer's argmax)."""
     return sorted(range(len(logprobs)), key=lambda i: (-logprobs[i], i))
@@ -904,6 +956,18 @@ ROOFLINE_COLUMNS = [
     ("share of mm", "share_of_mm", "{:.0%}"),
 ]
 
+GENERATE_COLUMNS = [
+    ("data", "data", "{}"),
+    ("dtype", "dtype", "{}"),
+    ("ours prompt tokens", "ours_prompt_tokens", "{}"),
+    ("lm-eval prompt tokens", "lmeval_prompt_tokens", "{}"),
+    ("ours prompts s", "prefill_s", "{:.1f}"),
+    ("ours steps s", "decode_s", "{:.1f}"),
+    ("ours outside model s", "outside_model_s", "{:.1f}"),
+    ("ratio the skipped tokens explain", "explained_ratio", "{:.2f}x"),
+    ("measured ratio", "speed_ratio", "{:.2f}x"),
+]
+
 REFERENCE_COLUMNS = [
     ("data", "data", "{}"),
     ("dtype", "dtype", "{}"),
@@ -947,6 +1011,15 @@ def format_table(rows: list[dict], capability: dict) -> str:
             "",
             "roofline (logprob; FLOPs = 2 x parameters x tokens computed):",
             *render(ROOFLINE_COLUMNS, roofline_rows),
+        ]
+    work_rows = [
+        {**{k: row[k] for k in ("data", "dtype")}, **row["generate_work"]} for row in rows if "generate_work" in row
+    ]
+    if work_rows:
+        lines += [
+            "",
+            "generate: prompts against generation steps (ours, fastest batch):",
+            *render(GENERATE_COLUMNS, work_rows),
         ]
     reference_rows = [
         {**{k: row[k] for k in ("data", "dtype")}, "side": side, **values}
@@ -1155,6 +1228,9 @@ def main(argv: list[str] | None = None) -> None:
                         mm = matrix_rates(args, folder, best)
                         fastest = max(lmevals, key=lambda run: run["qps"]) if lmevals else None
                         row["roofline"] = roofline(row, best, fastest, mm)
+                if mode == "generate":
+                    fastest = max(lmevals, key=lambda run: run["qps"]) if lmevals else None
+                    row["generate_work"] = generate_work(row, max(ours, key=lambda run: run["qps"]), fastest)
                 rows.append(row)
                 runs += [*ours, *lmevals]
     finished = datetime.datetime.now(datetime.timezone.utc)
