@@ -244,7 +244,7 @@ def run_ours(job: dict) -> dict:
     load_s = time.perf_counter() - start
 
     model_time = {"s": 0.0, "prefill_s": 0.0, "decode_s": 0.0}
-    model.forward = timed_forward(model.forward, model_time)  # the seconds inside the model's forward passes
+    model.forward = timed(model.forward, model_time, forward_part)  # the seconds inside the model's forward passes
     responses = []
     start = time.perf_counter()
     backend.run(requests, responses.extend)
@@ -421,8 +421,11 @@ def write_lmeval_task(folder: Path, csv_path: Path, mode: str) -> dict:
     return task
 
 
-def timed(method, totals: dict):
-    """Wrap an LM request method so the seconds spent inside it add up in ``totals['s']``."""
+def timed(method, totals: dict, part=None):
+    """Wrap ``method`` so the seconds spent inside it add up in ``totals['s']`` and, with ``part`` (the
+    call's arguments -> a key of ``totals``), also in ``totals[part(...)]``. The wrapper keeps the
+    method's signature: ``generate`` reads a forward's to decide whether a prompt's pass may compute the
+    logits of its last position only (``logits_to_keep``)."""
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
@@ -430,29 +433,18 @@ def timed(method, totals: dict):
         try:
             return method(*args, **kwargs)
         finally:
-            totals["s"] += time.perf_counter() - start
-
-    return wrapper
-
-
-def timed_forward(forward, totals: dict):
-    """``timed`` for a model's forward pass, whose seconds also add up apart in ``totals['decode_s']``
-    (one new token a row: a generation step) and ``totals['prefill_s']`` (anything longer: a prompt).
-    The wrapper keeps the forward's signature: ``generate`` reads it to decide whether a prompt's pass
-    may compute the logits of its last position only (``logits_to_keep``)."""
-
-    @functools.wraps(forward)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return forward(*args, **kwargs)
-        finally:
             seconds = time.perf_counter() - start
-            ids = kwargs.get("input_ids", args[0] if args else None)
             totals["s"] += seconds
-            totals["decode_s" if ids is not None and ids.shape[1] == 1 else "prefill_s"] += seconds
+            if part:
+                totals[part(*args, **kwargs)] += seconds
 
     return wrapper
+
+
+def forward_part(*args, **kwargs) -> str:
+    """``decode_s`` for a forward pass of one new token a row (a generation step), else ``prefill_s``."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    return "decode_s" if ids is not None and ids.shape[1] == 1 else "prefill_s"
 
 
 def run_lmeval(job: dict) -> dict:
