@@ -1205,24 +1205,21 @@ def main(argv: list[str] | None = None) -> None:
                     if i < len(lmeval_batches):
                         lmevals.append(measure(args, data, items, folder, mode, dtype, "lm-eval", lmeval_batches[i]))
                 row = comparison_row(data, len(items), mode, dtype, ours, lmevals)
+                best = max(ours, key=lambda run: run["qps"])
+                fastest = max(lmevals, key=lambda run: run["qps"]) if lmevals else None
                 if mode == "logprob":
-                    best = max(ours, key=lambda run: run["qps"])
                     if dtype == "float32":
                         reference = best["letter_logprobs"]
                     if reference:
                         row["vs_fp32_reference"] = {"ours": against_reference(reference, best["letter_logprobs"])}
-                        if lmevals:
-                            fastest = max(lmevals, key=lambda run: run["qps"])
+                        if fastest:
                             row["vs_fp32_reference"]["lm-eval"] = against_reference(
                                 reference, fastest["letter_logprobs"]
                             )
                     if args.mm_seconds:
-                        mm = matrix_rates(args, folder, best)
-                        fastest = max(lmevals, key=lambda run: run["qps"]) if lmevals else None
-                        row["roofline"] = roofline(row, best, fastest, mm)
-                if mode == "generate":
-                    fastest = max(lmevals, key=lambda run: run["qps"]) if lmevals else None
-                    row["generate_work"] = generate_work(row, max(ours, key=lambda run: run["qps"]), fastest)
+                        row["roofline"] = roofline(row, best, fastest, matrix_rates(args, folder, best))
+                else:
+                    row["generate_work"] = generate_work(row, best, fastest)
                 rows.append(row)
                 runs += [*ours, *lmevals]
     finished = datetime.datetime.now(datetime.timezone.utc)
