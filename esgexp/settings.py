@@ -230,6 +230,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "dataset.encoding": Encoding(),
     "dataset.min_overlap": Number(0, 1, above=True),
     "dataset.core_only": Flag(),
+    "dataset.merge_duplicates": Flag(),
     "scoring.max_new_tokens": Integer(1),
     "scoring.prefix_cache": Flag(),
     "scoring.circular": Flag(),

@@ -164,6 +164,32 @@ def test_report_level_bad_rows_are_listed_and_skipped(tmp_path):
     assert q2.relevance == {"Acme Report 2022#p1": 2, "Acme Report 2022#p2": 0}
 
 
+def test_repeated_paragraphs_merged_or_one_passage_per_row(tmp_path):
+    rows = [
+        report_row("Header.", "Q1?", "0"),
+        report_row("Para A.", "Q1?", "2"),
+        report_row("Header.", "Q1?", "3"),  # the same text again in the same question
+        report_row("Header.", "Q2?", "1"),
+        report_row("Para A.", "Q2?", "0"),
+        report_row("Header.", "Q2?", "0"),
+    ]
+    path = write_csv(tmp_path / "rl.csv", REPORT_HEADER, rows)
+    merged = ClimRetrieveReportLevel("x", str(path)).load()
+    assert [p.text for p in merged.passages] == ["Header.", "Para A."]
+    assert [q.relevance for q in merged.queries] == [
+        {"Acme Report 2022#p1": 3, "Acme Report 2022#p2": 2},
+        {"Acme Report 2022#p1": 1, "Acme Report 2022#p2": 0},
+    ]
+    assert len(merged.skipped) == 2  # each repeat's grade conflicts with its first row's
+    rows_kept = ClimRetrieveReportLevel("x", str(path), merge_duplicates=False).load()
+    assert [p.text for p in rows_kept.passages] == ["Header.", "Para A.", "Header."]
+    assert [q.relevance for q in rows_kept.queries] == [
+        {"Acme Report 2022#p1": 0, "Acme Report 2022#p2": 2, "Acme Report 2022#p3": 3},
+        {"Acme Report 2022#p1": 1, "Acme Report 2022#p2": 0, "Acme Report 2022#p3": 0},
+    ]
+    assert rows_kept.skipped == [] and set(rows_kept.n_candidates.values()) == {3}
+
+
 def test_report_level_missing_file_or_column(tmp_path):
     with pytest.raises(UserError, match=r"report-level file not found: .*nope.csv"):
         ClimRetrieveReportLevel("x", str(tmp_path / "nope.csv")).load()

@@ -4,8 +4,10 @@
   relevance,relevant_text_sim,sim_text_relevance``): one row per (paragraph, question) of a report with a grade
   0-3. ``ClimRetrieveReportLevel`` makes one passage per distinct paragraph text of a report (id
   ``<doc>#p<n>``, first-appearance order) and one query per (report, question) that grades every paragraph of
-  its report (a pair without a usable row counts as 0). The file has no pages: passages get page 0, which
-  means "unknown" (real pages are 1-based).
+  its report (a pair without a usable row counts as 0). With ``merge_duplicates=False`` a text that repeats
+  within one (report, question) is a passage per repeat (the n-th repeat of every question of the report is
+  the same passage), each graded by its own row, as the paper scores every row. The file has no pages:
+  passages get page 0, which means "unknown" (real pages are 1-based).
 * Base (``ClimRetrieve_base`` saved as CSV): expert-annotated sources. ``load_base_annotations`` reads them;
   ``annotations_to_queries`` grades passages of the ingested report PDFs (doc id = PDF file stem). A passage
   holds an annotated source when it contains the source text (both normalised: NFKC, straight quotes,
@@ -73,10 +75,11 @@ class ClimRetrieveReportLevel:
     seed: int = 42
     encoding: str = "utf-8"
     cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
+    merge_duplicates: bool = True
 
     def load(self) -> RetrievalDataset:
         rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "ClimRetrieve report-level", self.encoding)
-        dataset = report_level_dataset(rows, str(self.path))
+        dataset = report_level_dataset(rows, str(self.path), self.merge_duplicates)
         if self.limit is None:
             return dataset
         shuffled = list(dataset.queries)
@@ -92,11 +95,15 @@ class ClimRetrieveReportLevel:
         )
 
 
-def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: str) -> RetrievalDataset:
-    """Passages and per-report queries from located report-level rows; conflicting grades keep the highest."""
+def report_level_dataset(
+    rows: Iterable[tuple[str, Mapping[str, str]]], source: str, merge_duplicates: bool = True
+) -> RetrievalDataset:
+    """Passages and per-report queries from located report-level rows. Merged, a paragraph text is one passage of
+    its report and conflicting grades keep the highest; unmerged, each repeat within a question is its own."""
     skipped: list[str] = []
-    paragraphs: dict[str, dict[str, str]] = {}  # report -> paragraph text -> passage id
+    paragraphs: dict[str, dict[tuple[str, int], str]] = {}  # report -> (text, repeat) -> passage id
     grades: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}  # (report, question) -> id -> (grade, where)
+    repeats: dict[tuple[str, str, str], int] = {}  # (report, question, text) -> rows seen
     annotations: dict[tuple[str, str], dict[str, int]] = {}  # (report, question) -> annotated text -> grade
     for number, row in rows:
         try:
@@ -105,8 +112,11 @@ def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: 
         except ValueError as problem:
             note(skipped, f"{source} {number}: {problem}; row skipped")
             continue
+        seen = repeats.get((report, question, paragraph), 0)
+        repeats[(report, question, paragraph)] = seen + 1
         ids = paragraphs.setdefault(report, {})
-        passage_id = ids.setdefault(paragraph, f"{doc_id_for(report)}#p{len(ids) + 1}")
+        key = (paragraph, 0 if merge_duplicates else seen)
+        passage_id = ids.setdefault(key, f"{doc_id_for(report)}#p{len(ids) + 1}")
         graded = grades.setdefault((report, question), {})
         earlier = graded.get(passage_id)
         if earlier is not None and earlier[0] != grade:
@@ -124,7 +134,7 @@ def report_level_dataset(rows: Iterable[tuple[str, Mapping[str, str]]], source: 
     passages = [
         Passage(id=pid, doc_id=doc_id_for(report), text=text, page_start=UNKNOWN_PAGE, page_end=UNKNOWN_PAGE)
         for report, ids in paragraphs.items()
-        for text, pid in ids.items()
+        for (text, _), pid in ids.items()
     ]
     dataset = RetrievalDataset(passages=passages, queries=[], n_candidates={}, skipped=skipped)
     numbers: dict[str, int] = {}
