@@ -25,6 +25,7 @@ SCHEDULES = ("cosine", "linear", "constant")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 MCQ_CONTEXTS = ("full", "best_line")
 QA_CONTEXTS = ("full",)
+NUMERIC_RULES = ("unit_aware", "esgbench")  # metrics.numeric: esgbench_metrics.NUMERIC_RULES
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "retrieval.ks": Integers(1),
     "retrieval.threshold": Integer(1, 3),
     "recall_k": Integer(1),
+    "metrics.numeric": Choice(NUMERIC_RULES),
     **{f"retriever.{part}{key}": rule for part in ("", "bm25.", "dense.") for key, rule in RETRIEVER_RULES.items()},
     "retriever.rrf_k": Number(0),
     "retriever.depth": Integer(1),

@@ -11,6 +11,12 @@ right within 2% of gold (relative, in the base unit, as the ESGBench evaluator c
 percentage must also be within 0.5 percentage points, so 94% for 92.3% (1.8% relative, 1.7 points)
 is wrong, and so is 12.4% for 12% (3.3% relative). Small percentages are never judged more leniently
 than ESGBench's own rule.
+
+ESGBench's own rule (``numeric="esgbench"``, its ``scripts/evaluate_esgbench.py``): each text's first
+number once every comma is deleted (no scale words: ``3 million`` is 3), and the first of a few unit
+names found anywhere in the lower-cased text (``%`` counts, ``percent`` does not). Right when both texts
+have a number, gold has no unit or the prediction has the same one, and the two are within 2% of gold.
+Where the two rules differ: docs/protocols.md (ESGBench).
 """
 
 from __future__ import annotations
@@ -111,62 +117,129 @@ def _close(value: float, gold: float, percent: bool) -> bool:
     return abs(value - gold) <= bound * (1 + 1e-9)
 
 
+# ESGBench's reading of a number once commas are deleted: digits, a decimal point, an exponent.
+_PAPER_NUMBER = re.compile(r"[-+]?\d+\.?\d*(?:e[+-]?\d+)?")
+# The unit names ESGBench's evaluator looks for as substrings of the lower-cased text. It tries them in
+# a Python set's order, which changes from process to process; here in this order, the kilo and mega
+# CO2e units before the ``tco2e`` they contain.
+PAPER_UNITS = ("mtco2e", "ktco2e", "tco2e", "tco₂e", "mwh", "gj", "%", "usd", "eur", "inr")
+
+
+def paper_number(text: str) -> tuple[float | None, str | None]:
+    """(value, unit) as ESGBench's evaluator reads ``text``: its first number once every comma is
+    deleted (``1,40,987`` is 140987, ``3 million`` is 3), or None; the first of PAPER_UNITS found
+    anywhere in the lower-cased text, or None."""
+    found = _PAPER_NUMBER.search(text.replace(",", ""))
+    lowered = text.lower()
+    unit = next((name for name in PAPER_UNITS if name in lowered), None)
+    return (float(found.group()) if found else None), unit
+
+
+def paper_numeric_verdict(prediction: str, gold: str) -> NumericVerdict:
+    """ESGBench's own numeric rule: right when both texts have a number, gold has no unit or the
+    prediction the same one, and the prediction is within 2% of gold (1e-9 when gold is 0)."""
+    target, gold_unit = paper_number(gold)
+    if target is None:
+        return NumericVerdict(item=False, correct=False)
+    value, unit = paper_number(prediction)
+    if value is None or gold_unit not in (None, unit):
+        return NumericVerdict(item=True, correct=False)
+    return NumericVerdict(item=True, correct=abs(target - value) <= max(1e-9, RELATIVE_TOLERANCE * abs(target)))
+
+
+# metrics.numeric: the rule behind ``numeric`` and ``numeric_accuracy``; the other's values go under alt/<rule>/.
+NUMERIC_RULES = {"unit_aware": numeric_verdict, "esgbench": paper_numeric_verdict}
+
+
+def other_rules(selected: str) -> list[str]:
+    """The numeric rules other than ``selected``, whose values are logged under ``alt/<rule>/``."""
+    return [rule for rule in NUMERIC_RULES if rule != selected]
+
+
 class ESGBenchMetrics:
-    """EM, token F1 and numeric accuracy of answers against reference texts (best reference counts)."""
+    """EM, token F1 and numeric accuracy of answers against reference texts (best reference counts);
+    ``numeric``: the numeric rule of ``numeric`` and ``numeric_accuracy`` (a key of NUMERIC_RULES)."""
 
     name = "esgbench"
+
+    def __init__(self, numeric: str = "unit_aware"):
+        if numeric not in NUMERIC_RULES:
+            raise UserError(f"metrics.numeric={numeric!r}: expected one of {', '.join(NUMERIC_RULES)}")
+        self.numeric = numeric
 
     def score(self, predictions: list[str], references: list[tuple[str, ...]]) -> MetricResult:
         """Per item ``em``, ``f1``, ``numeric``, ``numeric_item``; summary ``em``, ``f1``,
         ``numeric_accuracy`` (all items), ``numeric_accuracy/numeric_items`` (when any gold has a
-        number), ``n_numeric_items`` and ``n_unknown_unit`` (items warned about an unknown unit)."""
+        number), ``n_numeric_items`` and, for the unit-aware rule, ``n_unknown_unit`` (items warned
+        about an unknown unit). The other rule's numeric values come again under ``alt/<rule>/``."""
         if len(predictions) != len(references):
             raise ValueError(f"{len(predictions)} predictions for {len(references)} reference sets")
-        per_item, n_unknown = [], 0
-        for index, (prediction, golds) in enumerate(zip(predictions, references)):
-            verdicts = [numeric_verdict(prediction, gold) for gold in golds]
-            unknown = list(dict.fromkeys(unit for v in verdicts for unit in v.unknown_units))
-            if unknown:
-                n_unknown += 1
-                names = ", ".join(unknown)
-                log.warning("answer %d (gold %r): unit %s unknown to the number parser", index, golds[0], names)
-            per_item.append(
-                {
-                    "em": max(exact_match(prediction, gold) for gold in golds),
-                    "f1": max(token_f1(prediction, gold) for gold in golds),
-                    "numeric": float(any(v.correct for v in verdicts)),
-                    "numeric_item": float(any(v.item for v in verdicts)),
-                }
-            )
-        numeric_items = [values for values in per_item if values["numeric_item"]]
-        summary = {
-            "em": _mean(v["em"] for v in per_item),
-            "f1": _mean(v["f1"] for v in per_item),
-            "numeric_accuracy": _mean(v["numeric"] for v in per_item),
-            "n_numeric_items": len(numeric_items),
-            "n_unknown_unit": n_unknown,
-        }
-        if numeric_items:
-            summary["numeric_accuracy/numeric_items"] = _mean(v["numeric"] for v in numeric_items)
+        per_item = [
+            {
+                "em": max(exact_match(prediction, gold) for gold in golds),
+                "f1": max(token_f1(prediction, gold) for gold in golds),
+            }
+            for prediction, golds in zip(predictions, references)
+        ]
+        summary = {"em": _mean(v["em"] for v in per_item), "f1": _mean(v["f1"] for v in per_item)}
+        for rule in [self.numeric, *other_rules(self.numeric)]:
+            prefix = "" if rule == self.numeric else f"alt/{rule}/"
+            values, rule_summary = numeric_scores(rule, predictions, references)
+            for row, found in zip(per_item, values):
+                row.update({prefix + key: value for key, value in found.items()})
+            summary.update({prefix + key: value for key, value in rule_summary.items()})
         return MetricResult(per_item=per_item, summary=summary)
 
 
-def category_accuracy(per_item: Sequence[Mapping[str, float]], categories: Sequence[str]) -> dict[str, float]:
-    """``category/<name>/accuracy`` and ``category/<name>/n``, names sorted; an item is right when
-    its EM or numeric value is. (MLflow gets names it accepts from ``tracking.metric_name``.)"""
+def numeric_scores(
+    rule: str, predictions: Sequence[str], references: Sequence[tuple[str, ...]]
+) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """Per item ``numeric`` and ``numeric_item`` under ``rule`` (best reference counts), and the summary
+    ``numeric_accuracy``, ``n_numeric_items``, ``n_unknown_unit`` (unit-aware rule only) and
+    ``numeric_accuracy/numeric_items`` (when any gold has a number)."""
+    judge = NUMERIC_RULES[rule]
+    per_item, n_unknown = [], 0
+    for index, (prediction, golds) in enumerate(zip(predictions, references)):
+        verdicts = [judge(prediction, gold) for gold in golds]
+        unknown = list(dict.fromkeys(unit for v in verdicts for unit in v.unknown_units))
+        if unknown:
+            n_unknown += 1
+            names = ", ".join(unknown)
+            log.warning("answer %d (gold %r): unit %s unknown to the number parser", index, golds[0], names)
+        per_item.append(
+            {"numeric": float(any(v.correct for v in verdicts)), "numeric_item": float(any(v.item for v in verdicts))}
+        )
+    numeric_items = [values for values in per_item if values["numeric_item"]]
+    summary = {"numeric_accuracy": _mean(v["numeric"] for v in per_item), "n_numeric_items": len(numeric_items)}
+    if rule == "unit_aware":
+        summary["n_unknown_unit"] = n_unknown
+    if numeric_items:
+        summary["numeric_accuracy/numeric_items"] = _mean(v["numeric"] for v in numeric_items)
+    return per_item, summary
+
+
+def category_accuracy(
+    per_item: Sequence[Mapping[str, float]], categories: Sequence[str], prefix: str = ""
+) -> dict[str, float]:
+    """``<prefix>category/<name>/accuracy`` and ``<prefix>category/<name>/n``, names sorted; an item is
+    right when its EM or its ``<prefix>numeric`` value is (``prefix``: ``alt/<rule>/`` for another
+    numeric rule). (MLflow gets names it accepts from ``tracking.metric_name``.)"""
     outcomes: dict[str, list[float]] = {}
     for values, category in zip(per_item, categories, strict=True):
-        right = float(values["em"] == 1.0 or values["numeric"] == 1.0)
+        right = float(values["em"] == 1.0 or values[f"{prefix}numeric"] == 1.0)
         outcomes.setdefault(category, []).append(right)
     summary: dict[str, float] = {}
     for name in sorted(outcomes):
-        summary[f"category/{name}/accuracy"] = _mean(outcomes[name])
-        summary[f"category/{name}/n"] = len(outcomes[name])
+        summary[f"{prefix}category/{name}/accuracy"] = _mean(outcomes[name])
+        summary[f"{prefix}category/{name}/n"] = len(outcomes[name])
     return summary
 
 
-def score_esgbench(items: Sequence[QAItem], joined: JoinResult, k: int = 5) -> tuple[list[dict], dict[str, float]]:
-    """Score the gold items that have a prediction: one record per item and the run metrics.
+def score_esgbench(
+    items: Sequence[QAItem], joined: JoinResult, k: int = 5, numeric: str = "unit_aware"
+) -> tuple[list[dict], dict[str, float]]:
+    """Score the gold items that have a prediction: one record per item and the run metrics, the
+    numeric ones by the ``numeric`` rule (the other rules' again under ``alt/<rule>/``).
 
     ``recall@k`` (page recall of the gold evidence pages among the first ``k`` retrieved) is added
     when predictions carry ``retrieved_pages``, over those items (``n_retrieval_items``)."""
@@ -179,7 +252,7 @@ def score_esgbench(items: Sequence[QAItem], joined: JoinResult, k: int = 5) -> t
             f"{len(joined.unjoined)} prediction rows unmatched"
         )
     predictions = [joined.by_item[item.id] for item in scored]
-    result = ESGBenchMetrics().score([p.text for p in predictions], [item.answers for item in scored])
+    result = ESGBenchMetrics(numeric).score([p.text for p in predictions], [item.answers for item in scored])
     records = [
         {
             "id": item.id,
@@ -202,7 +275,9 @@ def score_esgbench(items: Sequence[QAItem], joined: JoinResult, k: int = 5) -> t
             records[i][f"recall@{k}"] = hit
         metrics[f"recall@{k}"] = _mean(hits)
         metrics["n_retrieval_items"] = len(with_pages)
-    metrics.update(category_accuracy(result.per_item, [item.meta["category"] for item in scored]))
+    categories = [item.meta["category"] for item in scored]
+    for prefix in ["", *(f"alt/{rule}/" for rule in other_rules(numeric))]:
+        metrics.update(category_accuracy(result.per_item, categories, prefix))
     metrics["n_unjoined_predictions"] = len(joined.unjoined)
     metrics["n_missing_predictions"] = len(joined.missing)
     return records, metrics

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hydra.utils import instantiate
 
 from esgexp.data.esgbench import join, load_predictions
 from esgexp.errors import UserError
-from esgexp.eval.esgbench_metrics import score_esgbench
+from esgexp.eval.esgbench_metrics import other_rules, score_esgbench
 from esgexp.jobs import Job
 from esgexp.outputs import PredictionLog
 from esgexp.records import LoadedDataset, QAItem
@@ -25,6 +26,8 @@ from esgexp.stats import (
 
 # The headline metric (higher is better): numeric accuracy over all items, as the ESGBench paper reports it.
 HEADLINE = "numeric_accuracy"
+# The prefix of another numeric rule's values (``alt/esgbench/numeric_accuracy``).
+ALT_RULE = re.compile(r"alt/[a-z_]+/")
 
 
 class ScoringJob(Job):
@@ -57,7 +60,7 @@ class ScoringJob(Job):
 
     def work(self, run) -> tuple[dict, dict]:
         items = self.loaded.items
-        records, metrics = score_esgbench(items, self.joined, k=self.cfg.recall_k)
+        records, metrics = score_esgbench(items, self.joined, k=self.cfg.recall_k, numeric=self.cfg.metrics.numeric)
         metrics["n_skipped_rows"] = len(self.loaded.skipped) + len(self.predictions.skipped)
         cluster_key = self.cfg.dataset.get("cluster_key")
         by_id = {item.id: item for item in items}
@@ -69,9 +72,11 @@ class ScoringJob(Job):
 
     def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
         rows = [("items", str(metrics["n_items"]))]
+        numeric = ("numeric_accuracy", "numeric_accuracy/numeric_items")
+        alt = [f"alt/{rule}/{key}" for rule in other_rules(self.cfg.metrics.numeric) for key in numeric]
         rows += [
             (key, with_interval(metrics, key))
-            for key in ("em", "f1", "numeric_accuracy", "numeric_accuracy/numeric_items", f"recall@{self.cfg.recall_k}")
+            for key in ("em", "f1", *numeric, *alt, f"recall@{self.cfg.recall_k}")
             if key in metrics
         ]
         rows += [
@@ -89,15 +94,19 @@ def gold_key(item: QAItem) -> tuple[str, str]:
 
 def item_scores(records: list[dict], key: str) -> ItemScores | None:
     """The per-item values behind ``em``, ``f1`` (a mean), ``numeric_accuracy`` (over all items),
-    ``numeric_accuracy/numeric_items`` (over items whose gold has a number) and ``recall@K`` (items
-    with retrieved pages); None for any other key."""
-    if key == "numeric_accuracy/numeric_items":
-        chosen, name = [r for r in records if r["numeric_item"]], "numeric"
-    else:
-        name = "numeric" if key == "numeric_accuracy" else key
-        if name not in ("em", "f1", "numeric") and not key.startswith("recall@"):
-            return None
-        chosen = [r for r in records if isinstance(r.get(name), (int, float))]
+    ``numeric_accuracy/numeric_items`` (over items whose gold has a number), the last two of another
+    numeric rule (``alt/<rule>/numeric_accuracy``...) and ``recall@K`` (items with retrieved pages);
+    None for any other key."""
+    rule = ALT_RULE.match(key)
+    prefix = rule.group() if rule else ""
+    rest = key[len(prefix) :]
+    name = "numeric" if rest in ("numeric_accuracy", "numeric_accuracy/numeric_items") else rest
+    if name != "numeric" and (prefix or (name not in ("em", "f1") and not name.startswith("recall@"))):
+        return None
+    name = prefix + name
+    chosen = [r for r in records if isinstance(r.get(name), (int, float))]
+    if rest == "numeric_accuracy/numeric_items":
+        chosen = [r for r in chosen if r[f"{prefix}numeric_item"]]
     if not chosen:
         return None
     kind = "mean" if name == "f1" else "proportion"
