@@ -153,7 +153,7 @@ def summary_keys(metrics: dict, ks: list[int]) -> list[str]:
         for k in ks
         for name, prefix in (("recall", ""), ("recall", "random/"), ("precision", ""), ("ndcg", ""))
     ]
-    return [name for name in [*names, "mrr"] if name in metrics]
+    return [name for name in [*names, "mrr", "climretrieve/f1"] if name in metrics]
 
 
 def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], dict]:
