@@ -164,26 +164,36 @@ def test_another_model_and_a_limit_make_a_cell_not_comparable_and_say_so(tmp_pat
 
 
 def test_the_papers_own_file_substitutes_nothing_and_a_sample_does(tmp_path, shared_samples):
+    """By name (the grid's paper_file) and, where the grid knows it, by digest: a renamed sample is caught."""
+    import shutil
+
+    from esgexp.config import BUNDLED_DIR
     from esgexp.papers.provenance import data_substitutions
 
-    for name, expected in (
-        ("ESGenius_1136q.csv", []),
-        (
-            "ESGenius_1136q_sample40.csv",
-            ["data.esgenius: ESGenius_1136q_sample40.csv is not the paper's ESGenius_1136q.csv (sha256 differs)"],
-        ),
-    ):
-        grid = load_grid(
-            paper_cfg(
-                "table=esgenius_table2",
-                f"paths.root_dir={tmp_path}",
-                f"data.esgenius={shared_samples / 'esgenius' / name}",
-                "rows=[o3]",
-                "columns=[Zero-Shot]",
-            ),
-            check=False,
+    folder = shared_samples / "esgenius"
+    renamed = tmp_path / "renamed" / "ESGenius_1136q.csv"
+    renamed.parent.mkdir()
+    shutil.copy(folder / "ESGenius_1136q_sample40.csv", renamed)
+    cases = {
+        folder / "ESGenius_1136q.csv": [],
+        folder / "ESGenius_1136q_sample40.csv": [
+            "data.esgenius: ESGenius_1136q_sample40.csv, not the paper's ESGenius_1136q.csv or ESGenius_w_ref_1136q.csv"
+        ],
+        renamed: ["data.esgenius: ESGenius_1136q.csv is not the paper's file of that name (sha256 differs)"],
+        BUNDLED_DIR / "esg_mcq_sample.csv": [
+            "data.esgenius: esg_mcq_sample.csv is our bundled sample, not the paper's data"
+        ],
+    }
+    for path, expected in cases.items():
+        cfg = paper_cfg(
+            "table=esgenius_table2",
+            f"paths.root_dir={tmp_path}",
+            f"data.esgenius={path}",
+            "rows=[o3]",
+            "columns=[Zero-Shot]",
         )
-        assert data_substitutions(grid.jobs[0], grid) == expected
+        grid = load_grid(cfg, check=False)
+        assert data_substitutions(grid.jobs[0], grid) == expected, path
 
 
 # --- verdicts and values beside ---

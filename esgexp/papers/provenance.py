@@ -99,20 +99,24 @@ def digest(path: str) -> str | None:
 
 
 def data_substitutions(job: Job, grid: Grid) -> list[str]:
-    """The job's data files that are not the paper's: our bundled samples, a file whose digest or name is not
-    the one the grid's ``data.<key>`` entry gives for the paper's file (``sha256``, ``paper_file``)."""
+    """The job's data files that are not the paper's: our bundled samples, and files whose name is not one of the
+    grid's ``data.<key>.paper_file`` names (a name or a list) or whose digest differs from the one ``sha256`` (file
+    name -> digest) gives for that name."""
     found = []
     for key in job.data_keys:
         path, spec = grid.data.get(key), grid.data_spec.get(key) or {}
         if not path:
             continue
         name = Path(path).name
+        names = spec.get("paper_file") or []
+        names = [names] if isinstance(names, str) else list(names)
+        known = (spec.get("sha256") or {}).get(name)
         if Path(path).resolve().is_relative_to(BUNDLED_DIR.resolve()):
             found.append(f"data.{key}: {name} is our bundled sample, not the paper's data")
-        elif spec.get("sha256") and digest(path) != spec["sha256"]:
-            found.append(f"data.{key}: {name} is not the paper's {spec.get('paper_file') or 'file'} (sha256 differs)")
-        elif not spec.get("sha256") and spec.get("paper_file") and name != spec["paper_file"]:
-            found.append(f"data.{key}: {name}, not the paper's {spec['paper_file']}")
+        elif names and name not in names:
+            found.append(f"data.{key}: {name}, not the paper's {' or '.join(names)}")
+        elif known and digest(path) != known:
+            found.append(f"data.{key}: {name} is not the paper's file of that name (sha256 differs)")
     return found
 
 
