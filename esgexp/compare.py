@@ -40,7 +40,11 @@ RUN_ID = re.compile(r"[0-9a-f]{32}")
 # them; every other dataset key must agree.
 SAMPLING_KEYS = ("limit", "seed", "qtypes", "core_only", "encoding", "cluster_key")
 # Per task, the settings that change what a per-item value means (they must agree).
-SCORING_KEYS = {"qa": ("metrics",), "retrieval": ("retrieval.threshold",), "esgbench_score": ("recall_k",)}
+SCORING_KEYS = {
+    "qa": ("metrics",),
+    "retrieval": ("retrieval.threshold",),
+    "esgbench_score": ("recall_k", "metrics.numeric"),
+}
 
 
 @dataclass

@@ -245,3 +245,11 @@ def test_a_run_is_read_by_its_mlflow_id_even_without_its_folder(make_cfg, tmp_pa
     again = load_run(run.info.run_id, uri)
     assert again.run_dir != tmp_path / "oracle" and again.records.keys() == by_id.records.keys()
     assert again.metrics == by_id.metrics and again.headline == "recall@10"
+
+
+def test_esgbench_scoring_runs_under_different_numeric_rules_are_refused(mcq_run):
+    paper, ours = load_run(mcq_run("paper_rule")), load_run(mcq_run("our_rule"))
+    for run, rule in ((paper, "esgbench"), (ours, "unit_aware")):
+        run.config.update(task="esgbench_score", recall_k=5, metrics={"numeric": rule})
+    with pytest.raises(UserError, match=r"score items differently: metrics\.numeric differs"):
+        compare_pair(paper, ours)
