@@ -1,6 +1,7 @@
 import pytest
 
-from esgexp.eval.mcq import INVALID, parse_answer, strip_reasoning
+from esgexp.eval.mcq import INVALID, UNFINISHED_RATE, final_answer, mcq_metrics, parse_answer
+from esgexp.records import MCQItem
 
 
 @pytest.mark.parametrize(
@@ -45,5 +46,33 @@ def test_parse_answer_rules(raw, expected):
 def test_reasoning_block_is_dropped_before_parsing():
     raw = "<think>A careful reading of Scope 2 rules... Option A fails.</think>\nC"
     assert parse_answer(raw) == "AC"  # the think block names A as well
-    assert parse_answer(strip_reasoning(raw)) == "C"
-    assert strip_reasoning("B") == "B"
+    assert parse_answer(final_answer(raw)) == "C"
+    assert final_answer("B") == "B"
+
+
+@pytest.mark.parametrize(
+    "raw, answer, parsed",
+    [
+        # the token budget ran out mid-thought: no answer, whatever letters the reasoning names
+        ("<think>Option A seems plausible but let me check the", None, INVALID),
+        ("<think>\nOkay, so the question is about Scope 3. I think D", None, INVALID),
+        ("\n<think>\nB and C are both disclosures under", None, INVALID),
+        # a chat template that opens the block in the prompt (DeepSeek-R1 distills): the output only closes it
+        ("Okay, Scope 3 covers A... no, B.\n</think>\n\nD", "\n\nD", "D"),
+        ("<think>\nA or C?\n</think>\n\nC", "\n\nC", "C"),
+        ("<think>\n\n</think>\n\nAnswer: B", "\n\nAnswer: B", "B"),
+        ("<think>A?</think>", "", INVALID),  # closed, then nothing: invalid, but not unfinished
+    ],
+)
+def test_an_unclosed_reasoning_block_is_no_answer(raw, answer, parsed):
+    assert final_answer(raw) == answer
+    assert parse_answer(final_answer(raw)) == parsed
+
+
+def test_unfinished_reasoning_is_counted_beside_the_invalid_rate():
+    items = [MCQItem(str(i), "Which?", {"A": "a", "B": "b", "C": "c", "D": "d"}, "A") for i in range(4)]
+    outputs = ["<think>A.</think>A", "<think>Option A seems", "<think>hm</think>", "<think>\nI think D"]
+    answers = [final_answer(raw) for raw in outputs]
+    metrics = mcq_metrics(items, [parse_answer(a) for a in answers], [a is None for a in answers])
+    assert metrics["accuracy"] == 0.25 and metrics["invalid_rate"] == 0.75 and metrics[UNFINISHED_RATE] == 0.5
+    assert UNFINISHED_RATE not in mcq_metrics(items, ["A"] * 4)  # not a reasoning model's run

@@ -13,7 +13,12 @@ ABSTAIN = "Z"
 ANSWER_LETTERS = "ABCD"
 
 _NON_LETTER = re.compile(r"[^A-Za-z]")
-_THINK_BLOCK = re.compile(r"^.*</think>", re.DOTALL)
+# A reasoning model's delimiters around its thinking (every reasoning model config: the DeepSeek-R1 family,
+# QwQ, Qwen3; o-series and API models return their reasoning apart from the answer).
+REASONING_OPEN, REASONING_CLOSE = "<think>", "</think>"
+# A record's key and the run's metric for an answer that never left its reasoning (its token budget ran out).
+UNFINISHED = "unfinished_reasoning"
+UNFINISHED_RATE = "invalid/unfinished_reasoning"
 
 
 def parse_answer(raw: str | None) -> str:
@@ -32,9 +37,14 @@ def parse_answer(raw: str | None) -> str:
     return "".join(sorted(set(answer))) or INVALID
 
 
-def strip_reasoning(raw: str) -> str:
-    """Drop a reasoning model's ``<think>...</think>`` block so only the final answer is parsed."""
-    return _THINK_BLOCK.sub("", raw, count=1)
+def final_answer(raw: str) -> str | None:
+    """The answer part of a reasoning model's output ``raw``: the text after its last ``</think>`` (the
+    block opened in ``raw``, or in the prompt by a chat template that ends with ``<think>``); ``raw`` as it
+    is when it holds no delimiter; None when a ``<think>`` never closes (the budget ran out mid-thought)."""
+    _, closed, answer = raw.rpartition(REASONING_CLOSE)
+    if closed:
+        return answer
+    return None if REASONING_OPEN in raw else raw
 
 
 def longest_option(options: dict[str, str]) -> str:
@@ -81,11 +91,15 @@ def item_framework(item: MCQItem) -> str:
     return from_ref if from_ref != OTHER_FRAMEWORK else detect_framework(item.question)
 
 
-def mcq_metrics(items: Sequence[MCQItem], predictions: Iterable[str]) -> dict[str, float]:
+def mcq_metrics(
+    items: Sequence[MCQItem], predictions: Iterable[str], unfinished: Iterable[bool] | None = None
+) -> dict[str, float]:
     """Accuracy, invalid and abstention rates, per-framework accuracy and the two baselines.
 
     ``predictions`` are parsed answers aligned with ``items``; a prediction is correct only
-    when it equals the gold letters exactly (``Z`` and ``INVALID`` are always wrong).
+    when it equals the gold letters exactly (``Z`` and ``INVALID`` are always wrong). ``unfinished``
+    (a reasoning model's run), aligned too, flags the invalid answers whose reasoning never closed:
+    their share is ``invalid/unfinished_reasoning``.
     """
     predictions = list(predictions)
     if len(predictions) != len(items):
@@ -105,6 +119,8 @@ def mcq_metrics(items: Sequence[MCQItem], predictions: Iterable[str]) -> dict[st
         "baseline/random": sum(1 / len(item.options) for item in items) / n,
         "baseline/longest_option": sum(longest_option(item.options) == item.answer for item in items) / n,
     }
+    if unfinished is not None:
+        metrics[UNFINISHED_RATE] = sum(map(bool, unfinished)) / n
     for name in sorted(by_framework):
         hits = by_framework[name]
         metrics[f"accuracy/framework/{name}"] = sum(hits) / len(hits)

@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from esgexp.errors import UserError
 from esgexp.eval.calibration import calibration_report
 from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
-from esgexp.eval.mcq import ABSTAIN, INVALID, mcq_metrics, parse_answer, strip_reasoning
+from esgexp.eval.mcq import ABSTAIN, INVALID, UNFINISHED, UNFINISHED_RATE, final_answer, mcq_metrics, parse_answer
 from esgexp.jobs import rate
 from esgexp.outputs import write_json
 from esgexp.records import MCQItem
@@ -70,8 +70,11 @@ class MCQTask:
         if result.get("failed"):
             return {**record, "output": None, "parsed": INVALID, "correct": False}
         output = result["output"]
-        parsed = parse_answer(strip_reasoning(output) if self.cfg.model.reasoning else output)
+        answer = final_answer(output) if self.cfg.model.reasoning else output
+        parsed = parse_answer(answer)  # an unfinished reasoning (None) is INVALID
         record.update(output=output, parsed=parsed, correct=parsed == item.answer)
+        if answer is None:
+            record[UNFINISHED] = True
         if "scores" in result:
             record["scores"] = result["scores"]
         return record
@@ -79,14 +82,15 @@ class MCQTask:
     def score(self, items: list[MCQItem], records: list[dict]) -> tuple[list[dict], dict, dict]:
         """Accuracy and baselines over every asked item (all rotations), position bias, circular metrics
         and, for letter scores, calibration (calibration.json goes into the run folder)."""
-        metrics = mcq_metrics(items, [r["parsed"] for r in records])
+        unfinished = [bool(r.get(UNFINISHED)) for r in records] if self.cfg.model.reasoning else None
+        metrics = mcq_metrics(items, [r["parsed"] for r in records], unfinished)
         # The rotations of one question are one cluster unless the dataset declares its own key.
         cluster_key = self.cfg.dataset.get("cluster_key") or ("item_id" if self.circular else None)
         records = cluster_records(records, items, cluster_key)
         # An item never answered (its retries ran out) counts as wrong in ``accuracy``, is no invalid answer,
         # and is left out of ``accuracy/answered``.
         metrics["invalid_rate"] = sum(OUTCOMES["invalid_rate"](r) for r in records) / len(records)
-        keys = list(OUTCOMES)
+        keys = [key for key in OUTCOMES if key in metrics]
         if any(r.get("failed") for r in records):
             found = item_scores(records, ANSWERED)
             metrics[ANSWERED] = sum(found.values) / len(found.values) if found else float("nan")
@@ -113,10 +117,16 @@ class MCQTask:
 
     def summary_rows(self, metrics: dict) -> list[tuple[str, str]]:
         answered = [("accuracy over answered items", with_interval(metrics, ANSWERED))] if ANSWERED in metrics else []
+        unfinished = (
+            [("invalid: unfinished reasoning", with_interval(metrics, UNFINISHED_RATE))]
+            if UNFINISHED_RATE in metrics
+            else []
+        )
         return [
             ("accuracy" + (" (unanswered = wrong)" if answered else ""), with_interval(metrics, "accuracy")),
             *answered,
             ("invalid rate", with_interval(metrics, "invalid_rate")),
+            *unfinished,
             ("abstention rate", with_interval(metrics, "abstention_rate")),
             ("baseline: random", rate(metrics["baseline/random"])),
             ("baseline: longest option", rate(metrics["baseline/longest_option"])),
@@ -124,10 +134,12 @@ class MCQTask:
 
 
 # The 0/1 outcome per record behind each rate (as mcq_metrics counts it: Z and INVALID are never correct;
-# an item never answered, ``failed``, is wrong and not an invalid answer).
+# an item never answered, ``failed``, is wrong and not an invalid answer; a reasoning model's answer that never
+# left its reasoning is invalid, and counted apart too).
 OUTCOMES = {
     "accuracy": lambda r: bool(r.get("correct")) and r["parsed"] not in (ABSTAIN, INVALID),
     "invalid_rate": lambda r: r["parsed"] == INVALID and not r.get("failed"),
+    UNFINISHED_RATE: lambda r: bool(r.get(UNFINISHED)),
     "abstention_rate": lambda r: r["parsed"] == ABSTAIN,
 }
 # Accuracy over the answered items only (written when some item was never answered).
@@ -135,8 +147,8 @@ ANSWERED = "accuracy/answered"
 
 
 def item_scores(records: list[dict], key: str) -> ItemScores | None:
-    """The 0/1 outcomes behind ``accuracy``, ``accuracy/answered`` (items not ``failed``), ``invalid_rate``
-    or ``abstention_rate``; None for another key or no answered item."""
+    """The 0/1 outcomes behind ``accuracy``, ``accuracy/answered`` (items not ``failed``), ``invalid_rate``,
+    ``invalid/unfinished_reasoning`` or ``abstention_rate``; None for another key or no answered item."""
     if key == ANSWERED:
         records, key = [r for r in records if not r.get("failed")], "accuracy"
     if key not in OUTCOMES or not records:

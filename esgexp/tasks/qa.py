@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.errors import UserError
-from esgexp.eval.mcq import strip_reasoning
+from esgexp.eval.mcq import UNFINISHED, UNFINISHED_RATE, final_answer
 from esgexp.models.scoring import cut_after_text
 from esgexp.records import QAItem
 from esgexp.stats import (
@@ -31,10 +31,12 @@ log = logging.getLogger(__name__)
 ANSWER_LABEL = re.compile(r"^\s*answer\s*:\s*", flags=re.IGNORECASE)
 
 
-def clean_answer(output: str, reasoning: bool, stop: Sequence[str]) -> str:
-    """The answer text: reasoning dropped first, then cut at the first stop string, a leading
-    ``Answer:`` label and outer blanks removed."""
-    text = strip_reasoning(output) if reasoning else output
+def clean_answer(output: str, reasoning: bool, stop: Sequence[str]) -> str | None:
+    """The answer text: (``reasoning``) the reasoning block dropped first, then cut at the first stop string,
+    a leading ``Answer:`` label and outer blanks removed; None when the reasoning never closed."""
+    text = final_answer(output) if reasoning else output
+    if text is None:
+        return None
     return ANSWER_LABEL.sub("", cut_after_text(text, stop).lstrip()).strip()
 
 
@@ -96,7 +98,10 @@ class QATask:
         if result.get("failed"):
             return {**record, "output": None, "answer": ""}
         answer = clean_answer(result["output"], self.cfg.model.reasoning, list(self.cfg.scoring.get("stop") or ()))
-        return {**record, "output": result["output"], "answer": answer}
+        record.update(output=result["output"], answer=answer or "")
+        if answer is None:  # scored as an empty answer, and counted
+            record[UNFINISHED] = True
+        return record
 
     def score(self, items: list[QAItem], records: list[dict]) -> tuple[list[dict], dict, dict]:
         """Each question type scored by its metrics; per-item values go into the records."""
@@ -126,6 +131,8 @@ class QATask:
                     records[i]["metrics"]["accuracy"] = float(records[i]["correct"])
                 metrics[f"{qtype}/accuracy"] = sum(records[i]["correct"] for i in where) / len(where)
             metrics.update(category_breakdown(qtype, [items[i] for i in where], [records[i]["metrics"] for i in where]))
+        if self.cfg.model.reasoning:
+            metrics.update(self.unfinished(records))
         metrics.update(self.intervals(metrics, records, corpus))
         metrics.update(self.over_answered(metrics, records, corpus))
         key = self.headline_metric(metrics)
@@ -133,6 +140,13 @@ class QATask:
             cluster_info(records, self.cfg.dataset.get("cluster_key")), headline_metric=key, higher_is_better=True
         )
         return records, metrics, {**info, **headline(key)}
+
+    def unfinished(self, records: list[dict]) -> dict:
+        """``invalid/unfinished_reasoning``: the share of items whose reasoning never closed (scored as empty
+        answers), with its interval."""
+        hits = [float(bool(r.get(UNFINISHED))) for r in records]
+        scores = ItemScores([r["id"] for r in records], hits, "proportion", clusters=record_clusters(records))
+        return {UNFINISHED_RATE: sum(hits) / len(hits), **scores.interval(self.stats).as_metrics(UNFINISHED_RATE)}
 
     def intervals(self, metrics: dict, records: list[dict], corpus: dict) -> dict:
         """The interval of every ``<qtype>/<value>`` metric: from its per-item values when it is their mean,
@@ -194,9 +208,12 @@ INTERVAL_SUFFIXES = ("/ci_low", "/ci_high", "/stderr", "/ci_method", "/ci_note")
 
 
 def is_run_value(key: str) -> bool:
-    """``<qtype>/<value>`` without a breakdown or a count (``factoid/f1``, not ``factoid/n``)."""
+    """``<qtype>/<value>`` without a breakdown or a count (``factoid/f1``, not ``factoid/n``, nor
+    ``invalid/unfinished_reasoning``)."""
     parts = key.split("/")
-    return len(parts) == 2 and parts[0] != "stats" and parts[1] != "n" and not parts[1].startswith("n_")
+    return (
+        len(parts) == 2 and parts[0] not in ("stats", "invalid") and parts[1] != "n" and not parts[1].startswith("n_")
+    )
 
 
 def item_scores(records: list[dict], key: str, metrics_cfg) -> ItemScores | None:
