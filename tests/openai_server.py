@@ -33,7 +33,11 @@ Faults are scheduled by rules, consumed in the order they were added::
 ``FakeOpenAI`` is a stand-in OpenAI API of our own on 127.0.0.1 (no model behind it): every request is
 answered after a fixed ``delay`` with unlimited parallelism (a hosted API's latency, for benchmarks), and
 with ``reasoning=True`` it refuses, as OpenAI's API does for its o-series models, the parameters those
-models reject (``max_tokens``, a ``temperature`` other than 1, ``stop``, ``logprobs``...).
+models reject (``max_tokens``, a ``temperature`` other than 1, ``stop``, ``logprobs``...). With ``thinking`` it
+is a reasoning model that thinks that text before its answer, returned apart from the answer (DeepSeek's and
+vLLM's ``reasoning_content``, newer vLLM's ``reasoning``, or hidden as o-series models do) and counted in
+``usage.completion_tokens_details.reasoning_tokens``; ``out_of_budget`` names the questions on which it thinks
+until its token budget runs out.
 
 Standard library only (http.server, http.client), so it needs nothing beyond the test suite.
 """
@@ -593,13 +597,31 @@ class FakeOpenAI:
     Letter log-probabilities (``logprobs``) put ``answer`` first. With ``reasoning=True`` it is an o-series
     model: ``/completions`` is refused, so are the parameters in ``REASONING_REJECTS``, a ``temperature`` or
     ``top_p`` other than 1 and a ``reasoning_effort`` not in ``REASONING_EFFORTS``, with OpenAI's 400 error
-    body; ``max_completion_tokens`` is read. ``bodies`` holds every request body received, in order."""
+    body; ``max_completion_tokens`` is read. ``bodies`` holds every request body received, in order.
 
-    def __init__(self, *, delay: float = 0.0, answer: str = "A", reasoning: bool = False, model: str = "fake"):
+    ``thinking`` (chat): reasoning before every answer, one token a word, in the message field
+    ``thinking_field`` (None: hidden, only counted). A chat request whose body holds the text ``out_of_budget``
+    is answered as a model still thinking when its token limit ran out: no content (``""``, or null with the
+    ``reasoning`` field, as vLLM sends), ``finish_reason`` length, every token a reasoning token."""
+
+    def __init__(
+        self,
+        *,
+        delay: float = 0.0,
+        answer: str = "A",
+        reasoning: bool = False,
+        model: str = "fake",
+        thinking: str = "",
+        thinking_field: str | None = "reasoning_content",
+        out_of_budget: str | None = None,
+    ):
         self.delay = float(delay)
         self.answer = answer
         self.reasoning = reasoning
         self.model = model
+        self.thinking = thinking
+        self.thinking_field = thinking_field
+        self.out_of_budget = out_of_budget
         self.bodies: list[dict] = []
         self._lock = threading.Lock()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _fake_handler(self), bind_and_activate=False)
@@ -652,6 +674,8 @@ class FakeOpenAI:
             if body.get("logprobs"):
                 content = [{"token": text, "logprob": -0.0, "top_logprobs": top[: body.get("top_logprobs") or 0]}]
                 choice["logprobs"] = {"content": content}
+            if self.thinking:
+                self.think(body, limit, choice, usage)
             kind = "chat.completion"
         elif path.endswith("/completions"):
             choice["text"] = text
@@ -661,6 +685,20 @@ class FakeOpenAI:
         else:
             return 404, {"error": {"message": f"Invalid URL (POST {path})", "type": "invalid_request_error"}}
         return 200, {"id": "fake-1", "object": kind, "model": self.model, "choices": [choice], "usage": usage}
+
+    def think(self, body: dict, limit: int | None, choice: dict, usage: dict) -> None:
+        """Add ``thinking`` to a chat answer (``choice`` and ``usage``, changed in place); on an ``out_of_budget``
+        question, the whole token ``limit`` spent thinking, the answer never reached."""
+        words = self.thinking.split()
+        if self.out_of_budget and self.out_of_budget in json.dumps(body) and limit is not None:
+            words = (words * (1 + int(limit) // len(words)))[: int(limit)]
+            choice["message"]["content"] = None if self.thinking_field == "reasoning" else ""
+            choice["finish_reason"] = "length"
+            usage["completion_tokens"] = 0
+        if self.thinking_field:
+            choice["message"][self.thinking_field] = " ".join(words)
+        usage["completion_tokens"] += len(words)
+        usage["completion_tokens_details"] = {"reasoning_tokens": len(words)}
 
     def refusal(self, path: str, body: dict) -> dict | None:
         """OpenAI's 400 body for what an o-series model rejects in ``body``, or None."""

@@ -436,3 +436,55 @@ def test_bad_reasoning_settings_are_named_before_any_request(make_cfg, monkeypat
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
     with pytest.raises(UserError, match=re.escape(message)):
         run_job(reasoning_job(make_cfg, "http://127.0.0.1:9/v1", *extra))
+
+
+# --- reasoning output: the final answer only, and a reasoning cut off by the token budget (issue 34) ----------
+
+# Names letters, as real reasoning does: none of them may be read as the answer.
+THINKING = "The question is about Scope 3. Option A looks right, B and C do not fit, so maybe D."
+
+
+def test_hidden_reasoning_cut_off_by_the_budget_is_counted_unfinished(make_cfg, tmp_path, monkeypatch):
+    """o-series: reasoning hidden, only counted. The second question (TCFD's opportunities, gold C) spends the whole
+    budget thinking: an empty answer that is an unfinished reasoning, as it is again from the request cache."""
+    from openai_server import FakeOpenAI
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+    with FakeOpenAI(reasoning=True, answer="D", thinking=THINKING, thinking_field=None, out_of_budget="TCFD") as fake:
+        metrics = run_job(reasoning_job(make_cfg, fake.base_url))
+        cached = run_job(reasoning_job(make_cfg, fake.base_url, f"paths.output_dir={tmp_path}/again"))
+        budget = fake.bodies[1]["max_completion_tokens"]
+        assert fake.count == 1 + 3  # the rerun came from the cache
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert [r["gold"] for r in records] == ["B", "C", "D"]
+    assert [r["output"] for r in records] == ["D", "<think>", "D"] and [r["parsed"] for r in records] == [
+        "D",
+        "INVALID",
+        "D",
+    ]
+    assert [bool(r.get("unfinished_reasoning")) for r in records] == [False, True, False]
+    for run in (metrics, cached):
+        assert run["accuracy"] == pytest.approx(1 / 3) and run["invalid_rate"] == pytest.approx(1 / 3)
+        assert run["invalid/unfinished_reasoning"] == pytest.approx(1 / 3)
+    assert metrics["usage/reasoning_tokens"] == 2 * len(THINKING.split()) + budget
+    assert metrics["usage/completion_tokens"] == 2 * (len(THINKING.split()) + 1) + budget
+    assert cached["n_cached"] == 3 and "usage/reasoning_tokens" not in cached
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_returned_apart_is_never_parsed_as_the_answer(make_cfg, tmp_path, monkeypatch, field):
+    """DeepSeek's API and vLLM's reasoning parser return the thinking in its own field (``reasoning_content``;
+    ``reasoning`` in newer vLLM): the output is the final content; a reply cut off while thinking has none."""
+    from openai_server import FakeOpenAI
+
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-fake")
+    with FakeOpenAI(answer="D", thinking=THINKING, thinking_field=field, out_of_budget="TCFD") as fake:
+        cfg = make_cfg("model=deepseek-r1", f"backend.base_url={fake.base_url}", "scoring=generate", "dataset.limit=3")
+        metrics = run_job(cfg)
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert [r["output"] for r in records] == ["D", "<think>", "D"]
+    assert [r["parsed"] for r in records] == ["D", "INVALID", "D"]
+    assert metrics["invalid/unfinished_reasoning"] == pytest.approx(1 / 3) and metrics["accuracy"] == pytest.approx(
+        1 / 3
+    )
+    assert metrics["usage/reasoning_tokens"] == 2 * len(THINKING.split()) + 8192  # deepseek-r1's token budget

@@ -174,12 +174,37 @@ def test_leaderboard_shows_open_qa_and_retrieval_runs_beside_mcq(tiny_cfg, make_
         ("Answer: 64 hectares\n", False, "64 hectares"),
         ("<think>\nThe passage says 2,480.\n</think>\n\n2,480", True, "2,480"),  # stop applies after the thinking
         ("Okay, the passage...\n</think>2,480\nmore", True, "2,480"),
+        # the budget ran out mid-thought: no answer, not the number the reasoning was weighing
+        ("<think>\nThe passage says 2,480 people, but", True, None),
+        ("<think>\nThe passage says 2,480 people, but", False, "<think>"),  # not a reasoning model
     ],
 )
 def test_answers_are_cut_at_the_stop_string_after_reasoning(output, reasoning, expected):
     from esgexp.tasks.qa import clean_answer
 
     assert clean_answer(output, reasoning, ["\n"]) == expected
+
+
+def test_a_reasoning_cut_off_by_the_budget_is_an_empty_answer_and_counted(make_cfg, tmp_path, monkeypatch):
+    """deepseek-r1 through an OpenAI-style server that returns its reasoning apart; on the injury-rate question
+    it thinks until the token budget runs out: an empty answer, counted in invalid/unfinished_reasoning."""
+    from openai_server import FakeOpenAI
+
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-fake")
+    thinking = "The passage gives 2,480 employees and 2.1 per million hours worked."
+    with FakeOpenAI(answer="2,480", thinking=thinking, out_of_budget="lost-time injury") as fake:
+        metrics = run_job(
+            make_cfg(*FACTOID, "dataset.limit=null", "model=deepseek-r1", f"backend.base_url={fake.base_url}")
+        )
+    records = {r["references"][0]: r for r in read_jsonl(tmp_path / "run" / "predictions.jsonl")}
+    assert len(records) == metrics["n_items"] == 21  # every factoid question of the sample, one reference each
+    cut = records["2.1 per million hours worked"]
+    assert cut["answer"] == "" and cut["unfinished_reasoning"] and cut["metrics"]["f1"] == 0.0
+    assert records["2,480"]["answer"] == "2,480" and records["2,480"]["metrics"]["em"] == 1.0
+    assert sum(bool(r.get("unfinished_reasoning")) for r in records.values()) == 1
+    assert metrics["invalid/unfinished_reasoning"] == pytest.approx(1 / len(records))
+    assert metrics["usage/reasoning_tokens"] == (len(records) - 1) * len(thinking.split()) + 8192
+    assert metrics["headline_metric"] != "invalid/unfinished_reasoning"
 
 
 def test_open_questions_refuse_logprob_scoring(tiny_cfg):

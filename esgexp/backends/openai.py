@@ -15,6 +15,10 @@ reject ``max_tokens``, ``temperature`` and ``stop``: the token limit goes as ``m
 (reasoning tokens count against it), ``model.api.reasoning_effort`` is sent when set, and there is no
 temperature, stop string or log-probability (``scoring=generate`` only).
 
+A chat answer's output is its final ``content`` only: reasoning a server returns apart (``reasoning_content``,
+``reasoning``) is left out, and one that ran out of tokens while still reasoning comes back as an unclosed
+``<think>`` (``final_content``). ``usage`` gets ``reasoning_tokens`` where the server counts them.
+
 Letter log-probabilities come from the top log-probabilities of the first answer token (``top_logprobs``
 of ``/chat/completions``, ``logprobs`` of ``/completions``); a letter missing from the top list scores
 ``-inf`` and is counted; when every letter is missing on the first answers (a model that ends its answer at
@@ -43,6 +47,7 @@ from esgexp.backends.base import Backend, GenerationRequest, LetterRequest, OnRe
 from esgexp.backends.openai_client import Interrupted, OpenAIClient, RequestFailed, RetryableError
 from esgexp.backends.sigint import deferred_sigint
 from esgexp.errors import UserError
+from esgexp.eval.mcq import REASONING_OPEN
 
 log = logging.getLogger(__name__)
 
@@ -335,11 +340,9 @@ class OpenAIBackend(Backend):
                     "or backend=hf"
                 ) from None
             raise
-        choice = first_choice(data)
-        text = choice["message"].get("content") if self.api == "chat" else choice.get("text")
-        return Response(
-            id=request.id, output=text or "", usage=usage_of(data), info={"retries": retries} if retries else {}
-        )
+        choice, usage = first_choice(data), usage_of(data)
+        text = final_content(choice, usage) if self.api == "chat" else choice.get("text") or ""
+        return Response(id=request.id, output=text, usage=usage, info={"retries": retries} if retries else {})
 
     def warn_once(self, key: str, message: str) -> None:
         with self._count_lock:
@@ -423,9 +426,27 @@ def first_choice(data: dict) -> dict:
     return choices[0]
 
 
+def final_content(choice: dict, usage: dict[str, int]) -> str:
+    """A chat answer's final ``content``, never its reasoning (``reasoning_content``: DeepSeek, older vLLM;
+    ``reasoning``: newer vLLM; o-series keep it hidden and count it in ``usage``). A reply that ran out of
+    tokens (``finish_reason`` length) with no content but some reasoning returned or counted is the open
+    reasoning delimiter alone: the shape of an unclosed reasoning block, which the tasks count as unfinished
+    reasoning (from the request cache too)."""
+    message = choice["message"]
+    content = message.get("content") or ""
+    reasoned = message.get("reasoning_content") or message.get("reasoning") or usage.get("reasoning_tokens")
+    if not content and reasoned and choice.get("finish_reason") == "length":
+        return REASONING_OPEN
+    return content
+
+
 def usage_of(data: dict) -> dict[str, int]:
+    """``prompt_tokens``, ``completion_tokens`` and (where the server reports them, within the completion
+    tokens) ``reasoning_tokens`` of an answer."""
     usage = data.get("usage") or {}
-    return {key: int(usage[key]) for key in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(key), int)}
+    found = {key: usage.get(key) for key in ("prompt_tokens", "completion_tokens")}
+    found["reasoning_tokens"] = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    return {key: int(value) for key, value in found.items() if isinstance(value, int)}
 
 
 def letter_response(request: LetterRequest, scores: dict[str, float], usage: dict, retries: int) -> Response:
