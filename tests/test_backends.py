@@ -268,3 +268,20 @@ def test_vllm_answers_the_bundled_sample_like_hf(make_cfg, tmp_path, scoring):
     records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     agree = sum(r["parsed"] == reference[r["id"]]["parsed"] for r in records) / len(records)
     assert metrics["n_items"] == 24 and agree >= 0.8, agree
+
+
+def test_a_reasoning_block_opened_by_the_chat_template_stays_in_front_of_the_output(tiny_model_dir, tmp_path):
+    from esgexp.eval.mcq import final_answer
+
+    backend = tiny_backend(tiny_model_dir, tmp_path)
+    backend.model_cfg.chat_template = True
+    request = GenerationRequest("q1", PROMPT, max_new_tokens=3)
+    plain = []
+    backend.run([request], plain.extend)
+    assert not plain[0].output.startswith("<think>")
+    # as DeepSeek-R1 distills' and QwQ's templates do: the generation prompt ends by opening the block
+    backend.tokenizer.chat_template += "<think>\n"
+    opened = []
+    backend.run([request], opened.extend)
+    assert opened[0].output.startswith("<think>\n")
+    assert final_answer(opened[0].output) is None  # 3 new tokens never close it: unfinished reasoning

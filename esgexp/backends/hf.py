@@ -16,7 +16,7 @@ from itertools import groupby
 from omegaconf import DictConfig
 
 from esgexp.backends.base import OnResults, Request, Response, RunContext
-from esgexp.backends.local import LocalModelBackend
+from esgexp.backends.local import LocalModelBackend, template_opening
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -80,9 +80,11 @@ class HFBackend(LocalModelBackend):
             texts = [self.rendered(r) for r in group]
             data = PromptDataModule([r.id for r in group], texts, self.tokenizer, self.batch_size)
             scorer = self.scorer(group, texts, [tokens for _, tokens in data.examples])
+            generated = group[0].kind != "logprob"
+            openings = {r.id: template_opening(text) if generated else "" for r, text in zip(group, texts)}
 
-            def hand_over(results: list[dict]) -> None:
-                on_results([response_of(result) for result in results])
+            def hand_over(results: list[dict], openings=openings) -> None:
+                on_results([response_of(result, openings[result["id"]]) for result in results])
 
             run_inference(self.loaded_model(), scorer, data, hand_over, self.accelerator, self.progress_bar)
 
@@ -116,8 +118,10 @@ class HFBackend(LocalModelBackend):
             torch.cuda.empty_cache()
 
 
-def response_of(result: dict) -> Response:
-    """A scorer's result dict (``id``, ``output``, ``scores`` or ``failed``/``error``) as a Response."""
+def response_of(result: dict, opening: str = "") -> Response:
+    """A scorer's result dict (``id``, ``output``, ``scores`` or ``failed``/``error``) as a Response; a
+    generated output after ``opening`` (the reasoning block its prompt opened) keeps it in front, so an
+    answer cut off mid-thought reads as unfinished reasoning (esgexp.eval.mcq.final_answer)."""
     if result.get("failed"):
         return Response(id=result["id"], failed=True, error=result["error"])
-    return Response(id=result["id"], output=result["output"], scores=result.get("scores"))
+    return Response(id=result["id"], output=opening + result["output"], scores=result.get("scores"))

@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from esgexp.backends.base import Backend, Request, RunContext
+from esgexp.eval.mcq import REASONING_OPEN
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 
@@ -86,3 +87,10 @@ class LocalModelBackend(Backend):
                 add_generation_prompt=True,
             )
         return model_input(request.prompt, self.tokenizer, self.model_cfg.chat_template)
+
+
+def template_opening(rendered: str) -> str:
+    """The reasoning block that a chat template opens at the end of the rendered prompt ``rendered``
+    (DeepSeek-R1 distills and QwQ end the generation prompt with ``<think>``), which the model's output
+    continues; '' when the prompt opens none."""
+    return REASONING_OPEN + "\n" if rendered.rstrip().endswith(REASONING_OPEN) else ""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from omegaconf import DictConfig
 
 from esgexp.backends.base import OnResults, Request, Response, RunContext
-from esgexp.backends.local import LocalModelBackend
+from esgexp.backends.local import LocalModelBackend, template_opening
 from esgexp.errors import UserError
 
 
@@ -102,13 +102,15 @@ class VLLMBackend(LocalModelBackend):
                     for r in chunk
                 ]
             outputs = self.llm.generate(texts, params, lora_request=self.lora_request(), use_tqdm=False)
-            on_results([self.response(r, out, letter_ids) for r, out in zip(chunk, outputs)])
+            on_results([self.response(r, out, letter_ids, text) for r, out, text in zip(chunk, outputs, texts)])
 
-    def response(self, request: Request, output, letter_ids: dict[str, int] | None) -> Response:
+    def response(self, request: Request, output, letter_ids: dict[str, int] | None, rendered: str) -> Response:
+        """vLLM's ``output`` for ``request`` (its prompt as ``rendered``) as a Response; a generated text keeps
+        the reasoning block its prompt opened in front (``template_opening``)."""
         completion = output.outputs[0]
         usage = {"prompt_tokens": len(output.prompt_token_ids), "completion_tokens": len(completion.token_ids)}
         if request.kind != "logprob":
-            return Response(request.id, output=completion.text, usage=usage)
+            return Response(request.id, output=template_opening(rendered) + completion.text, usage=usage)
         top = completion.logprobs[0]
         scores = {
             letter: float(top[token].logprob) if token in top else -math.inf for letter, token in letter_ids.items()
