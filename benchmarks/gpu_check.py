@@ -6,8 +6,9 @@ Stages, each guarded (its error is kept, the next one runs), timed, and skipped 
 starve the rest; the JSON is rewritten after every stage, so a check cut short keeps what it had:
 
 1. environment: torch, CUDA, the device and its memory, package versions;
-2. install: the wheels built here (hydra-core, omegaconf, ...; --build-wheels) installed offline with
-   --no-index, unless the project's imports already work;
+2. install: the wheels built here (--build-wheels: hydra-core, omegaconf, ..., and the pinned transformers
+   with what it needs, newer than the image's) installed offline from the pins file with --no-index, unless
+   the project's imports and pinned versions are there already;
 3. model: SmolLM2-135M-Instruct where its weights are installed, else a seeded random Llama of its shape
    with its real tokenizer (carried with the wheels): then answers measure numerics, not quality, and the
    FLOPs are SmolLM2's;
@@ -64,9 +65,18 @@ WHEEL_LIMIT = 64 * 2**20
 # versions this project runs (ijson: the SustainableQA loader; tabulate: imported on the way, small).
 # Their dependencies come along, for each Python an image may have.
 CARRIED = ("hydra-core", "omegaconf", "mlflow-skinny", "ijson", "tabulate")
-PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-# What tracking.offline=true still asks of mlflow (esgexp.tracking.system_tags)
-MLFLOW_TAGS = "from mlflow.tracking.context.registry import resolve_tags; resolve_tags({})"
+# In the GPU image, but older than this project requires (its transformers 5.17 takes the key/value cache as
+# ``past_key_values``; ours, >= 5.24, as ``cache``, which esgexp's scorers use): carried and installed over it.
+UPGRADED = ("transformers", "huggingface_hub", "kernels")
+# The carried packages pinned to the versions this project runs, written by --build-wheels.
+PINS = WHEELS / "requirements.txt"
+# The GPU image's Python (3.12.3, /work/.library/device/KINDS.md; the environment stage records it): the wheels for
+# one Python only, or the upgraded transformers and its dependencies would not fit the 64 MiB that travel.
+PYTHONS = ("3.12",)
+# Dependencies that the image holds in versions the carried packages accept (numpy 2.5): not carried (16 MiB).
+# Its tokenizers 0.23.2 is carried over: it pins huggingface_hub below 2, which transformers 5.25 needs.
+IMAGE_HAS = ("numpy",)
+IMAGE_VERSIONS = {"numpy": "2.5.2"}  # as KINDS.md lists them (the --cpu-smoke resolves the pins against these)
 DEADLINE = float("inf")  # time.monotonic() by which every stage's commands must end (set by Check)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
@@ -236,27 +246,27 @@ def environment() -> dict:
 def install(smoke: bool) -> dict:
     """Install the carried packages offline (pip takes from the folder only what the image lacks), unless
     the project imports already; with ``smoke``, into a scratch folder, to prove the wheels resolve offline."""
-    probe = [sys.executable, "-c", "import hydra, omegaconf, mlflow, esgexp.run"]
+    pinned = f"from importlib.metadata import version as v; assert all(v(n) == p for n, p in (l.split('==') for l in open({str(PINS)!r}).read().split()))"
+    probe = [sys.executable, "-c", "import hydra, omegaconf, mlflow, esgexp.run; " + pinned]
     wheels = sorted(glob.glob(str(WHEELS / "*.whl")))
     if not wheels:
         raise RuntimeError(f"no wheels in {WHEELS}: run benchmarks/gpu_check.py --build-wheels where PyPI is reachable")
     offline = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELS)]
-    if smoke:  # a fresh venv without torch: the carried packages install offline and import without pandas
+    if smoke:  # the pins resolve offline from the folder for the image's Python, given what the image holds
         with tempfile.TemporaryDirectory() as scratch:
-            run_command([sys.executable, "-m", "venv", scratch], 120)
-            python = str(Path(scratch) / "bin" / "python")
-            run_command(
-                [python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELS), *CARRIED], 300
-            )
-            run_command([python, "-c", "import hydra, omegaconf, ijson, tabulate; " + MLFLOW_TAGS], 120)
-            listed = run_command([python, "-m", "pip", "list", "--format=freeze"], 60).stdout.split()
-        return {"wheels_in_folder": len(wheels), "installed_in_a_fresh_venv": listed}
+            held = [f"{name}=={IMAGE_VERSIONS[name]}" for name in IMAGE_HAS]
+            pip = [sys.executable, "-m", "pip"]
+            run_command([*pip, "download", "-q", "--no-deps", "-d", scratch, *wheel_target(PYTHONS[0]), *held], 300)
+            resolve = [*pip, "install", "--dry-run", "--no-index", "--find-links", str(WHEELS), "--find-links", scratch]
+            resolve += [*wheel_target(PYTHONS[0]), "--target", str(Path(scratch) / "site"), "-r", str(PINS)]
+            found = run_command(resolve, 300).stdout.splitlines()
+        return {"wheels_in_folder": len(wheels), "would_install": [line for line in found if "Would install" in line]}
     if subprocess.run(probe, cwd=ROOT, capture_output=True).returncode == 0:
         return {"note": "the project's imports work already"}
-    run_command([*offline, *CARRIED], 300)
+    run_command([*offline, "-r", str(PINS)], 300)
     run_command([*offline, "--no-deps", *glob.glob(str(WHEELS / "esgexp-*.whl"))], 120)
     run_command(probe, 120)
-    return {"installed": CARRIED, "wheels_in_folder": len(wheels)}
+    return {"installed": PINS.read_text().split(), "wheels_in_folder": len(wheels)}
 
 
 def make_model(folder: Path, smoke: bool) -> dict:
@@ -633,6 +643,12 @@ def lora_step(folder: Path, smoke: bool) -> dict:
     return out | ({"errors": errors} if errors else {})
 
 
+def wheel_target(python: str) -> list[str]:
+    """pip's options for binary wheels of ``python`` on the GPU image's platform (x86-64 Linux, glibc >= 2.28)."""
+    platforms = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64")
+    return ["--python-version", python, "--only-binary=:all:", *(f"--platform={p}" for p in platforms)]
+
+
 def build_wheels() -> None:
     """Here: the carried wheels and SmolLM2's tokenizer into benchmarks/.gpu_wheels (at most 64 MiB)."""
     from importlib.metadata import version
@@ -640,17 +656,20 @@ def build_wheels() -> None:
     from omegaconf import OmegaConf
 
     WHEELS.mkdir(parents=True, exist_ok=True)
-    pins = [f"{name}=={version(name)}" for name in CARRIED]
+    pins = [f"{name}=={version(name)}" for name in (*CARRIED, *UPGRADED)]
+    PINS.write_text("\n".join(pins) + "\n", encoding="utf-8")
     pip = [sys.executable, "-m", "pip"]
     # antlr4-python3-runtime (hydra's parser) is published as a source archive only: built here, pure Python
     antlr = f"antlr4-python3-runtime=={version('antlr4-python3-runtime')}"
     subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", str(WHEELS), antlr], check=True)
     for python in PYTHONS:
-        target = ["--python-version", python, "--only-binary=:all:", "--platform", "manylinux2014_x86_64"]
-        target += ["--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64"]
+        target = wheel_target(python)
         subprocess.run(
             [*pip, "download", "-q", "-d", str(WHEELS), "--find-links", str(WHEELS), *target, *pins], check=True
         )
+    for name in IMAGE_HAS:
+        for wheel in WHEELS.glob(f"{name}-*.whl"):
+            wheel.unlink()
     subprocess.run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(WHEELS), str(ROOT)], check=True)
     from esgexp.models.loading import resolve_model_dir
 
