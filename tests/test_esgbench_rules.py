@@ -124,8 +124,11 @@ def test_the_scoring_job_logs_both_rules_on_the_real_sample(make_cfg, shared_sam
         "numeric_accuracy",
         "alt/unit_aware/numeric_accuracy",
         "alt/unit_aware/numeric_accuracy/numeric_items",
+        "category/Environmental/accuracy",  # 11 items in 10 reports: an interval, as the paper table shows
+        "alt/unit_aware/category/Strategy/accuracy",
     ):
         assert metrics[f"{name}/ci_low"] <= metrics[name] <= metrics[f"{name}/ci_high"], name
+    assert metrics["category/Environmental/accuracy/ci_high"] > metrics["category/Environmental/accuracy/ci_low"]
     lines = (tmp_path / "run" / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines]
     assert sum(r["numeric"] for r in records) == sum(r["alt/unit_aware/numeric"] for r in records) == 12

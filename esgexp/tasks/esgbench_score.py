@@ -28,6 +28,7 @@ from esgexp.stats import (
 HEADLINE = "numeric_accuracy"
 # The prefix of another numeric rule's values (``alt/esgbench/numeric_accuracy``).
 ALT_RULE = re.compile(r"alt/[a-z_]+/")
+CATEGORY_ACCURACY = re.compile(r"category/(.+)/accuracy")
 
 
 class ScoringJob(Job):
@@ -94,12 +95,15 @@ def gold_key(item: QAItem) -> tuple[str, str]:
 
 def item_scores(records: list[dict], key: str) -> ItemScores | None:
     """The per-item values behind ``em``, ``f1`` (a mean), ``numeric_accuracy`` (over all items),
-    ``numeric_accuracy/numeric_items`` (over items whose gold has a number), the last two of another
-    numeric rule (``alt/<rule>/numeric_accuracy``...) and ``recall@K`` (items with retrieved pages);
-    None for any other key."""
+    ``numeric_accuracy/numeric_items`` (over items whose gold has a number), ``category/<name>/accuracy``
+    (the category's items), those of another numeric rule (``alt/<rule>/numeric_accuracy``...) and
+    ``recall@K`` (items with retrieved pages); None for any other key."""
     rule = ALT_RULE.match(key)
     prefix = rule.group() if rule else ""
     rest = key[len(prefix) :]
+    category = CATEGORY_ACCURACY.fullmatch(rest)
+    if category:
+        return category_scores(records, category.group(1), prefix)
     name = "numeric" if rest in ("numeric_accuracy", "numeric_accuracy/numeric_items") else rest
     if name != "numeric" and (prefix or (name not in ("em", "f1") and not name.startswith("recall@"))):
         return None
@@ -113,3 +117,12 @@ def item_scores(records: list[dict], key: str) -> ItemScores | None:
     return ItemScores(
         [r["id"] for r in chosen], [float(r[name]) for r in chosen], kind, clusters=record_clusters(chosen)
     )
+
+
+def category_scores(records: list[dict], category: str, prefix: str) -> ItemScores | None:
+    """Right (EM or the numeric rule of ``prefix``) or not, for each item of ``category``."""
+    chosen = [r for r in records if r.get("category") == category]
+    if not chosen:
+        return None
+    right = [float(r["em"] == 1.0 or r[f"{prefix}numeric"] == 1.0) for r in chosen]
+    return ItemScores([r["id"] for r in chosen], right, "proportion", clusters=record_clusters(chosen))
