@@ -149,6 +149,9 @@ def main(overrides: list[str]) -> None:
     write_atomic(out_dir / f"{grid.name}.md", markdown)
     print(markdown, end="")
     print(f"written: {out_dir / (grid.name + '.md')}, {out_dir / (grid.name + '.json')}")
+    if not any(job.runnable for job in grid.jobs):
+        reasons = dict.fromkeys(problem for job in grid.jobs for problem in job.problems)
+        raise UserError(f"no job of table {grid.name} can run here: {'; '.join(list(reasons)[:3])}")
     bad = [job for job in grid.jobs if job.runnable and job.id not in results]
     if bad:  # as a sweep does: the table is written, the exit status says a job that could run did not end ok
         print(f"{len(bad)} runnable job(s) did not end ok, e.g. {bad[0].row}: {status[bad[0].id]}", file=sys.stderr)

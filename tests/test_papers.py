@@ -372,6 +372,18 @@ def run_paper(tmp_path, *args, timeout=300):
     return result
 
 
+def test_a_table_none_of_whose_jobs_can_run_says_why_once_and_fails(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = run_cli("esgexp.paper", "table=esgbench", f"paths.root_dir={tmp_path}", cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("error: no job of table esgbench can run here: data.gold")
+    text = (tmp_path / "papers" / "esgbench.md").read_text(encoding="utf-8")
+    assert text.count("data.gold not found") == 1  # under Runs; the eight cells point there
+    assert text.count("| no value: see [1] | [1] |") == 8
+    # the rerun command names the missing file as the table's data key, not as null
+    assert "`python -m esgexp experiment=esgbench_score 'dataset.path=${data.gold}'" in text
+
+
 @pytest.fixture(scope="module")
 def esgbench_table(tmp_path_factory):
     """The ESGBench table from the shared sample's published gold and predictions, by the command (once)."""

@@ -121,8 +121,9 @@ def data_substitutions(job: Job, grid: Grid) -> list[str]:
 
 
 def command_line(job: Job, grid: Grid) -> str:
-    """The command that reruns the job alone (its overrides and the user's)."""
-    return shlex.join(["python", "-m", "esgexp", *job.overrides, *grid.extra])
+    """The command that reruns the job alone (its overrides, a missing data file as ``${data.KEY}``, and the
+    user's)."""
+    return shlex.join(["python", "-m", "esgexp", *(job.shown or job.overrides), *grid.extra])
 
 
 def mlflow_run_ids(uri: str, sweep_dir: Path) -> dict[str, str]:

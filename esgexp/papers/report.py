@@ -232,7 +232,18 @@ def run_lines(run: dict) -> list[str]:
         lines.append(f"  - substituted: {change}")
     if run.get("run_dir"):
         lines.append(f"  - run folder {run['run_dir']}; MLflow run {run.get('run_id') or 'not found'}")
+    if run.get("status") not in (None, "ok"):
+        lines.append(f"  - {run['status']}")
     return lines
+
+
+def why_text(entry: dict, numbers: dict[str, int]) -> str:
+    """Where the published value was read, or why ours is missing: a pointer to the runs that say why when
+    none of them ended ok (their reason is written once, under Runs)."""
+    runs = entry.get("runs", [])
+    if entry.get("why") and runs and all(r.get("status") not in (None, "ok") for r in runs):
+        return "no value: see " + " ".join(f"[{numbers[r['job']]}]" for r in runs)
+    return entry.get("why") or entry.get("source") or ""
 
 
 def verdict_line(entry: dict, numbers: dict[str, int]) -> str:
@@ -286,7 +297,7 @@ def to_markdown(table: dict) -> str:
                 _number(e.get("difference"), digits),
                 verdict_text,
                 shown,
-                e.get("why") or e.get("source") or "",
+                why_text(e, numbers),
                 " ".join(f"[{numbers[r['job']]}]" for r in e.get("runs", [])),
             ]
         )
