@@ -35,6 +35,7 @@ from esgexp.builders.generate import Ask
 from esgexp.builders.schema import object_schema, question_schema
 from esgexp.builders.verify import normal
 from esgexp.data.corpus import Corpus
+from esgexp.data.text_files import csv_records, decoding, open_text
 from esgexp.errors import UserError
 from esgexp.outputs import write_atomic
 from esgexp.records import Passage
@@ -437,34 +438,33 @@ def csv_text(columns: tuple[str, ...], rows: list[dict]) -> str:
 
 
 def read_review(path: Path) -> dict[str, dict]:
-    """An expert's review.csv by query_id; a missing column, unknown decision or emptied field is a UserError naming the row."""
+    """An expert's review.csv by query_id; a missing column, a row that does not line up with the header, an
+    unknown decision or an emptied field is a UserError naming the row's file line."""
     if not path.is_file():
         raise UserError(f"builder.review: file not found: {path}")
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
-        missing = [
-            c
-            for c in ("query_id", "decision", "query", "correct", "distractor_1", "distractor_2", "distractor_3")
-            if c not in (reader.fieldnames or [])
-        ]
-        if missing:
-            raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
-        rows = {}
-        for number, row in enumerate(reader, start=2):
-            decision = (row["decision"] or "").strip().lower()
-            if decision not in DECISIONS:
-                raise UserError(
-                    f"{path} line {number}: field 'decision': {row['decision']!r} is not one of {', '.join(DECISIONS)}"
-                )
-            if decision == "edit":
-                empty = [
-                    c
-                    for c in ("query", "correct", "distractor_1", "distractor_2", "distractor_3")
-                    if not (row[c] or "").strip()
-                ]
-                if empty:
-                    raise UserError(f"{path} line {number}: field '{empty[0]}': empty in an edited row")
-            rows[row["query_id"]] = {**row, "decision": decision}
+    with decoding(path, setting=None), open_text(path) as handle:
+        header, records = csv_records(handle, path)
+    missing = [
+        c
+        for c in ("query_id", "decision", "query", "correct", "distractor_1", "distractor_2", "distractor_3")
+        if c not in header
+    ]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
+    rows = {}
+    for number, row in records:
+        decision = row["decision"].strip().lower()
+        if decision not in DECISIONS:
+            raise UserError(
+                f"{path} line {number}: field 'decision': {row['decision']!r} is not one of {', '.join(DECISIONS)}"
+            )
+        if decision == "edit":
+            empty = [
+                c for c in ("query", "correct", "distractor_1", "distractor_2", "distractor_3") if not row[c].strip()
+            ]
+            if empty:
+                raise UserError(f"{path} line {number}: field '{empty[0]}': empty in an edited row")
+        rows[row["query_id"]] = {**row, "decision": decision}
     return rows
 
 

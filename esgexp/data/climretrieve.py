@@ -19,8 +19,10 @@
   paper's experiment for the 16 core questions (see ``QUERY_MODES``).
 
 A row is named by the file line it starts on (CSV; a quoted cell may span several lines) or by its sheet
-row (Excel); the first, unnamed column is an old pandas index and is ignored. Bad rows are listed and
-skipped; a missing file or column, or a byte not valid in the file's encoding, is a UserError.
+row (Excel); the first, unnamed column is an old pandas index and is ignored. Bad rows (in a CSV also a
+field count other than the header's) are listed and skipped; a missing file or column, or a byte not valid
+in the file's encoding, is a UserError, and so is a CSV row of the core-questions table that does not line
+up with its header.
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ class ClimRetrieveReportLevel:
     merge_duplicates: bool = True
 
     def load(self) -> RetrievalDataset:
-        rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "ClimRetrieve report-level", self.encoding)
-        dataset = report_level_dataset(rows, str(self.path), self.merge_duplicates)
+        skipped: list[str] = []
+        rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "ClimRetrieve report-level", self.encoding, skipped=skipped)
+        dataset = report_level_dataset(rows, str(self.path), self.merge_duplicates, skipped)
         if self.limit is None:
             return dataset
         shuffled = list(dataset.queries)
@@ -96,11 +99,15 @@ class ClimRetrieveReportLevel:
 
 
 def report_level_dataset(
-    rows: Iterable[tuple[str, Mapping[str, str]]], source: str, merge_duplicates: bool = True
+    rows: Iterable[tuple[str, Mapping[str, str]]],
+    source: str,
+    merge_duplicates: bool = True,
+    skipped: Iterable[str] = (),
 ) -> RetrievalDataset:
-    """Passages and per-report queries from located report-level rows. Merged, a paragraph text is one passage of
-    its report and conflicting grades keep the highest; unmerged, each repeat within a question is its own."""
-    skipped: list[str] = []
+    """Passages and per-report queries from located report-level rows (``skipped``: rows already left out).
+    Merged, a paragraph text is one passage of its report and conflicting grades keep the highest; unmerged,
+    each repeat within a question is its own."""
+    skipped = list(skipped)
     paragraphs: dict[str, dict[tuple[str, int], str]] = {}  # report -> (text, repeat) -> passage id
     grades: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}  # (report, question) -> id -> (grade, where)
     repeats: dict[tuple[str, str, str], int] = {}  # (report, question, text) -> rows seen
@@ -184,7 +191,7 @@ def load_base_annotations(path: str | Path, encoding: str = "utf-8") -> LoadedDa
     """The usable annotations of a ClimRetrieve base CSV; a row without source text or score, or with a bad
     number, is skipped (a blank page is kept as None)."""
     loaded = LoadedDataset(items=[])
-    for number, row in read_rows(path, BASE_COLUMNS, "ClimRetrieve base", encoding):
+    for number, row in read_rows(path, BASE_COLUMNS, "ClimRetrieve base", encoding, skipped=loaded.skipped):
         where = f"{path} {number}"
         try:
             loaded.items.append(parse_annotation(row, where))
@@ -388,11 +395,17 @@ def query_texts(
 
 
 def read_rows(
-    path: str | Path, required: Sequence[str], what: str, encoding: str = "utf-8", setting: str | None = SETTING
+    path: str | Path,
+    required: Sequence[str],
+    what: str,
+    encoding: str = "utf-8",
+    setting: str | None = SETTING,
+    skipped: list[str] | None = None,
 ) -> Rows:
     """The located data rows of a CSV (in ``encoding``; ``setting`` names its key in a decoding error) or
     Excel (.xlsx, first sheet: the published ClimRetrieve files) file, every cell as text; a missing file
-    or required column is a UserError."""
+    or required column is a UserError. A CSV row that does not line up with the header goes to ``skipped``
+    (a UserError without that list: ``csv_records``)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} file not found: {path}")
@@ -401,7 +414,7 @@ def read_rows(
         rows = [(f"row {number}", record) for number, record in records]
     else:
         with decoding(path, encoding, setting), open_text(path, encoding) as handle:
-            columns, records = csv_records(handle, path)
+            columns, records = csv_records(handle, path, skipped)
         rows = [(f"line {number}", record) for number, record in records]
     columns = [name for name in columns if name]
     missing = [name for name in required if name not in columns]

@@ -1,8 +1,9 @@
 """ESGenius multiple-choice CSV loader (also reads our bundled sample, which uses the same format).
 
 Columns: ``query_id,new_id,query,answer,A,B,C,D,Z``; the ``_w_ref`` variant adds ``ref_doc``,
-``ref_page`` and ``source_text``. Bad rows are reported (file line, field) and skipped; a missing
-column, or a byte that is not valid in ``encoding``, is fatal.
+``ref_page`` and ``source_text``. Bad rows (a field count other than the header's, a bad field) are
+reported (file line, field) and skipped; a missing column, or a byte that is not valid in ``encoding``,
+is fatal.
 """
 
 from __future__ import annotations
@@ -39,18 +40,20 @@ class ESGeniusCSV:
 
     def load(self) -> LoadedDataset:
         source = f"hub dataset {self.hf_id}" if self.hf_id else str(self.path)
-        rows = self._hub_rows() if self.hf_id else self._csv_rows()
-        loaded = rows_to_items(rows, source, "row" if self.hf_id else "line")
+        skipped: list[str] = []
+        rows = self._hub_rows() if self.hf_id else self._csv_rows(skipped)
+        loaded = rows_to_items(rows, source, "row" if self.hf_id else "line", skipped)
         return loaded.sample(self.limit, self.seed)
 
-    def _csv_rows(self) -> Iterable[tuple[int, Mapping[str, str]]]:
+    def _csv_rows(self, skipped: list[str]) -> Iterable[tuple[int, Mapping[str, str]]]:
+        """The CSV's located rows; a record that does not line up with the header goes to ``skipped``."""
         if not self.path:
             raise UserError("dataset.path is not set: give the CSV file with dataset.path=FILE")
         path = Path(self.path)
         if not path.is_file():
             raise UserError(f"dataset file not found: {path} (set dataset.path=FILE)")
         with decoding(path, self.encoding), open_text(path, self.encoding) as handle:
-            columns, rows = csv_records(handle, path)
+            columns, rows = csv_records(handle, path, skipped)
         check_columns(columns, str(path))
         return rows
 
@@ -79,10 +82,12 @@ def check_columns(columns: Iterable[str], source: str) -> None:
         raise UserError(f"{source}: missing column(s) {', '.join(missing)}; found {', '.join(columns) or 'none'}")
 
 
-def rows_to_items(rows: Iterable[tuple[int, Mapping[str, str]]], source: str, unit: str = "line") -> LoadedDataset:
+def rows_to_items(
+    rows: Iterable[tuple[int, Mapping[str, str]]], source: str, unit: str = "line", skipped: Iterable[str] = ()
+) -> LoadedDataset:
     """Turn numbered rows (``unit``: file line, or row of a hub table) into items; each bad row is logged,
-    listed and skipped."""
-    loaded = LoadedDataset(items=[])
+    listed after ``skipped`` (rows already left out) and skipped."""
+    loaded = LoadedDataset(items=[], skipped=list(skipped))
     seen_ids: set[str] = set()
     for number, row in rows:
         try:

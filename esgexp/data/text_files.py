@@ -2,17 +2,22 @@
 
 A byte that does not decode is a UserError naming the file, the line and column, the byte and what
 to do (re-save the file as UTF-8, or set the encoding it was saved in), instead of Python's
-``UnicodeDecodeError`` with a byte offset.
+``UnicodeDecodeError`` with a byte offset. A CSV record whose fields do not line up with the header
+(``record_problem``) is skipped and reported with its lines, never read with its columns shifted.
 """
 
 from __future__ import annotations
 
 import codecs
+import logging
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from esgexp.errors import UserError
+
+log = logging.getLogger(__name__)
 
 SETTING = "dataset.encoding"
 
@@ -74,11 +79,15 @@ class Utf8Reader:
         return self.handle.read(size).encode("utf-8")
 
 
-def csv_records(handle: IO[str], path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+def csv_records(
+    handle: IO[str], path: str | Path, skipped: list[str] | None = None
+) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """The header and the data records of the CSV ``path`` open in ``handle``, each with the file line it
-    starts on (a quoted cell may span lines; blank lines are skipped). A record shorter than the header
-    lacks the missing cells; a cell of any size is read. A line the csv module cannot parse (a NUL byte, a
-    quote left open at the end) is a UserError naming it."""
+    starts on (a quoted cell may span lines; blank lines are skipped; a cell of any size is read).
+
+    A record that ``record_problem`` finds wrong is logged and added to ``skipped`` as ``PATH line(s) L:
+    problem; row skipped``; without a ``skipped`` list it is a UserError. A line the csv module cannot parse
+    (a NUL byte) is a UserError naming it."""
     import csv
 
     csv.field_size_limit(2**31 - 1)
@@ -89,11 +98,54 @@ def csv_records(handle: IO[str], path: str | Path) -> tuple[list[str], list[tupl
         end = reader.line_num
         for cells in reader:
             start, end = end + 1, reader.line_num
-            if cells:
+            if not cells:
+                continue
+            problem = record_problem(cells, header) if header else None
+            if problem:
+                _skip_record(f"{path} {_line_span(start, end)}: {problem}", skipped)
+            else:
                 records.append((start, dict(zip(header, cells))))
     except csv.Error as error:
         raise UserError(f"{path} line {end + 1}: not readable as CSV ({error})") from None
     return header, records
+
+
+def record_problem(cells: list[str], header: list[str]) -> str | None:
+    """Why a CSV record cannot be read by its header, or None: a field count other than the header's (a
+    cell left out or added shifts every column after it), or a cell holding, after a line break, a line
+    that looks like another row: as many fields and a first field of the same shape as the record's (a
+    quote left open swallowed the rows after it)."""
+    if len(cells) != len(header):
+        return f"{len(cells)} field{'s' * (len(cells) != 1)}, the header has {len(header)}"
+    for name, value in zip(header, cells):
+        row = next((line for line in value.splitlines()[1:] if _looks_like_row(line, cells[0], len(header))), None)
+        if row is not None:
+            return f"field {name!r} runs on into what looks like another row ({row[:60]!r}): a quote left open"
+    return None
+
+
+def _looks_like_row(line: str, first: str, width: int) -> bool:
+    import csv
+
+    fields = next(csv.reader([line]), [])
+    return len(fields) >= width and bool(fields[0].strip()) and _shape(fields[0]) == _shape(first)
+
+
+def _shape(text: str) -> str:
+    """``text`` with each run of digits as 0 and of letters as a (``Q-104`` -> ``a-0``)."""
+    return re.sub(r"\d+", "0", re.sub(r"[^\W\d_]+", "a", text.strip()))
+
+
+def _line_span(start: int, end: int) -> str:
+    """``line 5``, or ``lines 5-9`` for a record that spans several file lines."""
+    return f"line {start}" if start == end else f"lines {start}-{end}"
+
+
+def _skip_record(message: str, skipped: list[str] | None) -> None:
+    if skipped is None:
+        raise UserError(message)
+    log.warning("%s; row skipped", message)
+    skipped.append(f"{message}; row skipped")
 
 
 def valid_unicode(value: str, field: str) -> str:
