@@ -3,8 +3,10 @@ not tracked while they ran (``tracking.offline=true``, or a tracking server that
 A sweep's folder (``-m``) stands for its job folders.
 
 Each folder's ``tracking_pending.json`` (params, tags, metrics, artifact paths) goes to the run's own
-``tracking.uri`` (from its config.yaml; ``tracking.KEY=VALUE`` arguments override it), into the run the job
-had opened there when it still exists, else a new one; what that run already holds is not logged twice.
+``tracking.uri`` (from its config.yaml; ``tracking.KEY=VALUE`` arguments override it). Into the run the job
+had opened there, when it still exists, goes what is pending; any other store gets the whole run (what
+reached the job's store before it stopped answering, kept under ``sent``, and what is pending) in a new
+run, or in the one a sync cut short had made. What a run already holds is not logged twice.
 Each store the folder was synced to is recorded in ``tracking_synced.json`` (keyed by the store's URI: the
 MLflow run id, experiment and time): a second sync to the same store does nothing, a sync to another
 store logs the run there too. A folder whose job failed or did not finish is refused. Exit status 2 when
@@ -26,7 +28,16 @@ from esgexp.errors import UserError
 from esgexp.outputs import write_json
 from esgexp.settings import check_settings
 from esgexp.sweep import FAILED_FILE
-from esgexp.tracking import PENDING_FILE, SYNCED_FILE, check_tracking, is_server, retry_locked, unreachable, use_store
+from esgexp.tracking import (
+    PENDING_FILE,
+    SYNCED_FILE,
+    check_tracking,
+    empty_record,
+    is_server,
+    retry_locked,
+    unreachable,
+    use_store,
+)
 
 OVERRIDE = re.compile(r"^tracking\.(\w+)=(.*)$")
 
@@ -96,26 +107,60 @@ def nothing_to_do(run_dir: Path) -> str:
     return f"{run_dir}: tracked while it ran (no {PENDING_FILE}): nothing to do"
 
 
-def target_run(client, pending: dict, uri: str, experiment_id: str, run_dir: Path) -> tuple[str, bool]:
-    """The run to log into and whether it already existed: the one the job (or an interrupted sync)
-    opened in this store, else a new one, whose id is written to the pending file at once so that a
-    sync cut short goes on in it."""
+# Which run of the store a sync logs into (``target_run``), as the sync's report names it.
+OPENED, RESUMED, NEW = "the run it had opened", "the run a sync cut short had made", "a new run"
+
+
+def whole_run(pending: dict, run_dir: Path, uri: str) -> dict:
+    """The run as the job logged it: what reached the job's store (``sent``) and what is pending. A folder
+    written before ``sent`` was kept, whose run had been opened in its store, is refused."""
+    if "sent" not in pending and pending.get("run_id"):
+        raise UserError(
+            f"{run_dir}: its params and first tags went to run {pending['run_id']} in {pending['uri']} only "
+            f"(the folder predates the record of them in {PENDING_FILE}), so the whole run cannot be rebuilt "
+            f"in {uri}: sync it to {pending['uri']}, or run the job again"
+        )
+    sent = pending.get("sent", empty_record())
+    return {
+        "params": {**sent["params"], **pending["params"]},
+        "tags": {**sent["tags"], **pending["tags"]},
+        "metrics": sent["metrics"] + pending["metrics"],
+        "artifacts": sent["artifacts"] + pending["artifacts"],
+    }
+
+
+def holds(client, run_id: str | None) -> bool:
+    """Whether the store holds run ``run_id`` (not when deleted from it, or another database behind its address)."""
     from mlflow.exceptions import MlflowException
 
-    if pending.get("run_id") and pending.get("uri") == uri:
-        try:
-            return client.get_run(pending["run_id"]).info.run_id, True
-        except MlflowException:
-            pass  # not in this store (deleted, or another database behind the same address)
+    if not run_id:
+        return False
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        return False
+    return True
+
+
+def target_run(client, pending: dict, uri: str, experiment_id: str, run_dir: Path) -> tuple[str, str]:
+    """The run to log into and which one it is: the one the job opened in this store (OPENED), else the one
+    a sync cut short made here (RESUMED), else a new one (NEW), whose id goes under ``sync_runs`` in the
+    pending file at once so that a sync cut short goes on in it."""
+    if pending.get("uri") == uri and holds(client, pending.get("run_id")):
+        return pending["run_id"], OPENED
+    made = pending.get("sync_runs", {}).get(uri)
+    if holds(client, made):
+        return made, RESUMED
     run = retry_locked(
         client.create_run,
         experiment_id,
         start_time=pending["start_time"],
-        tags=pending["tags"],
+        tags=whole_run(pending, run_dir, uri)["tags"],
         run_name=pending["run_name"],
     )
-    write_json(run_dir / PENDING_FILE, {**pending, "run_id": run.info.run_id, "uri": uri})
-    return run.info.run_id, False
+    sync_runs = {**pending.get("sync_runs", {}), uri: run.info.run_id}
+    write_json(run_dir / PENDING_FILE, {**pending, "sync_runs": sync_runs})
+    return run.info.run_id, NEW
 
 
 def new_metrics(client, run_id: str, metrics: list[dict], existed: bool) -> list:
@@ -158,19 +203,21 @@ def sync_run(run_dir: Path, overrides: dict[str, str]) -> str:
 
 
 def log_pending(run_dir: Path, pending: dict, uri: str, artifact_location: str | None) -> str:
-    """Log ``pending`` into its run in ``uri`` (``target_run``), end that run with the job's status and
-    write tracking_synced.json; return what was done."""
+    """Log ``pending`` into its run in ``uri`` (``target_run``: the job's own run gets what is pending,
+    another the whole run), end that run with the job's status and write tracking_synced.json; return
+    what was done."""
     import mlflow
     from mlflow.entities import Param, RunTag
 
     experiment_id = use_store(uri, artifact_location, pending["experiment_name"])
     client = mlflow.MlflowClient(uri)
-    run_id, existed = target_run(client, pending, uri, experiment_id, run_dir)
-    metrics = new_metrics(client, run_id, pending["metrics"], existed)
-    params = [Param(k, v) for k, v in pending["params"].items()]
-    tags = [RunTag(k, v) for k, v in pending["tags"].items()]
+    run_id, into = target_run(client, pending, uri, experiment_id, run_dir)
+    record = pending if into == OPENED else whole_run(pending, run_dir, uri)
+    metrics = new_metrics(client, run_id, record["metrics"], into != NEW)
+    params = [Param(k, v) for k, v in record["params"].items()]
+    tags = [RunTag(k, v) for k, v in record["tags"].items()]
     retry_locked(client.log_batch, run_id, metrics=metrics, params=params, tags=tags)
-    for artifact in pending["artifacts"]:
+    for artifact in record["artifacts"]:
         path = run_dir / artifact["path"]
         upload = client.log_artifacts if path.is_dir() else client.log_artifact
         retry_locked(upload, run_id, str(path), artifact["artifact_path"])
@@ -178,10 +225,9 @@ def log_pending(run_dir: Path, pending: dict, uri: str, artifact_location: str |
     synced_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     stores = {**synced_stores(run_dir), uri: {"experiment_id": experiment_id, "run_id": run_id, "synced_at": synced_at}}
     write_json(run_dir / SYNCED_FILE, {"stores": stores})
-    into = "the run it had opened" if existed else "a new run"
     return (
         f"{run_dir}: synced to run {run_id} in {uri} ({into}): {len(params)} params, {len(metrics)} metric values, "
-        f"{len(pending['artifacts'])} artifacts"
+        f"{len(record['artifacts'])} artifacts"
     )
 
 

@@ -238,7 +238,8 @@ def now_ms() -> int:
 class TrackedRun:
     """One job's MLflow run, or its pending record: with ``tracking.offline=true``, or from the moment a
     tracking server stops answering, every call is kept in ``<run_dir>/tracking_pending.json`` (params,
-    tags, metrics with step and time, artifact paths, end status) instead, and the job goes on.
+    tags, metrics with step and time, artifact paths, end status) instead, and the job goes on. The file
+    also holds under ``sent`` what reached the store before, so that the whole run can be rebuilt elsewhere.
 
     ``run_id`` is the MLflow run (None when none was opened); ``pending_reason`` is None while tracked."""
 
@@ -254,7 +255,8 @@ class TrackedRun:
         self.status = "RUNNING"
         self.start_time = now_ms()
         self.end_time: int | None = None
-        self.pending: dict = {"params": {}, "tags": {}, "metrics": [], "artifacts": []}
+        self.pending: dict = empty_record()
+        self.sent: dict = empty_record()
         self._client = None
 
     @property
@@ -302,9 +304,9 @@ class TrackedRun:
             self.run_id = run.info.run_id
             self._log_batch(params=params)
 
-        def record():
-            self.pending["params"].update(params)
-            self.pending["tags"].update(tags)
+        def record(into: dict):
+            into["params"].update(params)
+            into["tags"].update(tags)
 
         self._call("opening the run", send, record)
 
@@ -317,7 +319,7 @@ class TrackedRun:
         self._call(
             "logging metrics",
             lambda: self._log_batch(metrics=[(k, v, stamp, step) for k, v in numeric.items()]),
-            lambda: self.pending["metrics"].extend(
+            lambda into: into["metrics"].extend(
                 {"key": k, "value": v, "timestamp": stamp, "step": step} for k, v in numeric.items()
             ),
         )
@@ -325,7 +327,7 @@ class TrackedRun:
     def set_tags(self, tags: dict) -> None:
         if tags:
             tags = {k: str(v) for k, v in tags.items()}
-            self._call("setting tags", lambda: self._log_batch(tags=tags), lambda: self.pending["tags"].update(tags))
+            self._call("setting tags", lambda: self._log_batch(tags=tags), lambda into: into["tags"].update(tags))
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A run-folder file, or a folder's files under ``artifact_path``; nothing when ``path`` is absent."""
@@ -338,7 +340,7 @@ class TrackedRun:
             retry_locked(upload, self.run_id, str(path), artifact_path)
 
         entry = {"path": relative_to(path, self.run_dir), "artifact_path": artifact_path}
-        self._call(f"uploading {path.name}", send, lambda: self.pending["artifacts"].append(entry))
+        self._call(f"uploading {path.name}", send, lambda into: into["artifacts"].append(entry))
 
     def end(self, status: str) -> None:
         """End the run with ``status`` (FINISHED, FAILED or KILLED)."""
@@ -346,7 +348,7 @@ class TrackedRun:
         self._call(
             "ending the run",
             lambda: retry_locked(self._client.set_terminated, self.run_id, status, self.end_time),
-            lambda: None,
+            lambda into: None,
         )
 
     def summary_line(self) -> str:
@@ -370,16 +372,17 @@ class TrackedRun:
         )
 
     def _call(self, what: str, send, record) -> None:
-        """``send()`` to MLflow while tracked; else, or when it fails because the server stopped
-        answering, ``record()`` it for a later sync and rewrite the pending file."""
+        """``send()`` to MLflow while tracked and ``record(self.sent)``; else, or when it fails because the
+        server stopped answering, ``record(self.pending)`` for a later sync and rewrite the pending file."""
         if self.tracked:
             try:
                 send()
+                record(self.sent)
                 return
             except Exception as error:
                 if not self._lost_server(what, error):
                     raise
-        record()
+        record(self.pending)
         self.write_pending()
 
     def _lost_server(self, what: str, error: Exception) -> bool:
@@ -413,8 +416,14 @@ class TrackedRun:
                 "start_time": self.start_time,
                 "end_time": self.end_time,
                 **self.pending,
+                "sent": self.sent,
             },
         )
+
+
+def empty_record() -> dict:
+    """What a run logs: params, tags, metrics (key, value, timestamp, step) and artifact paths."""
+    return {"params": {}, "tags": {}, "metrics": [], "artifacts": []}
 
 
 def system_tags(tags: dict) -> dict:
