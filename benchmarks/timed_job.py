@@ -121,9 +121,15 @@ def install(target: Path) -> list[dict]:
     return records
 
 
+USAGE = "usage: python benchmarks/timed_job.py TIMING.json [esgexp arguments ...]"
+
+
 def main() -> None:
     if len(sys.argv) < 2:
-        sys.exit(__doc__)
+        sys.exit(USAGE)
+    if sys.argv[1] in ("-h", "--help"):
+        print(f"{USAGE}\n\n{__doc__}")
+        return
     target = Path(sys.argv[1])
     sys.path.insert(0, str(ROOT))
     install(target)
