@@ -94,7 +94,8 @@ def check_command_line(cfg, log: logging.Logger) -> None:
 
 def run_command(main: Callable[[], object], config: str, overrides: list[str] | None = None) -> None:
     """Run a console command's ``main`` (its config is ``config``; its Hydra overrides ``overrides``, by
-    default the command line, whose sweep is checked first: esgexp/sweeper.py): a user mistake is one
+    default the command line, whose sweep is checked first: esgexp/sweeper.py; a value that looks like an API
+    key is refused before that: esgexp/secret_values.py): a user mistake is one
     ``error:`` line and exit 2, Ctrl-C one ``interrupted`` line and exit 130, any other error its
     traceback. Keys ``overrides`` add that nothing reads are a warning line first (commands that compose
     their config themselves)."""
@@ -102,6 +103,9 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
     on_command_line = overrides is None
     overrides = sys.argv[1:] if on_command_line else overrides
     try:
+        from esgexp.secret_values import refuse_secrets
+
+        refuse_secrets(config, list(dict.fromkeys(sys.argv[1:] + list(overrides))))  # before any file is written
         if on_command_line:  # a Hydra command: a sweep's values are checked before it starts
             from esgexp.sweeper import checked_sweep
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from esgexp.config import CONF_DIR
 from esgexp.errors import UserError
+from esgexp.secret_values import redacted
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -84,10 +85,11 @@ def config_keys(config_name: str, overrides: list[str], skip: str) -> list[str]:
 
 
 def unknown_key_message(key: str, value: str, known: list[str]) -> str:
-    """What to say about ``key=value`` when the config has no ``key``: the close known key, else its siblings."""
+    """What to say about ``key=value`` when the config has no ``key``: the close known key, else its siblings
+    (a value that looks like an API key redacted)."""
     near = did_you_mean(key, known)
     if near:
-        return f"{key} is not a setting: did you mean {near}? ({near}={value})"
+        return f"{key} is not a setting: did you mean {near}? ({near}={redacted(value)})"
     parent = key.rpartition(".")[0]
     siblings = sorted(k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == parent)
     where = f"under {parent}" if parent else "at the top level"
@@ -160,7 +162,7 @@ def not_a_setting(node_key: str, target: str, name: str) -> str | None:
 
 @cache
 def package_source() -> str:
-    own = {Path(__file__).resolve(), PACKAGE_DIR / "errors.py"}  # they name example keys
+    own = {Path(__file__).resolve(), PACKAGE_DIR / "errors.py", PACKAGE_DIR / "secret_values.py"}  # example keys
     return "\n".join(p.read_text(encoding="utf-8") for p in sorted(PACKAGE_DIR.rglob("*.py")) if p not in own)
 
 
@@ -174,7 +176,8 @@ def check_added_keys(cfg: DictConfig, overrides: list[str]) -> list[str]:
     each added key that no esgexp code reads."""
     added = added_keys(overrides)
     warnings = []
-    for key, value in added.items():
+    for key, original in added.items():
+        value = redacted(original)
         parts = key.split(".")
         i = new_part(cfg, key, set(added))
         node_key = ".".join(parts[:i])
