@@ -48,6 +48,41 @@ def mount_point(path: Path) -> Path:
     return folder
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """The file (not a folder) that stands at ``path`` or at one of its parents, if any."""
+    for place in (Path(os.path.abspath(path)), *Path(os.path.abspath(path)).parents):
+        if place.exists():
+            return None if place.is_dir() else place
+    return None
+
+
+def unwritable(path: Path, error: OSError, fix: str) -> UserError:
+    """The one-line mistake for ``path`` that cannot be created or written (``error``), with ``fix``:
+    a file in the way, a read-only file system, or the system's reason."""
+    blocker = file_in_the_way(path)
+    if blocker is not None:
+        why = f"{blocker} is a file, not a folder"
+    elif error.errno == errno.EROFS:
+        why = f"the file system at {mount_point(path)} is read-only"
+    else:
+        why = f"{error.strerror} ({error.filename or path})"
+    return UserError(f"cannot write {path}: {why}; {fix}")
+
+
+def make_folder(folder: Path, fix: str) -> Path:
+    """Create ``folder`` (and its parents) and check that a file can be made in it (a read-only file
+    system, or permissions for a user other than root); UserError naming it and ``fix`` when not."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        if is_full(error):
+            raise NoSpace(folder, "nothing was written there") from error
+        raise unwritable(folder, error, fix) from error
+    return folder
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename: never half a file (on a full
     disk :class:`NoSpace`, ``path`` as it was)."""

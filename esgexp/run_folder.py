@@ -3,18 +3,23 @@ created here, exclusively, before Hydra writes anything into it.
 
 A folder named by ``${run_stamp:...}`` (the default, conf/hydra/default.yaml) that already exists, because
 another job drew the same name, gets a fresh name; a folder the user named on the command line
-(``hydra.run.dir=...``) is used as it is (``resume=true`` continues a run there).
+(``hydra.run.dir=...``) is used as it is (``resume=true`` continues a run there). A folder that cannot be
+made or written (a read-only file system, a file in the way) is one ``error:`` line and exit 2 here: Hydra
+turns a callback's exception into a warning and would fail later with a traceback.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.config import RUN_STAMP
+from esgexp.errors import UserError
+from esgexp.outputs import make_folder, unwritable
 
 log = logging.getLogger(__name__)
 
@@ -23,19 +28,25 @@ ATTEMPTS = 20
 
 def claim_folder(cfg: DictConfig, key: str) -> Path | None:
     """Create ``hydra.<key>.dir`` (``key``: run or sweep) when it is a ``${run_stamp:...}`` name, drawing a
-    new name while the drawn one exists; return the folder created, None for a folder named by the user."""
+    new name while the drawn one exists; return the folder created, None for a folder named by the user
+    (made if missing). UserError when it cannot be made or written."""
     raw = OmegaConf.to_container(cfg.hydra[key], resolve=False).get("dir")
+    folder = Path(str(OmegaConf.select(cfg, f"hydra.{key}.dir")))
     if f"${{{RUN_STAMP}:" not in str(raw):
+        make_folder(folder, f"set hydra.{key}.dir to a folder you can write to")
         return None
+    fix = "set paths.root_dir (or paths.runs_dir) to a folder you can write to"
     for _ in range(ATTEMPTS):
-        folder = Path(str(OmegaConf.select(cfg, f"hydra.{key}.dir")))
-        folder.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(folder.parent, fix)
         try:
             folder.mkdir()
             return folder
         except FileExistsError:
             log.info("run folder %s is another job's: drawing a new name", folder)
             redraw(cfg)
+            folder = Path(str(OmegaConf.select(cfg, f"hydra.{key}.dir")))
+        except OSError as error:
+            raise unwritable(folder, error, fix) from error
     raise FileExistsError(f"no free run folder name after {ATTEMPTS} tries, last {folder}")
 
 
@@ -51,7 +62,17 @@ class RunFolder(Callback):
     (each job's folder inside is its job number, so the sweep folder's owner owns them all)."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        claim_folder(config, "run")
+        claim_or_exit(config, "run")
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        claim_folder(config, "sweep")
+        claim_or_exit(config, "sweep")
+
+
+def claim_or_exit(config: DictConfig, key: str) -> None:
+    """:func:`claim_folder`; a folder that cannot be made is one ``error:`` line and exit 2 (SystemExit
+    passes through Hydra's callback guard, which catches only Exception)."""
+    try:
+        claim_folder(config, key)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -70,7 +70,10 @@ class RequestCache:
 
     def _open(self) -> sqlite3.Connection:
         """The connection; a damaged file moved aside first; UserError when the file cannot be used as it is."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        from esgexp.outputs import make_folder
+
+        fix = "set ESGEXP_CACHE_DIR (or paths.cache_dir, paths.request_cache) to a folder you can write to, or run with cache=off"
+        make_folder(self.path.parent, fix)
         try:
             return self._connect()
         except sqlite3.DatabaseError as error:
