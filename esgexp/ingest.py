@@ -21,6 +21,7 @@ def job(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
     from esgexp.data.corpus import ingest
+    from esgexp.data.text_files import existing_folder
 
     with exit_on_user_error(log):
         check_command_line(cfg, log)
@@ -28,7 +29,8 @@ def job(cfg: DictConfig) -> None:
         if not isinstance(cfg.tables, bool):
             raise UserError(f"tables must be true or false, got {cfg.tables!r}")
         tables = instantiate(cfg.table_extractor) if cfg.tables else None
-        report = ingest(cfg.corpus.pdf_dir, out_dir, instantiate(cfg.chunker), progress=cfg.progress, tables=tables)
+        pdf_dir = existing_folder(cfg.corpus.pdf_dir, "corpus.pdf_dir", "of .pdf, .md or .txt files")
+        report = ingest(pdf_dir, out_dir, instantiate(cfg.chunker), progress=cfg.progress, tables=tables)
     with_tables = f" ({report['n_tables']} tables)" if cfg.tables else ""
     print(
         f"{report['n_docs']} documents, {report['n_pages']} pages, {report['n_chunks']} passages{with_tables} "

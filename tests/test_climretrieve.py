@@ -191,7 +191,7 @@ def test_repeated_paragraphs_merged_or_one_passage_per_row(tmp_path):
 
 
 def test_report_level_missing_file_or_column(tmp_path):
-    with pytest.raises(UserError, match=r"report-level file not found: .*nope.csv"):
+    with pytest.raises(UserError, match=r"dataset.path=.*nope.csv: no such file or folder"):
         ClimRetrieveReportLevel("x", str(tmp_path / "nope.csv")).load()
     path = write_csv(tmp_path / "rl.csv", ["", "paragraph", "report", "question"], [["0", "P.", "R.pdf", "Q?"]])
     with pytest.raises(UserError, match=r"rl\.csv: missing column\(s\) relevance; found paragraph, report, question"):
@@ -413,7 +413,7 @@ def test_query_text_errors(tmp_path):
         query_texts(queries, "explanation", table)
     with pytest.raises(UserError, match="query mode 'concepts' needs the core-questions table"):
         query_texts(queries, "concepts")
-    with pytest.raises(UserError, match="core-questions file not found"):
+    with pytest.raises(UserError, match=r"query.core_questions=.*nope.csv: no such file or folder"):
         query_texts(queries, "concepts", table.with_name("nope.csv"))
     blank = write_csv(
         tmp_path / "core.csv",

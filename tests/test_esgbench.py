@@ -399,7 +399,7 @@ def test_gold_bad_lines_are_reported_and_skipped(tmp_path):
 
 
 def test_gold_file_missing_or_empty_is_a_user_error(tmp_path):
-    with pytest.raises(UserError, match="file not found"):
+    with pytest.raises(UserError, match="no such file or folder"):
         ESGBenchGold("g", str(tmp_path / "nope.jsonl")).load()
     with pytest.raises(UserError, match="is empty"):
         ESGBenchGold("g", str(write(tmp_path / "empty.jsonl", ["", "  "]))).load()

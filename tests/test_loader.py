@@ -65,7 +65,7 @@ def test_limit_takes_a_seeded_shuffle(tmp_path):
 
 
 def test_missing_file_names_the_path(tmp_path):
-    with pytest.raises(UserError, match=r"dataset file not found: .*nope.csv"):
+    with pytest.raises(UserError, match=r"dataset.path=.*nope.csv: no such file or folder"):
         ESGeniusCSV(name="x", path=str(tmp_path / "nope.csv")).load()
 
 

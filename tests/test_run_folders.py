@@ -133,7 +133,7 @@ def test_sweeps_started_in_the_same_second_get_a_folder_each_with_joblib_and_sub
         assert [p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")] == ["0"]
         (override,) = [o for o in OmegaConf.load(sweep / "0" / ".hydra" / "overrides.yaml") if "dataset.path" in o]
         missing = override.split("=", 1)[1]
-        assert (sweep / "0" / "FAILED").read_text().startswith(f"dataset file not found: {missing}")
+        assert (sweep / "0" / "FAILED").read_text().startswith(f"dataset.path={missing}: no such file or folder")
         found.add(missing)
     assert found == {"/no/a.csv", "/no/b.csv"}
 

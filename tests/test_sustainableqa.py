@@ -187,9 +187,9 @@ def test_missing_split_file_names_path_and_lists_the_folder(tmp_path):
     missing = r"split file not found: .*sqa/train\.json \(.*sqa holds: notes\.txt, test\.json\)"
     with pytest.raises(UserError, match=missing):
         dataset.load_split("train")
-    with pytest.raises(UserError, match=r"dataset folder not found: .*nowhere"):
+    with pytest.raises(UserError, match=r"dataset.path=.*nowhere: no such file or folder"):
         SustainableQA(name="x", path=str(tmp_path / "nowhere")).load()
-    with pytest.raises(UserError, match=r"must be a folder, got the file .*test.json"):
+    with pytest.raises(UserError, match=r"dataset.path=.*test.json is a file, not a folder: give the folder holding train"):
         SustainableQA(name="x", path=str(tmp_path / "sqa" / "test.json")).load()
 
 

@@ -81,12 +81,12 @@ def test_joblib_runs_jobs_in_parallel_against_one_fresh_sqlite_store_and_a_bad_j
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Joblib.Parallel(n_jobs=2" in result.stdout
     output = result.stdout + result.stderr
-    assert output.count("error: dataset file not found: /no/such.csv") == 2 and "Traceback" not in output
+    assert output.count("error: dataset.path=/no/such.csv: no such file or folder") == 2 and "Traceback" not in output
     assert "2 ok, 2 failed or not finished, of 4 jobs" in result.stderr
     sweep = next((tmp_path / "runs" / "esg_sample").glob("*/*"))
     for failed in ("0", "1"):  # each in its own folder, its reason in its own log file
-        assert (sweep / failed / "FAILED").read_text().startswith("dataset file not found: /no/such.csv")
-        assert "dataset file not found" in (sweep / failed / "esgexp.log").read_text()
+        assert (sweep / failed / "FAILED").read_text().startswith("dataset.path=/no/such.csv: no such file or folder")
+        assert "dataset.path=/no/such.csv: no such file" in (sweep / failed / "esgexp.log").read_text()
     folders = job_folders(tmp_path)
     assert [p.name for p in folders] == ["2", "3"]
     runs = finished_runs(tmp_path)
@@ -108,11 +108,11 @@ def test_a_bad_job_does_not_end_the_basic_launchers_sweep(tmp_path, clean_env, t
     )
     assert result.returncode == 1, result.stderr[-3000:]
     output = result.stdout + result.stderr
-    assert output.count("error: dataset file not found: /no/such.csv") == 1 and "Traceback" not in output
+    assert output.count("error: dataset.path=/no/such.csv: no such file or folder") == 1 and "Traceback" not in output
     assert "1 ok, 1 failed or not finished, of 2 jobs" in result.stderr
     sweep = next((tmp_path / "runs" / "esg_sample").glob("*/*"))
-    assert (sweep / "0" / "FAILED").read_text().startswith("dataset file not found: /no/such.csv")
-    assert "dataset file not found" in (sweep / "0" / "esgexp.log").read_text()  # in the failing job's own log file
+    assert (sweep / "0" / "FAILED").read_text().startswith("dataset.path=/no/such.csv: no such file or folder")
+    assert "dataset.path=/no/such.csv: no such file" in (sweep / "0" / "esgexp.log").read_text()  # in the failing job's own log file
     assert json.loads((sweep / "1" / "metrics.json").read_text())["n_items"] == 2
     assert [r.data.tags["run_dir"] for r in finished_runs(tmp_path)] == [str(sweep / "1")]
 

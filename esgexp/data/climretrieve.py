@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from esgexp.data.text_files import SETTING, csv_records, decoding, open_text
+from esgexp.data.text_files import SETTING, csv_records, decoding, existing_file, open_text
 from esgexp.errors import UserError
 from esgexp.records import LoadedDataset, Passage, RetrievalQuery
 
@@ -81,7 +81,7 @@ class ClimRetrieveReportLevel:
 
     def load(self) -> RetrievalDataset:
         skipped: list[str] = []
-        rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "ClimRetrieve report-level", self.encoding, skipped=skipped)
+        rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "dataset.path", self.encoding, skipped=skipped)
         dataset = report_level_dataset(rows, str(self.path), self.merge_duplicates, skipped)
         if self.limit is None:
             return dataset
@@ -191,7 +191,7 @@ def load_base_annotations(path: str | Path, encoding: str = "utf-8") -> LoadedDa
     """The usable annotations of a ClimRetrieve base CSV; a row without source text or score, or with a bad
     number, is skipped (a blank page is kept as None)."""
     loaded = LoadedDataset(items=[])
-    for number, row in read_rows(path, BASE_COLUMNS, "ClimRetrieve base", encoding, skipped=loaded.skipped):
+    for number, row in read_rows(path, BASE_COLUMNS, "dataset.path", encoding, skipped=loaded.skipped):
         where = f"{path} {number}"
         try:
             loaded.items.append(parse_annotation(row, where))
@@ -339,7 +339,7 @@ class CoreQuestion:
 def load_core_questions(path: str | Path) -> dict[str, CoreQuestion]:
     """The core-questions table by normalised question text; rows with a blank question are ignored."""
     table: dict[str, CoreQuestion] = {}
-    for number, row in read_rows(path, CORE_COLUMNS, "ClimRetrieve core-questions", setting=None):
+    for number, row in read_rows(path, CORE_COLUMNS, "query.core_questions", setting=None):
         question = (row.get("question") or "").strip()
         if not question:
             continue
@@ -397,18 +397,16 @@ def query_texts(
 def read_rows(
     path: str | Path,
     required: Sequence[str],
-    what: str,
+    key: str,
     encoding: str = "utf-8",
     setting: str | None = SETTING,
     skipped: list[str] | None = None,
 ) -> Rows:
     """The located data rows of a CSV (in ``encoding``; ``setting`` names its key in a decoding error) or
     Excel (.xlsx, first sheet: the published ClimRetrieve files) file, every cell as text; a missing file
-    or required column is a UserError. A CSV row that does not line up with the header goes to ``skipped``
+    (named by its setting ``key``) or required column is a UserError. A CSV row that does not line up with the header goes to ``skipped``
     (a UserError without that list: ``csv_records``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{what} file not found: {path}")
+    path = existing_file(path, key)
     if path.suffix.lower() == ".xlsx":
         columns, records = excel_rows(path)
         rows = [(f"row {number}", record) for number, record in records]

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from esgexp.data.text_files import SETTING, decoding, open_text, valid_unicode
+from esgexp.data.text_files import SETTING, decoding, existing_file, open_text, valid_unicode
 from esgexp.errors import UserError
 from esgexp.records import LoadedDataset, QAItem
 
@@ -45,7 +45,7 @@ class ESGBenchGold:
             raise UserError("dataset.path is not set: give the ESGBench gold JSONL with dataset.path=FILE")
         loaded = LoadedDataset(items=[])
         first_line: dict[Key, int] = {}
-        for number, row in read_jsonl(self.path, loaded.skipped, self.encoding):
+        for number, row in read_jsonl(self.path, loaded.skipped, self.encoding, key="dataset.path"):
             try:
                 item = row_to_item(row, number)
                 key = (item.meta["doc_name"], item.question)
@@ -103,7 +103,7 @@ def load_predictions(path: str | Path, encoding: str = "utf-8") -> PredictionFil
     """Read a predictions JSONL (the answer in ``pred``, or else ``answer``); bad or repeated lines are
     reported and skipped."""
     loaded = PredictionFile(str(path), {}, [])
-    for number, row in read_jsonl(path, loaded.skipped, encoding, setting=None):
+    for number, row in read_jsonl(path, loaded.skipped, encoding, setting=None, key="predictions"):
         try:
             key = _key(row)
             field = "pred" if "pred" in row else "answer"
@@ -161,15 +161,17 @@ def join(items: Sequence[QAItem], predictions: PredictionFile, gold_source: str 
 
 
 def read_jsonl(
-    path: str | Path, skipped: list[str], encoding: str = "utf-8", setting: str | None = SETTING
+    path: str | Path,
+    skipped: list[str],
+    encoding: str = "utf-8",
+    setting: str | None = SETTING,
+    key: str | None = None,
 ) -> Iterator[tuple[int, dict]]:
     """The JSON objects of a JSONL file with their 1-based line numbers; a bad line goes to ``skipped``.
 
-    A missing, undecodable (``setting`` names the encoding's key in the message) or empty file is a
-    UserError at once."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"file not found: {path}")
+    A missing (``key`` names the path's setting in the message), undecodable (``setting`` names the
+    encoding's key) or empty file is a UserError at once."""
+    path = existing_file(path, key)
     with decoding(path, encoding, setting), open_text(path, encoding) as handle:
         lines = handle.read().split("\n")
     if not any(line.strip() for line in lines):

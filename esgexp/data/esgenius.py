@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from esgexp.data.text_files import csv_records, decoding, open_text
+from esgexp.data.text_files import csv_records, decoding, existing_file, open_text
 from esgexp.errors import UserError
 from esgexp.records import LoadedDataset, MCQItem
 
@@ -49,9 +48,7 @@ class ESGeniusCSV:
         """The CSV's located rows; a record that does not line up with the header goes to ``skipped``."""
         if not self.path:
             raise UserError("dataset.path is not set: give the CSV file with dataset.path=FILE")
-        path = Path(self.path)
-        if not path.is_file():
-            raise UserError(f"dataset file not found: {path} (set dataset.path=FILE)")
+        path = existing_file(self.path, "dataset.path")
         with decoding(path, self.encoding), open_text(path, self.encoding) as handle:
             columns, rows = csv_records(handle, path, skipped)
         check_columns(columns, str(path))

@@ -21,7 +21,16 @@ from pathlib import Path
 
 import ijson
 
-from esgexp.data.text_files import Utf8Reader, codec, decode_error, decoding, open_text, valid_unicode
+from esgexp.data.text_files import (
+    Utf8Reader,
+    codec,
+    decode_error,
+    decoding,
+    existing_folder,
+    open_bytes,
+    open_text,
+    valid_unicode,
+)
 from esgexp.errors import UserError
 from esgexp.records import LoadedDataset, QAItem
 
@@ -78,11 +87,7 @@ def split_file(folder: str | None, split: str) -> Path:
     hint = f"set dataset.path=DIR holding {', '.join(SPLIT_FILES)}"
     if not folder:
         raise UserError(f"dataset.path is not set: {hint}")
-    directory = Path(folder)
-    if directory.is_file():
-        raise UserError(f"dataset.path must be a folder, got the file {directory} ({hint})")
-    if not directory.is_dir():
-        raise UserError(f"dataset folder not found: {directory} ({hint})")
+    directory = existing_folder(folder, "dataset.path", f"holding {', '.join(SPLIT_FILES)}")
     path = directory / f"{split}.json"
     if not path.is_file():
         held = sorted(entry.name for entry in directory.iterdir())
@@ -111,7 +116,7 @@ def stream_records(path: Path, key: str, encoding: str = "utf-8") -> Iterator[tu
     parsed as bytes; another ``encoding`` is decoded and handed to ijson as UTF-8."""
     count = 0
     utf8 = codec(encoding) == "utf-8-sig"
-    with decoding(path, encoding), path.open("rb") if utf8 else open_text(path, encoding) as handle:
+    with decoding(path, encoding), open_bytes(path) if utf8 else open_text(path, encoding) as handle:
         try:
             for count, record in enumerate(ijson.items(_bytes(handle, utf8), f"{key}.item", use_float=True), start=1):
                 yield count - 1, record

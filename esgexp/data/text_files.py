@@ -4,11 +4,17 @@ A byte that does not decode is a UserError naming the file, the line and column,
 to do (re-save the file as UTF-8, or set the encoding it was saved in), instead of Python's
 ``UnicodeDecodeError`` with a byte offset. A CSV record whose fields do not line up with the header
 (``record_problem``) is skipped and reported with its lines, never read with its columns shifted.
+
+A path that is not what a setting takes says what it is instead (``existing_file``, ``existing_folder``):
+nothing there (and where the path stops existing), a folder where a file is expected, a file where a
+folder is, a ``~`` left unexpanded by a config file. A gzip, zip (xlsx, docx), PDF, old Excel or Parquet
+file opened as text is named as such, with what to do, instead of a byte that does not decode.
 """
 
 from __future__ import annotations
 
 import codecs
+import difflib
 import logging
 import re
 from contextlib import contextmanager
@@ -28,8 +34,93 @@ def codec(encoding: str) -> str:
 
 
 def open_text(path: str | Path, encoding: str = "utf-8") -> IO[str]:
-    """``path`` opened for reading as text (newlines kept as written, for the csv module)."""
+    """``path`` opened for reading as text (newlines kept as written, for the csv module); a file whose
+    first bytes say it is not text is a UserError (``not_text``)."""
+    _refuse_binary(path)
     return Path(path).open(newline="", encoding=codec(encoding))
+
+
+def open_bytes(path: str | Path) -> IO[bytes]:
+    """``path`` (a UTF-8 text file, parsed as bytes) opened for reading, after the same check as ``open_text``."""
+    _refuse_binary(path)
+    return Path(path).open("rb")
+
+
+# The first bytes of files often given where a text file goes: what they are and what to do.
+MAGIC = {
+    b"\x1f\x8b": ("a gzip archive", "unpack it first (gunzip -k {path}) and give the file inside"),
+    b"%PDF": (
+        "a PDF",
+        "give the text file (CSV, JSON or JSONL); PDFs go into a corpus: esgexp-ingest corpus.pdf_dir=DIR",
+    ),
+    b"\xd0\xcf\x11\xe0": ("an old Excel or Word file (.xls, .doc)", "save it as CSV UTF-8 and give that file"),
+    b"PAR1": ("a Parquet file", "convert it to CSV or JSONL (pandas: read_parquet, then to_csv or to_json)"),
+    b"PK\x03\x04": ("a zip archive", "unzip it and give the file inside"),
+}
+# A zip archive by its suffix.
+ZIP_KINDS = {
+    ".xlsx": ("an Excel workbook (xlsx)", "save the sheet as CSV UTF-8 and give that file"),
+    ".docx": ("a Word document (docx)", "give the text file (CSV, JSON or JSONL)"),
+}
+
+
+def not_text(path: str | Path) -> str | None:
+    """What ``path`` is when its first bytes say it is not text, and what to do (``a gzip archive, not a
+    text file: unpack it first ...``); None for anything else."""
+    with Path(path).open("rb") as handle:
+        head = handle.read(8)
+    magic = next((m for m in MAGIC if head.startswith(m)), None)
+    if magic is None:
+        return None
+    kind, todo = ZIP_KINDS.get(Path(path).suffix.lower(), MAGIC[magic]) if magic == b"PK\x03\x04" else MAGIC[magic]
+    return f"{kind}, not a text file: {todo.format(path=path)}"
+
+
+def _refuse_binary(path: str | Path) -> None:
+    kind = not_text(path)
+    if kind:
+        raise UserError(f"{path} is {kind}")
+
+
+def existing_file(path: str | Path, setting: str | None = None) -> Path:
+    """``path`` (given as ``setting``) when it is a file; else a UserError saying what is there instead."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    named = f"{setting}={path}" if setting else str(path)
+    if path.is_dir():
+        held = ", ".join(sorted(p.name for p in path.iterdir() if p.is_file())[:5])
+        raise UserError(
+            f"{named} is a folder, not a file: give a file ({f'it holds: {held}' if held else 'it holds none'})"
+        )
+    raise UserError(f"{named}: {missing(path, setting)}")
+
+
+def existing_folder(path: str | Path, setting: str | None = None, holding: str = "") -> Path:
+    """``path`` (given as ``setting``) when it is a folder; else a UserError saying what is there instead
+    (``holding`` says what the folder must hold: ``of .pdf, .md or .txt files``)."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    named = f"{setting}={path}" if setting else str(path)
+    if path.exists():
+        raise UserError(f"{named} is a file, not a folder: give the folder {holding}".rstrip())
+    raise UserError(f"{named}: {missing(path, setting)}")
+
+
+def missing(path: Path, setting: str | None = None) -> str:
+    """Why nothing is at ``path``: a ``~`` nothing expanded (a path from a config file), a folder on the
+    way that does not exist, or no such entry in its folder (with the closest name there)."""
+    if str(path).startswith("~"):
+        absolute = f"{setting}={path.expanduser()}" if setting else path.expanduser()
+        return f"no such file or folder: ~ is not expanded here; give the absolute path ({absolute})"
+    parent = next((p for p in reversed(path.parents) if not p.exists()), None)
+    if parent is not None:
+        return f"no such file or folder: the folder {parent} does not exist"
+    names = [p.name for p in path.parent.iterdir()]
+    near = difflib.get_close_matches(path.name, names, n=1, cutoff=0.8)
+    hint = f"; did you mean {path.parent / near[0]}?" if near else f" in {path.parent}"
+    return f"no such file or folder{hint}"
 
 
 @contextmanager
@@ -42,13 +133,19 @@ def decoding(path: str | Path, encoding: str = "utf-8", setting: str | None = SE
 
 
 def decode_error(path: str | Path, encoding: str = "utf-8", setting: str | None = SETTING) -> UserError:
-    """The UserError for the first byte of ``path`` that ``encoding`` cannot decode."""
-    return UserError(f"{path} {decoding_problem(path, encoding, setting)}")
+    """The UserError for the first byte of ``path`` that ``encoding`` cannot decode (or for what the file is,
+    when it is not text)."""
+    kind = not_text(path)
+    return UserError(f"{path} is {kind}" if kind else f"{path} {decoding_problem(path, encoding, setting)}")
 
 
 def decoding_problem(path: str | Path, encoding: str = "utf-8", setting: str | None = SETTING) -> str:
     """Where the first byte of ``path`` that ``encoding`` cannot decode is (found line by line), and what
-    to do: ``line 3, column 13: byte 0xe9 is not valid utf-8 (invalid continuation byte); re-save ...``."""
+    to do: ``line 3, column 13: byte 0xe9 is not valid utf-8 (invalid continuation byte); re-save ...``;
+    for a file that is not text, what it is (``not_text``)."""
+    kind = not_text(path)
+    if kind:
+        return kind
     decoder = codecs.getincrementaldecoder(codec(encoding))()
     with Path(path).open("rb") as handle:
         for number, line in enumerate(handle, start=1):

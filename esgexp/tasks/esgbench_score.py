@@ -38,7 +38,7 @@ class ScoringJob(Job):
 
     def load(self) -> list[str]:
         cfg = self.cfg
-        if not Path(cfg.predictions).is_file():
+        if not Path(cfg.predictions).exists():
             raise UserError(
                 f"predictions={cfg.predictions}: file not found (the predictions JSONL to score, one "
                 "{doc_name, question, pred} object per line)"
