@@ -162,6 +162,10 @@ def load_run(ref: str | Path, tracking_uri: str | None = None) -> RunData:
         raise UserError(
             f"MLflow run {ref} not found at {tracking_uri or mlflow.get_tracking_uri()}: {error.message}"
         ) from None
+    if run.info.status != "FINISHED":
+        raise UserError(
+            f"run {ref} {unfinished(run.info.status)} (MLflow status {run.info.status}): compare finished runs"
+        )
     tags = dict(run.data.tags)
     folder = Path(tags.get("run_dir", ""))
     if not tags.get("run_dir") or not folder.is_dir():
@@ -173,9 +177,20 @@ def load_run(ref: str | Path, tracking_uri: str | None = None) -> RunData:
     return data
 
 
+def unfinished(status: str) -> str:
+    """How a run in MLflow ``status`` (not FINISHED) stands, for a message."""
+    return {"FAILED": "failed", "KILLED": "was stopped"}.get(status, "has not finished")
+
+
 def read_run_folder(folder: Path, ref: str) -> RunData:
+    """The run in ``folder``; one its ``FAILED`` file marks is refused with the reason it holds."""
     from omegaconf import OmegaConf
 
+    from esgexp.sweep import FAILED_FILE
+
+    if (folder / FAILED_FILE).is_file():
+        reason = (folder / FAILED_FILE).read_text(encoding="utf-8", errors="replace").strip() or "no reason kept"
+        raise UserError(f"run {ref} failed: {reason} ({folder / FAILED_FILE}); compare finished runs")
     for name in ("config.yaml", "metrics.json"):
         if not (folder / name).is_file():
             raise UserError(f"run {ref}: no {name} in {folder} (not a finished run folder)")

@@ -5,6 +5,7 @@ difficulty (the share of models that miss them)."""
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from esgexp.errors import UserError
@@ -42,12 +43,25 @@ def dataset_questions(run: Run, cache: dict) -> dict[str, object]:
     key = OmegaConf.to_yaml({k: v for k, v in node.items() if k not in ("limit", "seed")})
     if key not in cache:
         try:
-            loaded = instantiate(node, limit=None).load()
+            with quiet("esgexp.data"):  # the run reported its own skipped rows (its skipped_rows.txt)
+                loaded = instantiate(node, limit=None).load()
             cache[key] = {item.id: item for item in loaded.items}
         except (UserError, OSError, ValueError) as error:
             log.warning("questions of run %s not readable (%s): the heatmap shows ids only", run.run_id, error)
             cache[key] = {}
     return cache[key]
+
+
+@contextmanager
+def quiet(logger: str):
+    """Within the block, ``logger`` (and its children) logs errors only, not warnings."""
+    log_to = logging.getLogger(logger)
+    level = log_to.level
+    log_to.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log_to.setLevel(level)
 
 
 def run_label(run: Run, taken: set[str]) -> str:
