@@ -1,9 +1,10 @@
 """MLflow tracking: one run per job with the flattened config, tags, metrics and run-folder files.
 
 A tracking server is checked before a job does any work (``check_tracking``). With
-``tracking.offline=true``, or from the moment the server stops answering, a job's ``TrackedRun`` keeps
-what it would log in ``<run folder>/tracking_pending.json`` and the job goes on; ``python -m
-esgexp.sync`` logs it later.
+``tracking.offline=true``, or from the moment the server stops answering or a local store's disk is full,
+a job's ``TrackedRun`` keeps what it would log in ``<run folder>/tracking_pending.json`` and the job goes
+on; ``python -m esgexp.sync`` logs it later. A local store that is not an MLflow database, or cannot be
+written, is one user error (``store_mistake``) before any work.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import shutil
 import sqlite3
 import subprocess
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from esgexp.errors import UserError
+from esgexp.errors import UserError, one_line
 from esgexp.file_lock import exclusive
-from esgexp.outputs import NoSpace, mount_point, write_json
+from esgexp.outputs import NoSpace, is_full, make_folder, mount_point, unwritable, write_json
 
 log = logging.getLogger(__name__)
 
@@ -119,16 +120,70 @@ def retry_locked(call, *args, attempts: int = 8, **kwargs):
             time.sleep(pause)
 
 
+STORE_FIX = "point tracking.uri at a store you can write to (default: sqlite:///<paths.mlruns_dir>/mlflow.db)"
+SQLITE_HEADER = b"SQLite format 3\0"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file a ``sqlite:///`` tracking URI names; None for other stores."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 @contextmanager
 def store_lock(uri: str):
     """Held by one process at a time: an exclusive lock on ``<db>.lock`` next to a sqlite store (its
-    folder is created); a no-op for other stores (file_lock.exclusive)."""
-    if not uri.startswith("sqlite:///"):
+    folder is created); a no-op for other stores (file_lock.exclusive). UserError where the folder or
+    the lock file cannot be written."""
+    db = sqlite_path(uri)
+    if db is None:
         yield
         return
-    db = Path(uri.removeprefix("sqlite:///"))
-    with exclusive(db.with_name(db.name + ".lock")):
+    lock = db.with_name(db.name + ".lock")
+    with ExitStack() as held:
+        make_folder(db.parent, STORE_FIX)
+        try:
+            held.enter_context(exclusive(lock))
+        except OSError as error:
+            raise unwritable(lock, error, STORE_FIX) from error
         yield
+
+
+def check_store_file(uri: str) -> None:
+    """UserError when ``uri`` names a file that is not an MLflow sqlite store (a CSV, another program's
+    database): MLflow would fail on it with a traceback, or add its tables to it."""
+    db = sqlite_path(uri)
+    if db is None or not db.is_file() or db.stat().st_size == 0:
+        return
+    with open(db, "rb") as handle:
+        header = handle.read(len(SQLITE_HEADER))
+    what = "it is not a sqlite database"
+    if header == SQLITE_HEADER:
+        with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as connection:
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        connection.close()
+        if not tables or {"alembic_version", "experiments"} <= tables:
+            return
+        what = f"a sqlite database without MLflow's tables; it has {', '.join(sorted(tables)[:3])}"
+    raise UserError(
+        f"tracking.uri={uri}: {db} is not an MLflow store ({what}); point tracking.uri at an MLflow store "
+        "(default: sqlite:///<paths.mlruns_dir>/mlflow.db) or at a file that does not exist yet"
+    )
+
+
+def store_mistake(uri: str, error: BaseException) -> str | None:
+    """The one line for a local sqlite store that MLflow cannot write (read-only, unopenable); None
+    for any other error."""
+    db = sqlite_path(uri)
+    text = str(error)
+    if db is None or not any(s in text for s in ("readonly database", "unable to open database file")):
+        return None
+    reason = "attempt to write a readonly database" if "readonly" in text else "unable to open database file"
+    return f"tracking.uri={uri}: the MLflow store {db} cannot be written ({reason}); {STORE_FIX}"
+
+
+def store_full(uri: str, error: BaseException) -> bool:
+    """Whether ``error`` is a local sqlite store refusing a write for want of space."""
+    return sqlite_path(uri) is not None and ("database or disk is full" in str(error) or is_full(error))
 
 
 def empty_store_template() -> Path:
@@ -185,7 +240,9 @@ def use_store(uri: str, artifact_location: str | None, experiment_name: str) -> 
     from mlflow.exceptions import MlflowException
 
     mlflow.set_tracking_uri(uri)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)  # its errors come back as ours
     with store_lock(uri):
+        check_store_file(uri)
         seed_new_store(uri)
         experiment = retry_locked(mlflow.get_experiment_by_name, experiment_name)
         if experiment is not None:
@@ -271,14 +328,14 @@ class TrackedRun:
         try:
             yield self
         except (KeyboardInterrupt, SystemExit):
-            self.end("KILLED")
+            self.end_after_error("KILLED")
             raise
         except NoSpace as error:
             if not self.stored_on(error.path):  # a store on the full disk too takes nothing: the message says it
-                self.end("FAILED")
+                self.end_after_error("FAILED")
             raise
         except BaseException:
-            self.end("FAILED")
+            self.end_after_error("FAILED")
             raise
         self.end("FINISHED")
 
@@ -351,6 +408,14 @@ class TrackedRun:
             lambda into: None,
         )
 
+    def end_after_error(self, status: str) -> None:
+        """:meth:`end` while the job's own error goes on up: a store that fails here too is a warning,
+        never an error that hides the job's."""
+        try:
+            self.end(status)
+        except Exception as error:
+            log.warning("the MLflow run %s could not be ended %s: %s", self.run_id, status, one_line(error))
+
     def summary_line(self) -> str:
         """Where the run is, for the job's summary table."""
         if self.tracked:
@@ -380,7 +445,10 @@ class TrackedRun:
                 record(self.sent)
                 return
             except Exception as error:
-                if not self._lost_server(what, error):
+                mistake = store_mistake(self.uri, error)
+                if mistake:
+                    raise UserError(mistake) from error
+                if not (self._lost_server(what, error) or self._full_store(what, error)):
                     raise
         record(self.pending)
         self.write_pending()
@@ -392,16 +460,30 @@ class TrackedRun:
         reason = unreachable(self.uri, self.connect_timeout_s)
         if reason is None:
             return False
-        self.pending_reason = f"the tracking server {self.uri} stopped answering while {what}: {reason}"
+        self._go_pending(f"the tracking server {self.uri} stopped answering while {what}: {reason}", error)
+        return True
+
+    def _full_store(self, what: str, error: Exception) -> bool:
+        """Whether ``error`` is the local store's disk refusing a write for want of space; if so, go pending."""
+        if not store_full(self.uri, error):
+            return False
+        db = sqlite_path(self.uri)
+        self._go_pending(
+            f"no space left on the file system at {mount_point(db)} for the MLflow store {db} while {what}", error
+        )
+        return True
+
+    def _go_pending(self, reason: str, error: Exception) -> None:
+        """From now on keep what the run logs in the pending file, saying ``reason`` once."""
+        self.pending_reason = reason
         log.warning(
-            "%s (%s). The job goes on; what it would log is kept in %s; once the server is back: "
+            "%s (%s). The job goes on; what it would log is kept in %s; once the store takes it again: "
             "python -m esgexp.sync %s",
             self.pending_reason,
             type(error).__name__,
             self.run_dir / PENDING_FILE,
             self.run_dir,
         )
-        return True
 
     def write_pending(self) -> None:
         write_json(
