@@ -149,7 +149,7 @@ def test_bad_input_is_named_before_any_model_loads(corpus_dir, tmp_path):
         run_build(build_cfg(tmp_path, f"corpus={empty}", f"out={tmp_path}/b2"))
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
-    with pytest.raises(UserError, match="is not empty: set out=NEW_DIR, or resume=true"):
+    with pytest.raises(UserError, match="is not empty and holds no build: set out=NEW_DIR"):
         run_build(build_cfg(tmp_path, f"corpus={corpus_dir}", f"out={tmp_path}/full"))
     with pytest.raises(UserError, match="holds no earlier build"):
         run_build(build_cfg(tmp_path, f"corpus={corpus_dir}", f"out={tmp_path}/full", "resume=true"))

@@ -41,8 +41,6 @@ def run_build(cfg: DictConfig) -> Path:
     check_out_dir(out_dir, cfg.resume)
     corpus = load_corpus(cfg.corpus)
     builder = instantiate(cfg.builder, _convert_="all")
-    write_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    (out_dir / REJECTED_FILE).unlink(missing_ok=True)  # a resumed build writes its rejections anew
     report = BuildReport()
     tags = {
         "task": "build",
@@ -55,6 +53,9 @@ def run_build(cfg: DictConfig) -> Path:
         tracked_run(cfg, f"build-{cfg.builder.name}-{cfg.model.name}", tags) as run,
         job_backend(cfg, "generate") as backend,
     ):
+        # Written once the backend is ready: a build that fails before it asks anything leaves no file behind.
+        write_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        (out_dir / REJECTED_FILE).unlink(missing_ok=True)  # a resumed build writes its rejections anew
         generator = StructuredGenerator(backend, builder.max_new_tokens, out_dir / REJECTED_FILE, cfg.progress)
         solvers = Solvers(cfg)
         try:
@@ -119,11 +120,16 @@ def check_out_dir(out_dir: Path, resume: bool) -> None:
     if not out_dir.exists() or not any(out_dir.iterdir()):
         out_dir.mkdir(parents=True, exist_ok=True)
         return
+    started = (out_dir / "config.yaml").is_file()
+    if not resume and not started:
+        raise UserError(f"output folder {out_dir} is not empty and holds no build: set out=NEW_DIR")
     if not resume:
+        held = "a finished build" if (out_dir / PROVENANCE_FILE).is_file() else "a build that did not finish"
         raise UserError(
-            f"output folder {out_dir} is not empty: set out=NEW_DIR, or resume=true to continue the build there"
+            f"output folder {out_dir} holds {held}: resume=true continues it there, asking the model only what "
+            "the request cache lacks, or set out=NEW_DIR"
         )
-    if not (out_dir / "config.yaml").is_file():
+    if not started:
         raise UserError(f"resume=true but {out_dir} holds no earlier build (no config.yaml): choose an empty out=DIR")
 
 
