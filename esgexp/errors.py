@@ -100,6 +100,9 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
     traceback. Keys ``overrides`` add that nothing reads are a warning line first (commands that compose
     their config themselves)."""
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its own report
+    for stream in (sys.stdout, sys.stderr):  # an ASCII-only locale (LC_ALL=C) prints `·` or é as \xb7, never fails
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     on_command_line = overrides is None
     overrides = sys.argv[1:] if on_command_line else overrides
     try:
