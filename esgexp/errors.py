@@ -3,8 +3,8 @@
 ``user_message(error)`` is the one place that tells a user mistake (ours, Hydra's, OmegaConf's, a missing
 file, a component given a key it does not take) from a bug, and words it as one line. ``run_command``
 wraps each console command: a mistake is one ``error:`` line and exit 2, Ctrl-C one ``interrupted`` line
-and exit 130; a bug keeps its traceback. ``exit_on_user_error`` does the same inside a Hydra job, where
-it also writes the run folder's FAILED file and lets a sweep go on."""
+and exit 130 (SIGTERM: 143, SIGUSR2: 140, the same way); a bug keeps its traceback. ``exit_on_user_error``
+does the same inside a Hydra job, where it also writes the run folder's FAILED file and lets a sweep go on."""
 
 import difflib
 import errno
@@ -44,8 +44,8 @@ def exit_on_user_error(log: logging.Logger):
     """Inside a Hydra job: a user mistake (``user_message``) becomes one ``error: ...`` line on stderr,
     also recorded in the run's log file, and exit status 2. Any failure also leaves a ``FAILED`` file (its
     one-line reason) in the run folder, so a folder without results says why; a ``FAILED`` left there by
-    an earlier try of the same folder is removed first. Ctrl-C is recorded in the log file and goes on to
-    ``run_command``, which prints it.
+    an earlier try of the same folder is removed first. Ctrl-C (or SIGTERM, SIGUSR2) is recorded in the log
+    file and ``FAILED`` and goes on to ``run_command``, which prints it.
 
     In a job of a sweep (``-m``) nothing ends the process: a mistake, or any other error (its traceback
     goes to the job's log file), is written to the job's ``FAILED`` file and the sweep goes on to the
@@ -57,6 +57,7 @@ def exit_on_user_error(log: logging.Logger):
         yield
     except KeyboardInterrupt as interrupt:
         log_to_files(log, logging.ERROR, interrupted_line(interrupt))
+        mark_failed(interrupted_line(interrupt))
         raise
     except Exception as error:
         message = user_message(error)
@@ -96,9 +97,12 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
     """Run a console command's ``main`` (its config is ``config``; its Hydra overrides ``overrides``, by
     default the command line, whose sweep is checked first: esgexp/sweeper.py; a value that looks like an API
     key is refused before that: esgexp/secret_values.py): a user mistake is one
-    ``error:`` line and exit 2, Ctrl-C one ``interrupted`` line and exit 130, any other error its
-    traceback. Keys ``overrides`` add that nothing reads are a warning line first (commands that compose
-    their config themselves)."""
+    ``error:`` line and exit 2, Ctrl-C one ``interrupted`` line and exit 130 (SIGTERM and SIGUSR2 take the
+    same path: esgexp/backends/sigint.py; exit 128 + the signal's number), any other error its traceback.
+    Keys ``overrides`` add that nothing reads are a warning line first (commands that compose their config
+    themselves)."""
+    from esgexp.backends.sigint import STOP_SIGNALS, stop_signal, stop_signals_as_ctrl_c
+
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its own report
     for stream in (sys.stdout, sys.stderr):  # an ASCII-only locale (LC_ALL=C) prints `·` or é as \xb7, never fails
         if hasattr(stream, "reconfigure"):
@@ -121,11 +125,13 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
 
             for warning in command_line.check_added_keys(command_line.compose_config(config, overrides), overrides):
                 print(f"warning: {warning}", file=sys.stderr)
-        main()
+        with stop_signals_as_ctrl_c():
+            main()
     except KeyboardInterrupt as interrupt:
-        signal.signal(signal.SIGINT, lambda *_: os._exit(130))  # a second Ctrl-C while threads finish
+        for signum in STOP_SIGNALS:  # a second signal while threads finish
+            signal.signal(signum, lambda signum, _: os._exit(128 + signum))
         print(interrupted_line(interrupt), file=sys.stderr, flush=True)
-        sys.exit(130)
+        sys.exit(128 + stop_signal())
     except Exception as error:
         message = user_message(error, config, overrides)
         if message is None:
@@ -154,7 +160,14 @@ def command_help(config: str) -> str:
 
 
 def interrupted_line(interrupt: KeyboardInterrupt) -> str:
-    return f"interrupted: {interrupt}" if str(interrupt) else "interrupted (Ctrl-C)"
+    """The one line an interruption prints: what was kept and how to go on, and the signal unless Ctrl-C
+    (``interrupted: 12 answers kept in DIR; ...``, ``interrupted (SIGTERM): ...``, ``interrupted (Ctrl-C)``)."""
+    from esgexp.backends.sigint import STOP_SIGNALS, stop_signal
+
+    name = STOP_SIGNALS[stop_signal()]
+    if not str(interrupt):
+        return f"interrupted ({name})"
+    return f"interrupted: {interrupt}" if stop_signal() == signal.SIGINT else f"interrupted ({name}): {interrupt}"
 
 
 def user_message(error: BaseException, config: str | None = None, overrides: list[str] = ()) -> str | None:

@@ -238,7 +238,7 @@ class OpenAIBackend(Backend):
                             pending.cancel()
                         log.warning(
                             "interrupted: sending nothing more; waiting for the %d answer(s) in flight "
-                            "(Ctrl-C again to stop at once)",
+                            "(a second Ctrl-C or SIGTERM stops at once)",
                             sum(f.running() for f in futures),
                         )
         except BaseException:

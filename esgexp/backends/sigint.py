@@ -1,4 +1,9 @@
-"""Ctrl-C as a request to stop, not an exception in the middle of writing an answer."""
+"""Ctrl-C, SIGTERM and SIGUSR2 as a request to stop, not an exception in the middle of writing an answer.
+
+``kill``, ``timeout``, ``docker stop`` and Slurm send SIGTERM; Slurm's preemption and time-limit warning
+(``--signal``) is SIGUSR2. ``stop_signals_as_ctrl_c`` (every command, ``errors.run_command``) hands both to
+the SIGINT handler in place, so they take Ctrl-C's path everywhere; ``stop_signal`` says which one came, for
+the ``interrupted`` line and the exit status (128 + its number: 130, 143, 140)."""
 
 from __future__ import annotations
 
@@ -6,12 +11,53 @@ import signal
 import threading
 from contextlib import contextmanager
 
+# The signals that stop a command as Ctrl-C does, and how the ``interrupted`` line names them.
+STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGUSR2: "SIGUSR2"}
+_received: list[int] = []  # SIGTERM/SIGUSR2 received since the command started, in order
+
+
+def stop_signal() -> int:
+    """The signal that stopped the command: the first SIGTERM/SIGUSR2 received, else SIGINT (Ctrl-C)."""
+    return _received[0] if _received else signal.SIGINT
+
+
+def as_ctrl_c(signum: int, frame) -> None:
+    """A SIGTERM or SIGUSR2 handler: recorded, then given to the SIGINT handler in place (Python's, which
+    raises ``KeyboardInterrupt``, or ``deferred_sigint``'s); nothing while SIGINT is ignored."""
+    _received.append(signum)
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.SIG_IGN:
+        return
+    if not callable(handler):
+        raise KeyboardInterrupt
+    handler(signum, frame)
+
+
+@contextmanager
+def stop_signals_as_ctrl_c():
+    """Inside, on the main thread, SIGTERM and SIGUSR2 are handled as Ctrl-C (``as_ctrl_c``) where no one
+    else handles them (a submitit job keeps submitit's: it requeues the job); outside, as before."""
+    _received.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    taken = {s: signal.getsignal(s) for s in STOP_SIGNALS if s != signal.SIGINT}
+    taken = {s: h for s, h in taken.items() if h is signal.SIG_DFL}
+    for signum in taken:
+        signal.signal(signum, as_ctrl_c)
+    try:
+        yield
+    finally:
+        for signum, handler in taken.items():
+            signal.signal(signum, handler)
+
 
 @contextmanager
 def deferred_sigint():
-    """Inside, on the main thread, the first SIGINT only sets the event this yields (the caller stops at a
-    safe point and raises ``KeyboardInterrupt`` itself); a second one raises ``KeyboardInterrupt`` at
-    once. Elsewhere (another thread, a handler of someone else's) SIGINT is left as it is."""
+    """Inside, on the main thread, the first SIGINT (or SIGTERM/SIGUSR2, through ``as_ctrl_c``) only sets
+    the event this yields (the caller stops at a safe point and raises ``KeyboardInterrupt`` itself); a
+    second one raises ``KeyboardInterrupt`` at once. Elsewhere (another thread, a handler of someone
+    else's) SIGINT is left as it is."""
     interrupted = threading.Event()
     if threading.current_thread() is not threading.main_thread() or (
         signal.getsignal(signal.SIGINT) is not signal.default_int_handler

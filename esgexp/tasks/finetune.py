@@ -20,7 +20,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.errors import UserError
+from esgexp.errors import Interrupted, UserError
 from esgexp.jobs import Job, same_job
 from esgexp.outputs import write_atomic, write_json
 
@@ -79,8 +79,16 @@ class FinetuneJob(Job):
         started = time.perf_counter()
         if run is not None:
             self.trainer.loggers = [RunLogger(run)]
-        with launchable_as_one_job():
-            self.trainer.fit(self.module, datamodule=self.data, ckpt_path=self.ckpt_path)
+        try:
+            with launchable_as_one_job():
+                self.trainer.fit(self.module, datamodule=self.data, ckpt_path=self.ckpt_path)
+        except SystemExit:  # Lightning's end after Ctrl-C (SIGTERM, SIGUSR2), once last.ckpt is saved
+            if not self.trainer.interrupted:
+                raise
+            raise Interrupted(
+                f"training stopped at step {self.trainer.global_step}; its state is in "
+                f"{self.output_dir / 'checkpoints' / 'last.ckpt'}; ckpt_path=last continues"
+            ) from None
         if run is None:
             return None
         self.adapter_dir = save_adapter(
