@@ -179,7 +179,7 @@ def user_message(error: BaseException, config: str | None = None, overrides: lis
     from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
     if isinstance(error, UserError):
-        return str(error)
+        return for_command(str(error), config)
     if isinstance(error, InstantiationException):
         return instantiation_message(error)
     if isinstance(error, OverrideParseException):
@@ -197,13 +197,44 @@ def user_message(error: BaseException, config: str | None = None, overrides: lis
         return one_line(error)
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
         where = f" writing {error.filename}" if error.filename else ""
-        return f"no space left on the device{where}: free some space; what was written is kept (resume=true continues)"
+        return for_command(
+            f"no space left on the device{where}: what was written is kept; free some space, then {RESUME}", config
+        )
     if (
         isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError))
         and error.filename
     ):
         return f"{error.strerror}: {error.filename} (check the path)"
     return None
+
+
+# How a command stopped by a full disk goes on; for one whose config has no ``resume`` setting, RERUN instead.
+RESUME = "run the same command with resume=true to continue"
+RERUN = "run the same command again"
+
+
+def for_command(message: str, config: str | None) -> str:
+    """``message`` with its RESUME advice made RERUN where the command (``config``; by default the running
+    Hydra job's) takes no ``resume`` (ingest, leaderboard): advice offers only what the command accepts."""
+    config = config or job_config_name()
+    return message.replace(RESUME, RERUN) if config and not takes_resume(config) else message
+
+
+def job_config_name() -> str | None:
+    """The config name of the running Hydra job (``ingest``, ``build``), or None outside one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().job.config_name if HydraConfig.initialized() else None
+
+
+def takes_resume(config: str) -> bool:
+    """Whether ``conf/CONFIG.yaml`` has a top-level ``resume`` setting (an unknown config: assumed so)."""
+    from omegaconf import OmegaConf
+
+    from esgexp.config import CONF_DIR
+
+    path = CONF_DIR / f"{config}.yaml"
+    return not path.is_file() or "resume" in OmegaConf.load(path)
 
 
 def one_line(error: BaseException) -> str:

@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from esgexp.errors import UserError
+from esgexp.errors import RESUME, UserError
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class NoSpace(UserError):
         self.path = Path(path)
         super().__init__(
             f"no space left on the file system at {mount_point(self.path)} (writing {self.path}): {kept}. "
-            "Free some space there, then run the same command with resume=true to continue"
+            f"Free some space there, then {RESUME}"
         )
         # Log lines the run's log file cannot take any more are dropped, not printed with a traceback each.
         logging.raiseExceptions = False
