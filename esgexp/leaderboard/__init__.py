@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from esgexp.errors import UserError
-from esgexp.outputs import write_atomic
+from esgexp.outputs import make_folder, write_atomic
 
 FORMATS = ("csv", "md", "html")
 FILES = {"csv": "leaderboard.csv", "md": "leaderboard.md", "html": "index.html"}
@@ -66,11 +66,11 @@ def export(
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise UserError(f"format must be one of {', '.join(FORMATS)} or all, got {', '.join(unknown)}")
+    out_dir = make_folder(Path(out_dir), "set out_dir to a folder you can write to")  # before any run is read
     with tempfile.TemporaryDirectory(prefix="esgexp-leaderboard-") as downloads:
         groups, marks = collect(tracking_uri, latest_only, alpha, Path(downloads))
         rows = rows_of(groups, marks)
         markdown = to_markdown(rows)
-        out_dir = Path(out_dir)
         if "csv" in formats:
             write_atomic(out_dir / FILES["csv"], to_csv(rows))
         if "md" in formats:

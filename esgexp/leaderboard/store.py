@@ -99,7 +99,11 @@ def local_store_path(uri: str) -> Path | None:
 
 
 def check_store(uri: str) -> None:
-    """Refuse a local store that does not exist (reading it through MLflow would create it)."""
+    """Refuse a local store that does not exist (reading it through MLflow would create it), or a file
+    that is not an MLflow store (tracking.check_store_file)."""
+    from esgexp.tracking import check_store_file
+
+    check_store_file(uri)
     path = local_store_path(uri)
     if path is not None and not path.exists():
         raise UserError(
