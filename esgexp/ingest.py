@@ -1,10 +1,14 @@
 """``python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=window] [tables=true]``: build a corpus folder.
 
+``corpus.name`` is one folder name under ``paths.corpus_dir``. One ingest of a corpus folder runs at a time
+(a lock under ``paths.cache_dir``); a corpus ingested from another document folder is replaced only with ``overwrite=true``.
 With ``tables=true`` every PDF's tables (``table_extractor``) are passages of kind ``table`` beside the text.
 The last line printed is ``corpus: <absolute path>``; a file that cannot be read is a warning naming it.
 """
 
+import hashlib
 import logging
+import re
 from pathlib import Path
 
 import hydra
@@ -20,17 +24,22 @@ log = logging.getLogger("esgexp")
 def job(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
-    from esgexp.data.corpus import ingest
+    from esgexp import file_lock
+    from esgexp.data.corpus import check_source, ingest
     from esgexp.data.text_files import existing_folder
 
     with exit_on_user_error(log):
         check_command_line(cfg, log)
-        out_dir = Path(cfg.corpus.dir).resolve()
-        if not isinstance(cfg.tables, bool):
-            raise UserError(f"tables must be true or false, got {cfg.tables!r}")
+        out_dir = corpus_folder(cfg)
+        for key in ("tables", "overwrite"):
+            if not isinstance(cfg[key], bool):
+                raise UserError(f"{key} must be true or false, got {cfg[key]!r}")
         tables = instantiate(cfg.table_extractor) if cfg.tables else None
         pdf_dir = existing_folder(cfg.corpus.pdf_dir, "corpus.pdf_dir", "of .pdf, .md or .txt files")
-        report = ingest(pdf_dir, out_dir, instantiate(cfg.chunker), progress=cfg.progress, tables=tables)
+        with file_lock.exclusive(lock_file(cfg, out_dir)):
+            if not cfg.overwrite:
+                check_source(out_dir, pdf_dir)
+            report = ingest(pdf_dir, out_dir, instantiate(cfg.chunker), progress=cfg.progress, tables=tables)
     with_tables = f" ({report['n_tables']} tables)" if cfg.tables else ""
     print(
         f"{report['n_docs']} documents, {report['n_pages']} pages, {report['n_chunks']} passages{with_tables} "
@@ -38,6 +47,32 @@ def job(cfg: DictConfig) -> None:
         f"in {report['seconds']:.1f} s"
     )
     print(f"corpus: {out_dir}")
+
+
+def corpus_folder(cfg: DictConfig) -> Path:
+    """The folder ``corpus.dir`` names, once ``corpus.pdf_dir`` and ``corpus.name`` are set and the name is
+    one folder name (nothing written outside ``paths.corpus_dir``); else a UserError saying what to set."""
+    from omegaconf import OmegaConf
+
+    for key, example in (("pdf_dir", "DIR (the folder of .pdf, .md or .txt files)"), ("name", "reports")):
+        if OmegaConf.is_missing(cfg.corpus, key):
+            raise UserError(f"corpus.{key} is not set: give it on the command line, e.g. corpus.{key}={example}")
+    name = str(cfg.corpus.name)
+    if name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+        example = re.sub(r"[/\\]+", "_", name).strip("._") or "reports"
+        raise UserError(
+            f"corpus.name={name} is not one folder name: a corpus is written to paths.corpus_dir/NAME "
+            f"({cfg.paths.corpus_dir}); give a name without / or .., e.g. corpus.name={example}, "
+            "or set paths.corpus_dir for another place"
+        )
+    return Path(cfg.corpus.dir).resolve()
+
+
+def lock_file(cfg: DictConfig, out_dir: Path) -> Path:
+    """The lock one ingest into ``out_dir`` holds at a time (under ``paths.cache_dir``: the corpus folder
+    holds only the corpus)."""
+    digest = hashlib.sha256(str(out_dir).encode()).hexdigest()[:16]
+    return Path(cfg.paths.cache_dir) / "locks" / f"ingest-{digest}.lock"
 
 
 def main() -> None:

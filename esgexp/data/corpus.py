@@ -133,6 +133,20 @@ def ingest(
     return report
 
 
+def check_source(out_dir: Path, pdf_dir: Path) -> None:
+    """Refuse to write into ``out_dir`` a corpus of ``pdf_dir`` when its report.json says it was ingested
+    from another document folder (``overwrite=true`` replaces it)."""
+    try:
+        source = json.loads((out_dir / "report.json").read_text(encoding="utf-8")).get("pdf_dir")
+    except (OSError, ValueError, AttributeError):
+        return  # no finished corpus there
+    if source and Path(source) != Path(pdf_dir).resolve():
+        raise UserError(
+            f"corpus {out_dir} was ingested from {source}, not {Path(pdf_dir).resolve()}: choose another "
+            "corpus.name, or overwrite=true to replace it"
+        )
+
+
 def _tables(extractor: TableExtractor | None, path: Path, doc_id: str, entry: dict) -> list[Table]:
     """A PDF's tables (none without an extractor or for text files); a PDF whose tables cannot be read
     keeps its text passages, and the reason goes to the log and ``entry["tables_skipped"]``."""
