@@ -18,7 +18,12 @@ chosen requests with a fault instead:
 * ``"delay"``: waits ``delay`` seconds (past the client's timeout), then forwards the request as usual;
 * ``"truncate"``: forwards the request, then sends the server's status and headers (its full
   ``Content-Length``) and only the first half of the body, and closes the connection: a reply cut off
-  mid-way (a client sees ``IncompleteRead``).
+  mid-way (a client sees ``IncompleteRead``);
+* ``"not_json"``: status 200 with a body that is not JSON (an HTML page, as a gateway in front of a server
+  may send).
+
+``proxy.die_after(n)``: after ``n`` replies relayed whole the proxy goes away as a crashed server does: new
+connections are refused and requests on connections already open are dropped.
 
 ``FaultProxy(upstream, slots=1)`` also plays a server with that many slots: requests beyond them wait
 for one (a delay is spent inside the slot), and a request the client gave up on still holds its slot
@@ -68,7 +73,7 @@ MODEL_ALIAS = "SmolLM2-135M-Instruct"
 #: Modules `python -m llama_cpp.server` imports: llama_cpp itself plus the [server] extra.
 SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 
-FAULT_KINDS = ("429", "500", "drop", "delay", "truncate")
+FAULT_KINDS = ("429", "500", "drop", "delay", "truncate", "not_json")
 
 
 def free_port() -> int:
@@ -312,6 +317,7 @@ class FaultProxy:
         self.forwarded = 0  # requests that reached the server
         self.answered = 0  # server replies relayed whole to the client
         self._rules: list[_Rule] = []
+        self._die_after: int | None = None
         self._lock = threading.RLock()  # a match predicate may read the proxy
         self._closing = threading.Event()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
@@ -352,6 +358,12 @@ class FaultProxy:
         """Fault requests whose body contains ``match`` (a str) or for which ``match(request)`` is true,
         at most ``times`` times (None: every such request)."""
         return self._add(kind, match, times, path, retry_after, delay)
+
+    def die_after(self, n: int) -> FaultProxy:
+        """After ``n`` more replies relayed whole, refuse new connections and drop every request."""
+        with self._lock:
+            self._die_after = self.answered + n
+        return self
 
     def _add(self, kind, match, times, path, retry_after, delay) -> FaultProxy:
         kind = str(kind)
@@ -425,6 +437,14 @@ class FaultProxy:
     def _note_answered(self) -> None:
         with self._lock:
             self.answered += 1
+            dies = self.answered == self._die_after
+        if dies:
+            self._closing.set()  # requests on open connections are dropped from now on
+            threading.Thread(target=self._stop_listening, daemon=True).start()
+
+    def _stop_listening(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()  # new connections are refused
 
 
 def _error_body(message: str, kind: str, code: str) -> bytes:
@@ -497,6 +517,8 @@ def _make_handler(proxy: FaultProxy):
                         self._forward(request)
                 elif rule.kind == "truncate":
                     self._forward(request, truncate=True)
+                elif rule.kind == "not_json":
+                    self._reply(200, b"<html><body>502 Bad Gateway</body></html>", {"Content-Type": "text/html"})
             except (OSError, http.client.HTTPException):
                 # The client gave up (a timed-out client after a delay), or the server broke off a
                 # stream: nothing sensible is left to send on this connection.
@@ -513,8 +535,7 @@ def _make_handler(proxy: FaultProxy):
 
         def _reply(self, status: int, body: bytes, headers: dict | None = None) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            for name, value in (headers or {}).items():
+            for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -534,6 +555,9 @@ def _make_handler(proxy: FaultProxy):
                     upstream.request(request.method, self.path, body=request.body or None, headers=headers)
                     proxy._note_forwarded()
                     response = upstream.getresponse()
+                    if proxy._closing.is_set():  # gone (die_after, close) while the server answered
+                        self._drop()
+                        return
                 except (OSError, http.client.HTTPException) as exc:
                     self._reply(
                         502, _error_body(f"FaultProxy could not reach the server: {exc}", "proxy_error", "bad_gateway")
