@@ -137,7 +137,7 @@ class GenerationJob(Job):
         cfg = self.cfg
         rows = [("items", str(metrics["n_items"]))]
         if metrics["n_failed"]:
-            rows.append(("never answered", f"{metrics['n_failed']} (resume=true finishes them)"))
+            rows.append(("never answered", f"{metrics['n_failed']} ({unanswered_advice(self.records)})"))
         rows += self.task.summary_rows(metrics)
         counts = (
             ("skipped rows", "n_skipped_rows"),
@@ -151,15 +151,30 @@ class GenerationJob(Job):
     def report(self, run, metrics: dict) -> None:
         super().report(run, metrics)
         if metrics["n_failed"]:
-            error = next(r.get("error") for r in self.records if r.get("failed"))
+            failed = sorted((r for r in self.records if r.get("failed")), key=lambda r: not r.get("permanent"))
             log.warning(
-                "incomplete run: %d of %d items were never answered (retries ran out; e.g. %s): they count as "
-                "wrong in %s; rerun the same command with resume=true to finish them",
+                "incomplete run: %d of %d items were never answered (e.g. %s): they count as wrong in %s; %s",
                 metrics["n_failed"],
                 metrics["n_items"],
-                error,
+                failed[0].get("error"),
                 metrics.get("headline_metric"),
+                unanswered_advice(self.records),
             )
+
+
+def unanswered_advice(records: list[dict]) -> str:
+    """What finishes the items never answered: ``resume=true``, except those the server refused as sent
+    (``permanent``: asking again cannot mend them; their error names what to change)."""
+    failed = [r for r in records if r.get("failed")]
+    refused = sum(1 for r in failed if r.get("permanent"))
+    if not refused:
+        return "resume=true finishes them"
+    if refused == len(failed):
+        return "the server refused them as sent: resume=true cannot finish them; change what their error names"
+    other = len(failed) - refused
+    return (
+        f"the server refused {refused} as sent (change what their error names); resume=true finishes the other {other}"
+    )
 
 
 # The exit status of a job that ended with items never answered (0: complete, 2: a user error).
@@ -235,6 +250,8 @@ def predict(
             record.update(task.to_record(response.to_result(), by_id[item_id]))
             if response.failed:
                 record.update(failed=True, error=response.error)
+                if response.permanent:
+                    record["permanent"] = True
             if response.usage:
                 record["usage"] = response.usage
             if response.cached:

@@ -92,6 +92,7 @@ class Response:
     cached: bool = False
     failed: bool = False
     error: str | None = None
+    permanent: bool = False  # a failure that asking again cannot mend (the server refused the request)
     # backend notes worth counting, e.g. {"retries": 2} or {"letters_missing": 1}
     info: dict[str, int] = field(default_factory=dict)
 

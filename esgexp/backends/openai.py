@@ -5,8 +5,11 @@ Requests run concurrently up to ``max_concurrency`` through one ``OpenAIClient``
 server) waits for its answer, every thread starts and opens its connection, so the first items go out at once. A
 429, a 5xx, a timeout or a dropped connection (also one cut off mid-reply) is retried with exponential
 backoff and jitter (``Retry-After`` honoured) up to ``max_retries``, and timeouts lower the concurrency;
-any other 4xx fails that item at once with the server's message. An item whose retries run out is
-answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it. Ctrl-C stops sending:
+any other 4xx fails that item at once with the server's message, as ``permanent`` (asking again cannot mend
+it; a prompt longer than the model's context says its size and the settings that shorten it). An item
+whose retries run out is answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it.
+A server that stops answering mid-run (the client's ``ServerGone``) fails every item not yet answered at
+once, with one warning: ``the server at URL stopped answering after N items``. Ctrl-C stops sending:
 the answers of the requests in flight are awaited and handed over before ``KeyboardInterrupt`` (a second
 Ctrl-C stops at once).
 
@@ -44,7 +47,14 @@ from contextlib import suppress
 from omegaconf import DictConfig
 
 from esgexp.backends.base import Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
-from esgexp.backends.openai_client import Interrupted, OpenAIClient, RequestFailed, RetryableError
+from esgexp.backends.openai_client import (
+    ContextOverflow,
+    Interrupted,
+    OpenAIClient,
+    RequestFailed,
+    RetryableError,
+    ServerGone,
+)
 from esgexp.backends.sigint import deferred_sigint
 from esgexp.errors import UserError
 from esgexp.eval.mcq import REASONING_OPEN
@@ -110,6 +120,7 @@ class OpenAIBackend(Backend):
         self._letter_answers: list[bool] = []  # per answered letter request: whether every letter was missing
         self._count_lock = threading.Lock()
         self._warned: set[str] = set()
+        self._answered = 0  # items the server answered (for the message when it stops answering)
         self._workers: ThreadPoolExecutor | None = None
 
     def identity(self) -> dict:
@@ -269,13 +280,45 @@ class OpenAIBackend(Backend):
         )
 
     def answer_safely(self, answer, request: Request) -> Response:
+        """``answer(request)``, or the item's failure: a server that stopped answering says so once for every
+        item; any other failure is a warning naming the item (permanent: the server refused it)."""
         try:
-            return answer(request)
+            response = answer(request)
+        except ServerGone:
+            return Response(id=request.id, failed=True, error=self.stopped_answering())
         except (RequestFailed, RetryableError) as error:
             if not error.counted:  # a malformed answer (the client counts the failed posts)
                 self.client.count("n_failed_requests")
-            log.warning("item %s failed: %s", request.id, error)
-            return Response(id=request.id, failed=True, error=str(error)[:500])
+            message = self.overflow_message(request, error) if isinstance(error, ContextOverflow) else str(error)
+            log.warning("item %s failed: %s", request.id, message)
+            refused = isinstance(error, RequestFailed) and error.status is not None
+            return Response(id=request.id, failed=True, error=message[:500], permanent=refused)
+        with self._count_lock:
+            self._answered += 1
+        return response
+
+    def stopped_answering(self) -> str:
+        """The error of every item a gone server left unanswered; logged once, when it is first seen, with
+        what to do."""
+        message = f"the server at {self.base_url} stopped answering after {self._answered} items ({self.client.gone})"
+        self.warn_once("gone", f"{message}; resume=true continues")
+        return message
+
+    def overflow_message(self, request: Request, error: ContextOverflow) -> str:
+        """Why ``request`` does not fit the model's context, with the tokens the server counted and what
+        shortens it: the prompt (the strategy's context, passages or shots) or the answer's token limit."""
+        prompt = f"{error.prompt_tokens} tokens" if error.prompt_tokens else "too long"
+        room = f"{error.context}-token " if error.context else ""
+        answer_tokens = getattr(request, "max_new_tokens", 1)
+        if error.prompt_tokens and error.context and error.prompt_tokens < error.context:
+            fix = f"lower scoring.max_new_tokens ({answer_tokens} now) so that the prompt and the answer fit"
+        else:
+            fix = "shorten the prompt (strategy.context=best_line, fewer strategy.top_k passages or strategy.shots)"
+        return (
+            f"the prompt ({prompt}, {answer_tokens} more for the answer) does not fit the {room}context of model "
+            f"{self.served!r} on {self.base_url}: {fix}, or serve the model with a longer context (llama.cpp "
+            f"--n_ctx, vLLM --max-model-len); asking again cannot mend it ({error})"
+        )
 
     def check_server(self, kind: str) -> None:
         """Once per kind, before any item: the server answers, and (logprob) returns log-probabilities. The

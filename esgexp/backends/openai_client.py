@@ -1,13 +1,18 @@
 """The HTTP side of any OpenAI-compatible server: one ``OpenAIClient`` per server, shared by its callers.
 
 ``OpenAIClient(base_url, api_key_env=...).post("/embeddings", body)`` sends a JSON body and returns the
-parsed JSON reply and the retries it took. A 429, a 5xx, a timeout or a dropped connection is retried
-with exponential backoff and jitter (``Retry-After`` honoured) up to ``max_retries``, then raised as
-``RetryableError``; any other 4xx, or a reply that is not JSON, is raised at once as ``RequestFailed``
-with the server's message. Before the server's first reply a refused connection is raised at once
-(no server there: say so now, not after the retries). ``probe`` turns both into one ``UserError``
-naming the server. A reply cut off after its headers (``IncompleteRead``, a reset mid-body) is a dropped
-connection like any other: retried and counted. The key is read from the environment variable
+parsed JSON reply and the retries it took. A 429, a 5xx, a timeout, a dropped connection or a reply that
+is not JSON is retried with exponential backoff and jitter (``Retry-After`` honoured) up to ``max_retries``,
+then raised as ``RetryableError``; any other 4xx is raised at once as ``RequestFailed`` with the server's
+message (``ContextOverflow`` when the prompt does not fit the model's context, with the token counts the
+server gives; a 404 on a base URL without ``/v1`` suggests it). Before the server's first reply a refused
+connection is raised at once (no server there: say so now, not after the retries). ``reporting`` turns
+them into one ``UserError`` naming the server: one that does not answer, or one that answers with errors.
+A reply cut off after its headers (``IncompleteRead``, a reset mid-body) is a dropped connection like any
+other: retried and counted. After ``DOWN_AFTER`` connections lost in a row (refused, reset; HTTP errors
+do not count) the client asks the server's ``/models`` once; when that fails too the server is gone:
+every request waiting or retrying ends at once with ``ServerGone``, so a server that dies mid-run costs
+seconds, not every item's retries. The key is read from the environment variable
 ``api_key_env`` names and goes into the ``Authorization`` header only. Retries and failed requests are
 counted (``stats()``).
 
@@ -42,25 +47,59 @@ MAX_WAIT_S = 120.0
 LONG_WAIT_S = 10.0
 #: After timeouts the timeout grows up to this many times ``timeout_s``.
 MAX_TIMEOUT_FACTOR = 16
+#: This many connections lost in a row (refused or reset, any request) make the client look at the server.
+DOWN_AFTER = 3
 
 
 class RetryableError(Exception):
-    """A failure worth another try (429, 5xx, timeout, dropped connection); ``wait`` is the server's Retry-After;
-    ``unreachable``: no connection was made (before the server's first answer this is not retried)."""
+    """A failure worth another try (429, 5xx, timeout, dropped connection, a reply that is not JSON); ``wait``
+    is the server's Retry-After; ``status`` the HTTP status of a reply (None: no reply); ``unreachable``: no
+    connection was made (before the server's first answer this is not retried); ``lost``: the connection was
+    refused or broke (what ``DOWN_AFTER`` counts)."""
 
     counted = False  # True once OpenAIClient.post has counted it in n_failed_requests
 
-    def __init__(self, message: str, wait: float | None = None, unreachable: bool = False, timed_out: bool = False):
+    def __init__(
+        self,
+        message: str,
+        wait: float | None = None,
+        unreachable: bool = False,
+        timed_out: bool = False,
+        status: int | None = None,
+        lost: bool = False,
+    ):
         super().__init__(message)
         self.wait = wait
         self.unreachable = unreachable
         self.timed_out = timed_out
+        self.status = status
+        self.lost = lost or unreachable
+
+
+class ServerGone(RetryableError):
+    """The server stopped answering: connections were lost ``DOWN_AFTER`` times in a row and its ``/models``
+    did not answer either. Not retried: every request waiting or retrying ends with it."""
 
 
 class RequestFailed(Exception):
-    """A failure that another try will not mend (a 4xx other than 429, a malformed answer)."""
+    """A failure that another try will not mend (a 4xx other than 429, a malformed answer); ``status``: the
+    HTTP status of the server's refusal (None: a malformed answer)."""
 
     counted = False
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class ContextOverflow(RequestFailed):
+    """The server's 400 saying the request does not fit the model's context: ``prompt_tokens`` and
+    ``context`` (the model's context, in tokens) as far as the server says them, else None."""
+
+    def __init__(self, message: str, prompt_tokens: int | None, context: int | None):
+        super().__init__(message, status=400)
+        self.prompt_tokens = prompt_tokens
+        self.context = context
 
 
 class Interrupted(Exception):
@@ -94,7 +133,7 @@ class OpenAIClient:
     """JSON POSTs to ``base_url`` (e.g. ``https://api.openai.com/v1``), safe to call from many threads.
 
     ``needed_by`` names who uses the server and ``key_setting`` the setting that names the key's variable,
-    both for the missing-key message."""
+    both for the missing-key message; the base URL's setting is its neighbour (``backend.base_url``)."""
 
     def __init__(
         self,
@@ -117,6 +156,8 @@ class OpenAIClient:
         self.backoff_s = float(backoff_s)
         self.max_wait_s = float(max_wait_s)
         self._key = read_key(api_key_env, needed_by or f"the server at {self.base_url}", key_setting)
+        node = key_setting.rpartition(".")[0]
+        self.url_setting = f"{node}.base_url" if node else "base_url"
         self._headers = {"Content-Type": "application/json"}
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
@@ -128,6 +169,9 @@ class OpenAIClient:
         self.gate = Gate(max_concurrency, self.timeout_s, self.base_url)
         self._stopped = threading.Event()
         self._resume_at = 0.0  # time.monotonic() before which no request is sent (a Retry-After)
+        self._lost_in_a_row = 0  # connections lost since the server's last reply (any request)
+        self._looking = False  # one thread is asking the server's /models whether it is still there
+        self.gone: str | None = None  # once the server is taken for gone (ServerGone): why
 
     # --- counting ---------------------------------------------------------------------------------
 
@@ -164,6 +208,11 @@ class OpenAIClient:
         try:
             yield
         except RetryableError as error:
+            if error.status is not None:
+                raise UserError(
+                    f"the server at {self.base_url} answers {what} with errors ({error}): "
+                    f"{ERROR_ADVICE.get(error.status, ERROR_ADVICE[500])}"
+                ) from None
             raise UserError(
                 f"the server at {self.base_url} does not answer ({error}); is it running, and is this machine online?"
             ) from None
@@ -177,13 +226,25 @@ class OpenAIClient:
 
     def _sleep(self, seconds: float) -> None:
         if self._stopped.wait(seconds) if seconds > 0 else self._stopped.is_set():
-            raise Interrupted("stopped")
+            raise self._halted()
+
+    def _halted(self) -> Exception:
+        """What a request stopped by ``stop()`` raises: ``ServerGone`` once the server is gone, else ``Interrupted``."""
+        if self.gone:
+            return ServerGone(f"the server at {self.base_url} stopped answering ({self.gone})")
+        return Interrupted("stopped")
+
+    def _enter(self) -> int:
+        try:
+            return self.gate.enter(self._stopped)
+        except Interrupted:
+            raise self._halted() from None
 
     def _post_with_retries(self, path: str, body: dict) -> tuple[dict, int]:
         own_timeouts = 0
         for attempt in range(self.max_retries + 1):
             self._sleep(self._resume_at - time.monotonic())
-            round_ = self.gate.enter(self._stopped)
+            round_ = self._enter()
             # a request that timed out may simply be slow: its own next try waits 4 times as long
             timeout_s = min(
                 max(self.gate.timeout_s, self.timeout_s * 4**own_timeouts), self.timeout_s * MAX_TIMEOUT_FACTOR
@@ -197,10 +258,14 @@ class OpenAIClient:
                 own_timeouts += error.timed_out
                 if error.unreachable and not self.answered:  # no server there: say so now, not after the retries
                     raise
-                if attempt == self.max_retries:
-                    raise RetryableError(f"{error} (gave up after {self.max_retries} retries)") from None
+                if error.lost:
+                    self._connection_lost(error)
                 if self._stopped.is_set():
-                    raise Interrupted(str(error)) from None
+                    raise self._halted() from None
+                if attempt == self.max_retries:
+                    raise RetryableError(
+                        f"{error} (gave up after {self.max_retries} retries)", status=error.status
+                    ) from None
                 self.count("n_retries")
                 if error.wait is not None:
                     self._pause(error)
@@ -213,6 +278,44 @@ class OpenAIClient:
                 self.gate.leave(round_)
                 raise
         raise AssertionError("unreachable")
+
+    def _connection_lost(self, error: RetryableError) -> None:
+        """Count a lost connection; the ``DOWN_AFTER``-th in a row makes one thread ask the server's ``/models``:
+        no answer there either, and every request ends (``ServerGone``); an answer starts the count again."""
+        with self._lock:
+            self._lost_in_a_row += 1
+            if self._lost_in_a_row < DOWN_AFTER or self._looking or self.gone:
+                return
+            self._looking = True
+        try:
+            down = self.unanswered()
+        finally:
+            with self._lock:
+                self._looking, self._lost_in_a_row = False, 0
+        if down:
+            self.gone = f"{error}; {down}"
+            self.stop()
+
+    def unanswered(self) -> str | None:
+        """Why the server's ``/models`` gives no reply (None: it replied, whatever its status), asked once on a
+        new connection, with ``connect_timeout_s`` to connect and as long to answer."""
+        import urllib3
+
+        pool = urllib3.connection_from_url(self.base_url, maxsize=1)
+        try:
+            pool.urlopen(
+                "GET",
+                self._base_path + "/models",
+                headers=self._headers,
+                timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=self.connect_timeout_s),
+                retries=False,
+                redirect=False,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            return f"GET {self._base_path}/models: {connection_cause(error)}"
+        finally:
+            pool.close()
+        return None
 
     def _pause(self, error: RetryableError) -> None:
         """Hold every request for the server's ``Retry-After`` (at most ``max_wait_s``); a long one is logged."""
@@ -270,26 +373,40 @@ class OpenAIClient:
         except ReadTimeoutError:
             raise RetryableError(f"no answer within {timeout_s:g} s (timeout_s)", timed_out=True) from None
         except (HTTPError, OSError) as error:  # connected, then dropped before the answer's headers
-            raise RetryableError(f"connection dropped: {broken_cause(error)}") from None
+            raise RetryableError(f"connection dropped: {connection_cause(error)}", lost=True) from None
         self.answered = True
+        with self._lock:
+            self._lost_in_a_row = 0
         try:
             data = reply.read()
         except (HTTPError, OSError) as error:  # IncompleteRead, a reset or a timeout mid-body
+            timed_out = isinstance(error, ReadTimeoutError)
             raise RetryableError(
-                f"the reply broke off after its headers: {broken_cause(error)}",
-                timed_out=isinstance(error, ReadTimeoutError),
+                f"the reply broke off after its headers: {connection_cause(error)}",
+                timed_out=timed_out,
+                lost=not timed_out,
             ) from None
         finally:
             reply.release_conn()
+        return self.parsed(reply.status, data, reply.headers.get("Retry-After"))
+
+    def parsed(self, status: int, data: bytes, wait: str | None) -> dict:
+        """A reply's JSON, or why not: ``RetryableError`` (429, 5xx, not JSON) or ``RequestFailed`` (other 4xx)."""
         text = data.decode("utf-8", errors="replace")
-        if reply.status == 429 or reply.status >= 500:
-            raise RetryableError(f"HTTP {reply.status}: {text[:200]}", retry_after(reply.headers.get("Retry-After")))
-        if reply.status >= 400:
-            raise RequestFailed(f"HTTP {reply.status}: {server_message(text)}")
+        if status == 429 or status >= 500:
+            raise RetryableError(f"HTTP {status}: {server_message(text)}", retry_after(wait), status=status)
+        if status >= 400:
+            refused = f"HTTP {status}: {server_message(text)}"
+            overflow = context_overflow(text) if status in (400, 413) else None
+            if overflow:
+                raise ContextOverflow(refused, *overflow)
+            if status == 404 and not self._base_path.rstrip("/").endswith("/v1"):
+                refused += f" (OpenAI-compatible servers answer under /v1: try {self.url_setting}={self.base_url}/v1)"
+            raise RequestFailed(refused, status=status)
         try:
             return json.loads(data)
         except ValueError:
-            raise RequestFailed(f"the answer is not JSON: {text[:200]!r}") from None
+            raise RetryableError(f"the answer is not JSON: {text[:200]!r}", status=status) from None
 
     # --- connections ------------------------------------------------------------------------------
 
@@ -331,25 +448,72 @@ class OpenAIClient:
             pool.close()
 
 
+#: The reasons inside urllib3's connection errors: the OS's (two spellings), a reply cut off, a read timeout,
+#: a server that closed the connection.
+OS_REASON = re.compile(r"\[Errno (-?\d+)\] ([^'\")]*)|\w+Error\((-?\d+), '([^']*)'\)")
+OTHER_REASON = re.compile(
+    r"Connection broken: IncompleteRead\([^)]*\)|Read timed out\.?|Remote end closed connection without response"
+)
+
+
 def connection_cause(error: Exception) -> str:
-    """The OS's reason inside a requests connection error (``[Errno 111] Connection refused``), else its start."""
-    found = re.search(r"\[Errno -?\d+\][^'\")]*", str(error))
-    return found.group(0).strip() if found else str(error)[:200]
-
-
-def broken_cause(error: Exception) -> str:
-    """The reason a reply broke off (``Connection broken: IncompleteRead(10 bytes read, 10 more expected)``)."""
-    found = re.search(r"Connection broken: [^'\"]*|Read timed out\.?", str(error))
-    return found.group(0).strip() if found else str(error)[:200]
+    """The reason inside a urllib3 connection error (``[Errno 111] Connection refused``, ``Connection broken:
+    IncompleteRead(10 bytes read, 10 more expected)``, ``Remote end closed connection without response``),
+    else the error's start."""
+    text = str(error)
+    os_reason = OS_REASON.search(text)
+    if os_reason:
+        number, reason = os_reason.group(1) or os_reason.group(3), os_reason.group(2) or os_reason.group(4)
+        return f"[Errno {number}] {reason.strip()}"
+    found = OTHER_REASON.search(text)
+    return found.group(0) if found else text[:200]
 
 
 def server_message(text: str) -> str:
-    """The error message in an OpenAI-style error body, else the body's start."""
+    """The error message in an error body (OpenAI's ``error.message``, FastAPI's ``detail``, a bare
+    ``message``), else the body's start."""
     try:
-        error = json.loads(text).get("error")
-        return str(error.get("message") if isinstance(error, dict) else error)[:500]
+        body = json.loads(text)
+        error = body.get("error") or body.get("detail") or body.get("message")
     except (ValueError, AttributeError):
         return text[:500]
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message)[:500] if message else text[:500]
+
+
+#: What to do about a server that answers with errors, by HTTP status (500: any other).
+ERROR_ADVICE = {
+    429: "it limits the rate of requests: wait, or send fewer at a time (a lower max_concurrency)",
+    500: "the server fails on its side: look at its log, or try again later",
+}
+
+#: How servers say a request does not fit the model's context: OpenAI and DeepSeek, llama-cpp-python and
+#: vLLM ("maximum context length is 2048 tokens"), vLLM's V1 engine ("longer than the maximum model length"),
+#: llama.cpp's llama-server ("exceeds the available context size", exceed_context_size_error).
+CONTEXT_OVERFLOW = re.compile(
+    r"maximum context length|maximum model length|context size|context window|context_length_exceeded", re.I
+)
+CONTEXT_TOKENS = re.compile(
+    r"maximum context length is (\d+)|maximum model length of (\d+)|context size \((\d+) tokens\)"
+    r'|context window of (\d+)|"n_ctx":\s*(\d+)'
+)
+PROMPT_TOKENS = re.compile(
+    r"(\d+) in the messages|(\d+) in your prompt|resulted in (\d+) tokens|has (\d+) input tokens"
+    r'|prompt \(length (\d+)\)|request \((\d+) tokens\)|"n_prompt_tokens":\s*(\d+)'
+)
+
+
+def context_overflow(text: str) -> tuple[int | None, int | None] | None:
+    """(prompt tokens, context tokens) from a refusal saying the request does not fit the model's context
+    (each None where the server does not say it), or None for any other refusal."""
+    if not CONTEXT_OVERFLOW.search(text):
+        return None
+    return first_number(PROMPT_TOKENS, text), first_number(CONTEXT_TOKENS, text)
+
+
+def first_number(pattern: re.Pattern, text: str) -> int | None:
+    found = pattern.search(text)
+    return int(next(group for group in found.groups() if group)) if found else None
 
 
 class Gate:

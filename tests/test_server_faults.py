@@ -1,0 +1,178 @@
+"""Servers that fail for good, and what backend=openai says about them: a server that dies mid-run, one that
+answers every request with an error, a base URL without /v1, a prompt longer than the model's context, a reply
+that is not JSON (that one is retried). Against the stand-in API and the real llama.cpp server, through the
+fault proxy (tests/openai_server.py)."""
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from cli import run_cli
+from omegaconf import OmegaConf
+from openai_server import FakeOpenAI, FaultProxy
+
+from esgexp.backends.base import GenerationRequest, RunContext
+from esgexp.backends.openai import OpenAIBackend
+from esgexp.backends.openai_client import context_overflow
+from esgexp.errors import UserError
+from esgexp.run import unanswered_advice
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def backend(base_url: str, tmp_path, **settings) -> OpenAIBackend:
+    model = OmegaConf.create({"name": "smollm2-135m", "hub_id": None, "adapter": None})
+    return OpenAIBackend(model, RunContext(str(tmp_path), "", 0), base_url, progress_bar=False, **settings)
+
+
+@pytest.fixture
+def fake_proxy():
+    """The stand-in API (instant answers, no model) behind a fault proxy."""
+    with FakeOpenAI() as fake, FaultProxy(fake.base_url) as proxy:
+        yield proxy
+
+
+def test_a_server_that_dies_mid_run_ends_the_run_in_seconds_with_one_line(fake_proxy, tmp_path, clean_env, made_store):
+    """The proxy answers the start-up probe and 5 items, then refuses and drops every connection: the other
+    15 items fail at once with the one reason (default retries and backoff), the job exits 3 (incomplete)."""
+    fake_proxy.die_after(6)
+    started = time.monotonic()
+    done = run_cli(
+        "esgexp",
+        "backend=openai",
+        f"backend.base_url={fake_proxy.base_url}",
+        "backend.max_concurrency=2",
+        "dataset.limit=20",
+        f"paths.root_dir={tmp_path}",
+        f"paths.request_cache={tmp_path}/requests.sqlite",
+        "trainer.progress_bar=false",
+        cwd=REPO,
+        env=clean_env,
+    )
+    elapsed = time.monotonic() - started
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output[-3000:]
+    (predictions,) = tmp_path.glob("runs/**/predictions.jsonl")
+    records = [json.loads(line) for line in predictions.read_text().splitlines()]
+    failed = [r for r in records if r.get("failed")]
+    # the 5 answers relayed before it died, and any that the server sent while it died
+    answered = len(records) - len(failed)
+    gone = f"the server at {fake_proxy.base_url} stopped answering after {answered} items ("
+    assert len(records) == 20 and answered in (5, 6) and all(r["error"].startswith(gone) for r in failed)
+    assert output.count(gone) == 2 and "; resume=true continues" in output  # the warning, the end
+    assert "item " not in output and "gave up after" not in output  # no warning per item
+    assert f"never answered                 {len(failed)} (resume=true finishes them)" in output
+    assert not any(r.get("permanent") for r in failed)
+    assert elapsed < 15, elapsed  # before: every item's 5 retries, 31 s each, 2 at a time
+
+
+def test_a_prompt_longer_than_the_context_is_a_permanent_error_of_its_item(llama_server, tmp_path, caplog):
+    """The real llama.cpp server's 400 (context 2,048): the item's error says its tokens, the context and the
+    settings that shorten it, never resume; it is not retried."""
+    answers: list = []
+    with backend(llama_server, tmp_path, backoff_s=0.01) as client:
+        client.run([GenerationRequest("long-1", "word " * 3000, max_new_tokens=16)], answers.extend)
+        assert client.stats()["n_retries"] == 0
+    [answer] = answers
+    assert answer.failed and answer.permanent
+    assert re.match(
+        r"the prompt \(3\d{3} tokens, 16 more for the answer\) does not fit the 2048-token context of model "
+        r"'smollm2-135m' on http://127\.0\.0\.1:\d+/v1: shorten the prompt \(strategy\.context=best_line, fewer "
+        r"strategy\.top_k passages or strategy\.shots\), or serve the model with a longer context",
+        answer.error,
+    ), answer.error
+    assert "resume" not in answer.error
+    assert "item long-1 failed: the prompt (3" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "refusal, tokens",
+    [  # the servers' own words
+        (
+            '{"error":{"message":"This model\'s maximum context length is 4096 tokens. However, you requested 5016 '
+            "tokens (5000 in the messages, 16 in the completion). Please reduce the length of the messages or "
+            'completion.","type":"invalid_request_error","code":"context_length_exceeded"}}',
+            (5000, 4096),
+        ),  # llama-cpp-python, vLLM (0.5), DeepSeek
+        (
+            '{"error":{"message":"This model\'s maximum context length is 128000 tokens. However, your messages '
+            'resulted in 130123 tokens. Please reduce the length of the messages.","code":"context_length_exceeded"}}',
+            (130123, 128000),
+        ),  # OpenAI
+        (
+            '{"object":"error","message":"The decoder prompt (length 5000) is longer than the maximum model length '
+            'of 4096. Make sure that `max_model_len` is no smaller than the number of text tokens.","code":400}',
+            (5000, 4096),
+        ),  # vLLM's V1 engine
+        (
+            "{\"error\":{\"message\":\"'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's "
+            "maximum context length is 4096 tokens and your request has 2778 input tokens (8000 > 4096 - 2778). "
+            'None","type":"BadRequestError","code":400}}',
+            (2778, 4096),
+        ),  # vLLM: the answer's token limit is what does not fit
+        (
+            '{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it",'
+            '"type":"exceed_context_size_error","n_prompt_tokens":4476,"n_ctx":4096}}',
+            (4476, 4096),
+        ),  # llama.cpp's llama-server
+        ('{"error":{"message":"Invalid value for temperature","code":400}}', None),
+    ],
+)
+def test_the_servers_ways_of_saying_a_request_is_too_long(refusal, tokens):
+    assert context_overflow(refusal) == tokens
+
+
+def test_a_reply_that_is_not_json_is_retried(fake_proxy, tmp_path):
+    fake_proxy.fail_when(lambda request: "Hello" not in request.text, "not_json", times=4)  # 4 items, not the probe
+    answers: list = []
+    with backend(fake_proxy.base_url, tmp_path, backoff_s=0.01) as client:
+        client.run([GenerationRequest(f"q{i}", f"Question {i}") for i in range(6)], answers.extend)
+        assert client.stats()["n_retries"] == 4
+    assert len(answers) == 6 and not any(a.failed for a in answers)
+    assert fake_proxy.faults == ["not_json"] * 4
+
+
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        (
+            "500",
+            r"answers a generate request for model 'smollm2-135m' with errors \(HTTP 500: Internal server "
+            r"error \(injected by FaultProxy\) \(gave up after 1 retries\)\): the server fails on its side",
+        ),
+        (
+            "429",
+            r"answers a generate request .* with errors \(HTTP 429: Rate limit reached \(injected by FaultProxy\) \(gave up after 1 "
+            r"retries\)\): it limits the rate of requests",
+        ),
+    ],
+)
+def test_a_server_that_answers_every_request_with_an_error_is_not_said_to_be_down(fake_proxy, tmp_path, kind, message):
+    fake_proxy.fail_when(None, kind, retry_after=0)
+    with backend(fake_proxy.base_url, tmp_path, backoff_s=0.01, max_retries=1) as client:
+        with pytest.raises(UserError, match=f"the server at {re.escape(fake_proxy.base_url)} {message}") as refused:
+            client.run([GenerationRequest("q", "Question")], [].extend)
+    assert "online" not in str(refused.value)
+
+
+def test_a_base_url_without_v1_is_told_to_add_it(llama_server, tmp_path):
+    root = llama_server.removesuffix("/v1")
+    with backend(root, tmp_path) as client:
+        with pytest.raises(
+            UserError,
+            match=re.escape(
+                f"refused a generate request for model 'smollm2-135m': HTTP 404: Not Found (OpenAI-compatible servers "
+                f"answer under /v1: try backend.base_url={root}/v1)"
+            ),
+        ):
+            client.run([GenerationRequest("q", "Question")], [].extend)
+
+
+def test_the_end_of_a_run_offers_resume_only_for_what_it_can_finish():
+    retried = {"failed": True, "error": "HTTP 500 (gave up after 5 retries)"}
+    refused = {"failed": True, "error": "the prompt ... does not fit", "permanent": True}
+    assert unanswered_advice([retried, {"id": "answered"}]) == "resume=true finishes them"
+    assert "resume=true cannot finish them" in unanswered_advice([refused])
+    assert unanswered_advice([refused, retried, retried]).endswith("resume=true finishes the other 2")
