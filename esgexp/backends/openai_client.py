@@ -401,7 +401,8 @@ class OpenAIClient:
             if overflow:
                 raise ContextOverflow(refused, *overflow)
             if status == 404 and not self._base_path.rstrip("/").endswith("/v1"):
-                refused += f" (OpenAI-compatible servers answer under /v1: try {self.url_setting}={self.base_url}/v1)"
+                head = self.base_url.partition("/v1/")[0]  # a pasted endpoint (.../v1/chat/completions)
+                refused += f" (OpenAI-compatible servers answer under /v1: try {self.url_setting}={head}/v1)"
             raise RequestFailed(refused, status=status)
         try:
             return json.loads(data)
