@@ -13,6 +13,7 @@ one after it, which belongs to the next cell (``3,167 Employee turnover rate (in
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import Counter
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esgexp.data.corpus import Corpus
+from esgexp.data.esgbench import GOLD, read_jsonl, row_to_item
 from esgexp.data.pdf import clean_text
+from esgexp.errors import UserError
 from esgexp.eval.numbers import Quantity, find_quantities, parse_quantity, unit_labels
 
 log = logging.getLogger(__name__)
@@ -141,15 +144,20 @@ def audit(rows: list[tuple[int, dict]], corpus: Corpus) -> tuple[list[dict], Cou
 
 
 def main_audit(dataset_path: str, corpus_path: str, out_dir: Path) -> dict:
-    """Audit the file at ``dataset_path`` against the corpus folder; writes verdicts.jsonl and verify_report.json."""
+    """Audit the file at ``dataset_path`` against the corpus folder; writes verdicts.jsonl and verify_report.json.
+
+    Lines that are not ESGBench gold lines are skipped (a file of them refused); a corpus holding none of
+    the file's reports is refused, named against the one its build recorded (provenance.json)."""
     import json
 
-    from esgexp.data.esgbench import read_jsonl
     from esgexp.outputs import write_atomic, write_json
 
     skipped: list[str] = []
-    rows = list(read_jsonl(dataset_path, skipped))
+    rows = list(read_jsonl(dataset_path, skipped, GOLD_ROWS))
+    if not rows:
+        raise UserError(f"{dataset_path}: no usable ESGBench line (lines skipped: {len(skipped)})")
     corpus = Corpus.load(corpus_path)
+    check_corpus(dataset_path, rows, corpus)
     verdicts, counts = audit(rows, corpus)
     write_atomic(out_dir / "verdicts.jsonl", "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in verdicts))
     report = {
@@ -163,6 +171,55 @@ def main_audit(dataset_path: str, corpus_path: str, out_dir: Path) -> dict:
     }
     write_json(out_dir / "verify_report.json", report)
     return report
+
+
+def gold_row(row: dict, line: int) -> dict:
+    """``row`` once it reads as an ESGBench gold line (ValueError naming the bad field otherwise)."""
+    row_to_item(row, line)
+    return row
+
+
+GOLD_ROWS = dataclasses.replace(GOLD, read=gold_row)  # the audit reads the rows as written
+
+
+def check_corpus(dataset_path: str, rows: list[tuple[int, dict]], corpus: Corpus) -> None:
+    """Refuse ``corpus`` when it holds none of the reports the rows name: the wrong corpus, named against the
+    one the dataset's build recorded (``provenance.json`` beside it) when there is one; a build's other
+    corpus that holds some of them is a warning."""
+    recorded = built_from(Path(dataset_path))
+    other = recorded is not None and recorded.get("corpus_hash") != corpus.hash
+    where = (
+        f"; {dataset_path} was built from corpus {recorded.get('path')} (corpus_hash "
+        f"{str(recorded.get('corpus_hash'))[:16]}, this one's {corpus.hash[:16]})"
+        if other
+        else ""
+    )
+    named = {str(row.get("doc_name", "")).strip() for _, row in rows}
+    if not named & set(corpus.pages):
+        example = sorted(named)[0]
+        raise UserError(
+            f"wrong corpus: none of the {len(named)} reports {dataset_path} names (e.g. {example!r}) is in "
+            f"{corpus.path} (it holds {len(corpus.pages)} document(s)){where}: pass the corpus those reports were ingested "
+            "into, corpus=PATH"
+        )
+    if other:
+        log.warning("not the build's corpus%s: its pages are checked in %s", where, corpus.path)
+
+
+def built_from(dataset: Path) -> dict | None:
+    """The corpus (``path``, ``corpus_hash``) that the build of ``dataset`` recorded in the provenance.json
+    beside it, or None (no build card, or one of another file)."""
+    import json
+
+    card = dataset.parent / "provenance.json"
+    try:
+        recorded = json.loads(card.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict) or Path(str(recorded.get("dataset"))).name != dataset.name:
+        return None
+    corpus = recorded.get("corpus")
+    return corpus if isinstance(corpus, dict) else None
 
 
 def cli() -> None:

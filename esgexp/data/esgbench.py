@@ -3,12 +3,13 @@
 Gold lines hold ``doc_name``, ``question``, ``answer``, ``category`` (non-empty strings),
 optional ``company`` and ``kpi_name``, and ``evidence``: a non-empty list of objects with an
 integer ``evidence_page_num`` (0-based) and ``evidence_text``. Prediction lines hold
-``doc_name``, ``question``, ``pred`` and optionally ``retrieved_pages`` (0-based integers).
+``doc_name``, ``question``, ``pred`` (or ``answer``) and optionally ``retrieved_pages`` (0-based integers).
 Rows join on (doc_name, question), compared with outer spaces stripped. A bad line, or one
 repeating an earlier key, is reported as ``FILE line N: field 'x': reason`` and skipped (the first
-one is kept). Gold items without a prediction are left out of the scores and counted, since an
-absent answer is a pipeline gap rather than a wrong answer; prediction rows without a gold item
-are counted too.
+one is kept), naming the fields the format has not (``the line holds prediction``). A file whose first
+lines are all unusable (a CSV, a predictions file given as gold) is refused as the wrong kind of file.
+Gold items without a prediction are left out of the scores and counted, since an absent answer is a
+pipeline gap rather than a wrong answer; prediction rows without a gold item are counted too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,14 +46,10 @@ class ESGBenchGold:
             raise UserError("dataset.path is not set: give the ESGBench gold JSONL with dataset.path=FILE")
         loaded = LoadedDataset(items=[])
         first_line: dict[Key, int] = {}
-        for number, row in read_jsonl(self.path, loaded.skipped, self.encoding, key="dataset.path"):
-            try:
-                item = row_to_item(row, number)
-                key = (item.meta["doc_name"], item.question)
-                if key in first_line:
-                    raise _repeated(first_line[key])
-            except ValueError as problem:
-                _skip(loaded.skipped, self.path, number, problem)
+        for number, item in read_jsonl(self.path, loaded.skipped, GOLD, self.encoding, key="dataset.path"):
+            key = (item.meta["doc_name"], item.question)
+            if key in first_line:
+                _skip(loaded.skipped, self.path, number, _repeated(first_line[key]))
                 continue
             first_line[key] = number
             loaded.items.append(item)
@@ -103,22 +100,26 @@ def load_predictions(path: str | Path, encoding: str = "utf-8") -> PredictionFil
     """Read a predictions JSONL (the answer in ``pred``, or else ``answer``); bad or repeated lines are
     reported and skipped."""
     loaded = PredictionFile(str(path), {}, [])
-    for number, row in read_jsonl(path, loaded.skipped, encoding, setting=None, key="predictions"):
-        try:
-            key = _key(row)
-            field = "pred" if "pred" in row else "answer"
-            text = row.get(field)
-            if not isinstance(text, str):
-                raise _bad_type(field, row, "a string")
-            valid_unicode(text, field)
-            pages = _retrieved_pages(row)
-            if key in loaded.by_key:
-                raise _repeated(loaded.by_key[key].line)
-        except ValueError as problem:
-            _skip(loaded.skipped, path, number, problem)
+    for number, (key, prediction) in read_jsonl(
+        path, loaded.skipped, PREDICTIONS, encoding, setting=None, key="predictions"
+    ):
+        if key in loaded.by_key:
+            _skip(loaded.skipped, path, number, _repeated(loaded.by_key[key].line))
             continue
-        loaded.by_key[key] = Prediction(text, pages, number)
+        loaded.by_key[key] = prediction
     return loaded
+
+
+def read_prediction(row: dict, line: int) -> tuple[Key, Prediction]:
+    """One prediction object: its (doc_name, question) and its answer (``pred``; ``answer`` in a line
+    without ``pred``); raises ValueError naming the bad field."""
+    key = _key(row)
+    field = "answer" if "answer" in row and "pred" not in row else "pred"
+    text = row.get(field)
+    if not isinstance(text, str):
+        raise _bad_type(field, row, "a string")
+    valid_unicode(text, field)
+    return key, Prediction(text, _retrieved_pages(row), line)
 
 
 @dataclass
@@ -160,38 +161,90 @@ def join(items: Sequence[QAItem], predictions: PredictionFile, gold_source: str 
     return result
 
 
+@dataclass(frozen=True)
+class LineFormat:
+    """One kind of ESGBench JSONL file: its name in messages, the fields its lines must and may hold, and
+    ``read`` (a line's object and number -> what the loader keeps; ValueError naming the bad field)."""
+
+    name: str
+    fields: tuple[str, ...]
+    optional: tuple[str, ...]
+    read: Callable[[dict, int], object]
+
+    def foreign(self, row: dict) -> str:
+        """`` (the line holds X, Y: not fields of NAME)`` for a line with fields this kind has not, or ""."""
+        other = [field for field in row if field not in self.fields + self.optional]
+        return f" (the line holds {', '.join(other)}: not fields of {self.name})" if other else ""
+
+
+GOLD = LineFormat(
+    "an ESGBench gold file",
+    ("doc_name", "question", "answer", "category", "evidence"),
+    ("company", "kpi_name", "esgbench_id"),
+    row_to_item,
+)
+PREDICTIONS = LineFormat(
+    "an ESGBench predictions file", ("doc_name", "question", "pred"), ("answer", "retrieved_pages"), read_prediction
+)
+# This many unusable lines before any usable one: the file is another kind of file (a CSV, a predictions
+# file given as gold), refused at once rather than warned about line by line.
+WRONG_KIND_AFTER = 5
+
+
 def read_jsonl(
     path: str | Path,
     skipped: list[str],
+    form: LineFormat,
     encoding: str = "utf-8",
     setting: str | None = SETTING,
     key: str | None = None,
-) -> Iterator[tuple[int, dict]]:
-    """The JSON objects of a JSONL file with their 1-based line numbers; a bad line goes to ``skipped``.
+) -> Iterator[tuple[int, object]]:
+    """Each usable line of a JSONL file of kind ``form``, read (``form.read``), with its 1-based number; a
+    bad line goes to ``skipped``, naming fields the kind has not.
 
     A missing (``key`` names the path's setting in the message), undecodable (``setting`` names the
-    encoding's key) or empty file is a UserError at once."""
+    encoding's key) or empty file is a UserError at once; so is one whose first WRONG_KIND_AFTER lines are
+    all unusable: the wrong kind of file."""
     path = existing_file(path, key)
     with decoding(path, encoding, setting), open_text(path, encoding) as handle:
         lines = handle.read().split("\n")
     if not any(line.strip() for line in lines):
         raise UserError(f"{path} is empty: expected one JSON object per line")
-    return _objects(path, lines, skipped)
+    return _objects(path, lines, skipped, form)
 
 
-def _objects(path: Path, lines: list[str], skipped: list[str]) -> Iterator[tuple[int, dict]]:
+def _objects(path: Path, lines: list[str], skipped: list[str], form: LineFormat) -> Iterator[tuple[int, object]]:
+    usable, first_bad = 0, ""
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        row = None
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            _skip(skipped, path, number, f"invalid JSON ({exc.msg} at column {exc.colno})")
+            row = _object(line)
+            value = form.read(row, number)
+        except ValueError as problem:
+            message = f"{problem}{form.foreign(row)}" if row is not None else f"{problem}: {_short(line.strip(), 60)!r}"
+            first_bad = first_bad or f"line {number}: {message}"
+            if not usable and len(skipped) + 1 >= WRONG_KIND_AFTER:
+                raise UserError(
+                    f"{path} is not {form.name}: its first {len(skipped) + 1} lines are unusable, e.g. {first_bad}; "
+                    f"{form.name} holds one JSON object per line with {', '.join(form.fields)}"
+                ) from None
+            _skip(skipped, path, number, message if row is not None else problem)
             continue
-        if isinstance(row, dict):
-            yield number, row
-        else:
-            _skip(skipped, path, number, "not a JSON object")
+        usable += 1
+        yield number, value
+
+
+def _object(line: str) -> dict:
+    """The JSON object on ``line``; ValueError saying why there is none."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise ValueError("not a JSON object")
+    return row
 
 
 def _skip(skipped: list[str], path: str | Path, number: int, problem: object) -> None:
