@@ -95,8 +95,8 @@ def check_command_line(cfg, log: logging.Logger) -> None:
 
 def run_command(main: Callable[[], object], config: str, overrides: list[str] | None = None) -> None:
     """Run a console command's ``main`` (its config is ``config``; its Hydra overrides ``overrides``, by
-    default the command line, whose sweep is checked first: esgexp/sweeper.py; a value that looks like an API
-    key is refused before that: esgexp/secret_values.py): a user mistake is one
+    default the command line, checked first: its grammar, ``~``, a sweep's values: esgexp/sweeper.py; a
+    value that looks like an API key is refused before that: esgexp/secret_values.py): a user mistake is one
     ``error:`` line and exit 2, Ctrl-C one ``interrupted`` line and exit 130 (SIGTERM and SIGUSR2 take the
     same path: esgexp/backends/sigint.py; exit 128 + the signal's number), any other error its traceback.
     Keys ``overrides`` add that nothing reads are a warning line first (commands that compose their config
@@ -113,10 +113,10 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
         from esgexp.secret_values import refuse_secrets
 
         refuse_secrets(config, list(dict.fromkeys(sys.argv[1:] + list(overrides))))  # before any file is written
-        if on_command_line:  # a Hydra command: a sweep's values are checked before it starts
-            from esgexp.sweeper import checked_sweep
+        if on_command_line:  # a Hydra command: its grammar and a sweep's values are checked before it starts
+            from esgexp.sweeper import checked_command_line
 
-            sys.argv[1:] = overrides = checked_sweep(config, overrides)
+            sys.argv[1:] = overrides = checked_command_line(config, overrides)
         if config in COMPOSED_COMMANDS and {"-h", "--help"} & set(sys.argv[1:]):
             print(command_help(config))
             return
@@ -253,6 +253,7 @@ def one_line(error: BaseException) -> str:
 NOT_FOUND = re.compile(r"Could not find '([^']+)'")
 UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'\.\s*To append to your config use \+(\S+)")
 ALREADY_THERE = re.compile(r"An item is already at '([^']+)'")
+SWEEP_IN_ONE_RUN = re.compile(r"(?:Ambiguous value for argument|Sweep parameters) '([^']+)'")
 
 
 def composition_message(error: BaseException, config: str | None, overrides: list[str]) -> str:
@@ -270,11 +271,27 @@ def composition_message(error: BaseException, config: str | None, overrides: lis
         listing = text.split("Available options in", 1)[-1].split("Config search path", 1)[0]
         options = [line.strip() for line in listing.splitlines()[1:] if line.strip()]
         return unknown_option(group, option, options if "Available options in" in text else [])
+    sweep = SWEEP_IN_ONE_RUN.search(text)
+    if sweep:
+        return sweep_message(sweep.group(1), config, overrides)
     there = ALREADY_THERE.search(text)
     if there:
         return f"+{there.group(1)}: {there.group(1)} is already a setting; set it without the + ({there.group(1)}=...)"
     cause = error.__cause__
     return one_line(error) + (f": {one_line(cause)}" if cause is not None else "")
+
+
+def sweep_message(override: str, config: str | None, overrides: list[str]) -> str:
+    """A sweep (``key=a,b``) in a command of one job: ``-m`` goes first (a Hydra job), or one value, quoted."""
+    import shlex
+
+    from esgexp.overrides import command_name
+
+    key, _, value = override.partition("=")
+    one = f"quote it for one value (\"{key}='{value}'\")"
+    if config is None or config in COMPOSED_COMMANDS:
+        return f"{override}: this command runs one job: {one}"
+    return f"{override} is a sweep: -m goes first for one job per value ({command_name()} -m {shlex.join(overrides)}), or {one}"
 
 
 def unknown_option(group: str, option: str, options: list[str]) -> str:

@@ -1,5 +1,8 @@
-"""``python -m esgexp.export_adapter model=NAME model.adapter=...``: merge a LoRA adapter into its base
-and save a standalone model (save_pretrained layout, with the tokenizer and the adapter's card)."""
+"""``python -m esgexp.export_adapter RUN_DIR [model=NAME] [out_dir=DIR]``: merge a LoRA adapter into its
+base and save a standalone model (save_pretrained layout, with the tokenizer and the adapter's card).
+
+The adapter (an adapter folder, a training run folder or an MLflow run id) is the one argument without
+``=``, or ``model.adapter=...``."""
 
 from __future__ import annotations
 
@@ -59,15 +62,30 @@ def export(cfg: DictConfig) -> Path:
     return out_dir
 
 
-def main(overrides: list[str]) -> None:
+USAGE = "esgexp-export-adapter RUN_DIR [model=NAME] [out_dir=DIR] (or model.adapter=RUN_DIR)"
+
+
+def adapter_given(args: list[str]) -> list[str]:
+    """``args`` with the adapter given on its own (``RUN_DIR``: no ``=``, or an existing path) as the override
+    ``model.adapter=RUN_DIR``; a UserError for two adapters."""
+    given = [arg for arg in args if not arg.startswith("-") and ("=" not in arg or Path(arg).exists())]
+    named = [arg for arg in args if arg.startswith("model.adapter=")]
+    if len(given + named) > 1:
+        raise UserError(f"one adapter at a time, got {', '.join(given + named)}: {USAGE}")
+    quote = "'" if "'" not in "".join(given) else '"'
+    return [f"model.adapter={quote}{arg}{quote}" if arg in given else arg for arg in args]
+
+
+def main(args: list[str]) -> None:
     from esgexp.settings import check_settings
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("export_adapter", overrides=overrides)
+        cfg = compose("export_adapter", overrides=adapter_given(args))
     if OmegaConf.is_missing(cfg.model, "adapter"):
         raise UserError(
-            "Missing mandatory value: model.adapter (an adapter folder, a training run folder or an MLflow run id)"
+            "Missing mandatory value: model.adapter (an adapter folder, a training run folder or an MLflow run "
+            f"id): {USAGE}"
         )
     check_settings(cfg)
     out_dir = export(cfg)

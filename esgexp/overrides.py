@@ -4,6 +4,7 @@
 ``check_added_keys`` looks at each key added with ``+`` (``+dataset.limt=3``, ``+foo=bar``): one a
 component's constructor does not take is a UserError naming its valid settings, before any work; one
 that no esgexp code reads is a warning line (the job goes on, the key stays in config.yaml).
+``override_positions`` reads a command line as Hydra's own parser does, and words what it would refuse.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
+import shlex
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -21,6 +24,63 @@ from esgexp.errors import UserError
 from esgexp.secret_values import redacted
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+# Hydra's options that each make a command do something else: one at most.
+MODES = ("run", "multirun", "cfg", "info", "shell_completion")
+
+
+def override_positions(args: list[str]) -> list[int]:
+    """Where in ``args`` (a command line) Hydra's parser finds the overrides; a UserError with the grammar's
+    hint for what it would refuse: ``--key=value`` (overrides take no dashes), an override after an option
+    such as ``-m`` (options go first), an option without its value."""
+    import argparse
+
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        namespace, unknown = parser.parse_known_args(args)
+    except argparse.ArgumentError as error:
+        raise UserError(f"{error} (the options: {command_name()} --help)") from None
+    dashed = next((arg for arg in unknown if arg.startswith("-")), None)
+    if dashed:
+        raise UserError(dashed_message(dashed, args))
+    if unknown:
+        overrides = set(namespace.overrides + unknown)
+        option = next(arg for arg in reversed(args[: args.index(unknown[0])]) if arg.startswith("-"))
+        reordered = [arg for arg in args if arg not in overrides] + [arg for arg in args if arg in overrides]
+        raise UserError(
+            f"{unknown[0]} comes after the option {option}: options go before the overrides: "
+            f"{command_name()} {shlex.join(reordered)}"
+        )
+    modes = [f"--{mode.replace('_', '-')}" for mode in MODES if getattr(namespace, mode)]
+    if len(modes) > 1:
+        flags = ", ".join(f"--{mode.replace('_', '-')}" for mode in MODES)
+        raise UserError(f"{' and '.join(modes)} cannot go together: give only one of {flags}")
+    return [i for i, arg in enumerate(args) if arg in namespace.overrides]
+
+
+def dashed_message(arg: str, args: list[str]) -> str:
+    """``--key=value`` (or ``--key value``): the override without dashes."""
+    key, equals, value = arg.lstrip("-").partition("=")
+    after = args[args.index(arg) + 1 : args.index(arg) + 2]
+    if not equals:
+        value = after[0] if after and "=" not in after[0] and not after[0].startswith("-") else "VALUE"
+    return f"{arg}: an override is key=value without dashes: {key}={value} (the options: {command_name()} --help)"
+
+
+def command_name() -> str:
+    """How this command was started: ``esgexp``, ``esgexp-ingest``, ``python -m esgexp.ingest``."""
+    path = Path(sys.argv[0]).resolve()
+    if path.suffix != ".py":
+        return path.name
+    if PACKAGE_DIR not in path.parents:
+        return "esgexp"
+    return "python -m " + ".".join(
+        part for part in path.with_suffix("").relative_to(PACKAGE_DIR.parent).parts if part != "__main__"
+    )
 
 
 def did_you_mean(key: str, known: list[str]) -> str | None:
