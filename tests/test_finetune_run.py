@@ -14,7 +14,7 @@ import torch
 from cli import run_cli
 from conftest import build_tiny_llama, compose_config
 
-from esgexp.errors import UserError
+from esgexp.errors import Interrupted, UserError
 from esgexp.run import run_job
 
 # 32-true: precision auto depends on the CPU (test_precision_auto_on_the_cpu_follows_native_bf16).
@@ -160,7 +160,7 @@ def test_ctrl_c_keeps_the_steps_done_and_the_run_resumes(tmp_path, tiny_model_di
 
     monkeypatch.setattr(LoraFineTuner, "training_step", interrupted_at_step_4)
     sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores further Ctrl-C while it shuts down
-    with pytest.raises(SystemExit):
+    with pytest.raises(Interrupted, match=r"training stopped at step 4; .*last\.ckpt; ckpt_path=last continues"):
         run_job(finetune_cfg(tmp_path / "a", tiny_model_dir, "train.val_generate_items=0"))
     signal.signal(signal.SIGINT, sigint)
     saved = torch.load(tmp_path / "a" / "run" / "checkpoints" / "last.ckpt", weights_only=False)

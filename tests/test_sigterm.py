@@ -1,0 +1,113 @@
+"""SIGTERM (``kill``, ``timeout``, ``docker stop``, Slurm) and SIGUSR2 (Slurm's warning before a time limit
+or preemption) stop a command as Ctrl-C does: the answers in flight written, one ``interrupted (SIGTERM)``
+line, FAILED, the run KILLED, exit 128 + the signal's number; ``resume=true`` asks only the rest."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import mlflow
+import pytest
+import torch
+from cli import start_cli
+from conftest import compose_config
+from openai_server import FakeOpenAI
+from test_finetune_run import FT
+
+from esgexp.backends.sigint import STOP_SIGNALS, stop_signals_as_ctrl_c
+from esgexp.errors import Interrupted, run_command
+from esgexp.run import run_job
+
+N_ITEMS = 24
+PROBE = 1  # the request each job sends first to check the server (OpenAIBackend.check_server)
+
+
+@pytest.fixture
+def signal_handlers():
+    """The stop signals' handlers as they were before the test (run_command leaves an exit-at-once one)."""
+    saved = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def mlflow_status(root) -> str:
+    client = mlflow.MlflowClient(f"sqlite:///{root}/mlruns/mlflow.db")
+    (run,) = client.search_runs(["1"])
+    return run.info.status
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGUSR2, 140)])
+def test_every_command_takes_sigterm_and_sigusr2_as_ctrl_c(capsys, signal_handlers, signum, status):
+    def main():
+        os.kill(os.getpid(), signum)
+        time.sleep(10)  # the handler raises before this ends
+
+    with pytest.raises(SystemExit) as ended:
+        run_command(main, "leaderboard", [])
+    assert ended.value.code == status
+    assert capsys.readouterr().err == f"interrupted ({STOP_SIGNALS[signum]})\n"
+
+
+def test_sigterm_keeps_the_answers_marks_the_run_killed_and_resume_asks_the_rest(tmp_path, clean_env, made_store):
+    run_dir = tmp_path / "run"
+    predictions = run_dir / "predictions.jsonl"
+    common = ("backend=openai", "backend.max_concurrency=2", f"dataset.limit={N_ITEMS}")
+    with FakeOpenAI(delay=0.3, answer="A") as server:
+        job = start_cli(
+            "esgexp",
+            *common,
+            f"backend.base_url={server.base_url}",
+            f"paths.root_dir={tmp_path}",
+            f"paths.request_cache={tmp_path}/requests.sqlite",
+            "trainer.progress_bar=false",
+            f"hydra.run.dir={run_dir}",
+            cwd=tmp_path,
+            env=clean_env,
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and job.poll() is None:
+            if predictions.is_file() and len(predictions.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.05)
+        job.send_signal(signal.SIGTERM)
+        _, stderr = job.communicate(timeout=60)
+        asked = server.count - PROBE
+        kept = len(predictions.read_text().splitlines())
+        assert job.returncode == 143, stderr[-3000:]
+        line = f"interrupted (SIGTERM): {kept} answers kept in {run_dir}; resume=true continues"
+        assert [text for text in stderr.splitlines() if text.strip()] == [line]
+        assert (run_dir / "FAILED").read_text() == line + "\n"
+        assert 4 <= kept == asked < N_ITEMS  # every answer received, those in flight included, is written
+        assert mlflow_status(tmp_path) == "KILLED"
+
+        server.delay = 0.0
+        cfg = compose_config(tmp_path, *common, f"backend.base_url={server.base_url}", "resume=true")
+        metrics = run_job(cfg)
+        assert server.count - 2 * PROBE == N_ITEMS  # the rest only, each once
+    assert metrics["n_resumed"] == kept and metrics["n_failed"] == 0
+    assert len(predictions.read_text().splitlines()) == N_ITEMS
+
+
+def test_sigterm_during_fine_tuning_saves_last_ckpt_and_says_how_to_go_on(
+    tmp_path, tiny_model_dir, made_store, monkeypatch, signal_handlers
+):
+    from esgexp.models.lora_module import LoraFineTuner
+
+    step = LoraFineTuner.training_step
+
+    def terminated_at_step_2(self, batch, batch_idx):
+        if self.global_step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(LoraFineTuner, "training_step", terminated_at_step_2)
+    cfg = compose_config(tmp_path, *FT, f"model.path={tiny_model_dir}", "train.val_generate_items=0")
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    with stop_signals_as_ctrl_c(), pytest.raises(Interrupted) as stopped:
+        run_job(cfg)
+    assert str(stopped.value) == f"training stopped at step 2; its state is in {last}; ckpt_path=last continues"
+    assert torch.load(last, weights_only=False)["global_step"] == 2
+    assert mlflow_status(tmp_path) == "KILLED"
