@@ -42,7 +42,10 @@ def test_multirun_sweep_gives_one_folder_and_one_mlflow_run_per_job(tmp_path, cl
         (["model=no-such-model"], "Could not find 'model/no-such-model'"),
         (["dataset=no-such-data"], "Could not find 'dataset/no-such-data'"),
         (["no_such_key=1"], "error: no_such_key is not a setting: check its spelling (the settings at the top level: "),
-        (["dataset.path=/no/such/file.csv"], "error: dataset.path=/no/such/file.csv: no such file or folder: the folder /no does not exist"),
+        (
+            ["dataset.path=/no/such/file.csv"],
+            "error: dataset.path=/no/such/file.csv: no such file or folder: the folder /no does not exist",
+        ),
         (["model=local"], "Missing mandatory value: model.path"),
         (["strategy.context=everything"], "strategy.context must be one of full, best_line or null"),
     ],
@@ -58,7 +61,10 @@ def test_user_mistakes_get_one_clear_message(tmp_path, clean_env, args, message)
     "args, message",
     [
         (["dataset.limit=0"], "dataset.limit must be an integer >= 1 or null, got 0"),
-        (["dataset.path=/no/such/file.csv"], "dataset.path=/no/such/file.csv: no such file or folder: the folder /no does not exist"),
+        (
+            ["dataset.path=/no/such/file.csv"],
+            "dataset.path=/no/such/file.csv: no such file or folder: the folder /no does not exist",
+        ),
     ],
 )
 def test_a_user_error_is_printed_once_and_kept_in_the_run_log(tmp_path, clean_env, args, message):
@@ -74,7 +80,11 @@ def test_a_user_error_is_printed_once_and_kept_in_the_run_log(tmp_path, clean_en
 @pytest.mark.parametrize(
     "module, args, message",
     [
-        ("esgexp.ingest", ["corpus.pdf_dir=/no/such/dir", "corpus.name=x"], "corpus.pdf_dir=/no/such/dir: no such file or folder: the folder /no does not exist"),
+        (
+            "esgexp.ingest",
+            ["corpus.pdf_dir=/no/such/dir", "corpus.name=x"],
+            "corpus.pdf_dir=/no/such/dir: no such file or folder: the folder /no does not exist",
+        ),
         (
             "esgexp.export_adapter",
             ["model=local", "model.path=/no/such/model", "model.adapter=/no/such/adapter"],

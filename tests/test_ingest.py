@@ -228,7 +228,9 @@ def test_cli_mistakes_are_one_line_errors(tmp_path, clean_env):
     assert result.returncode == 2 and "error: " in result.stderr and "corpus.name" in result.stderr
     assert "Traceback" not in result.stderr
     result = run_ingest(tmp_path, clean_env, f"corpus.pdf_dir={tmp_path / 'none'}", "corpus.name=x")
-    assert result.returncode == 2 and f"error: corpus.pdf_dir={tmp_path / 'none'}: no such file or folder" in result.stderr
+    assert (
+        result.returncode == 2 and f"error: corpus.pdf_dir={tmp_path / 'none'}: no such file or folder" in result.stderr
+    )
 
 
 def test_a_file_name_that_is_not_utf8_is_skipped_and_the_rest_ingested(tmp_path):

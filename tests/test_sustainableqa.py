@@ -189,7 +189,9 @@ def test_missing_split_file_names_path_and_lists_the_folder(tmp_path):
         dataset.load_split("train")
     with pytest.raises(UserError, match=r"dataset.path=.*nowhere: no such file or folder"):
         SustainableQA(name="x", path=str(tmp_path / "nowhere")).load()
-    with pytest.raises(UserError, match=r"dataset.path=.*test.json is a file, not a folder: give the folder holding train"):
+    with pytest.raises(
+        UserError, match=r"dataset.path=.*test.json is a file, not a folder: give the folder holding train"
+    ):
         SustainableQA(name="x", path=str(tmp_path / "sqa" / "test.json")).load()
 
 

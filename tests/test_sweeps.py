@@ -112,7 +112,9 @@ def test_a_bad_job_does_not_end_the_basic_launchers_sweep(tmp_path, clean_env, t
     assert "1 ok, 1 failed or not finished, of 2 jobs" in result.stderr
     sweep = next((tmp_path / "runs" / "esg_sample").glob("*/*"))
     assert (sweep / "0" / "FAILED").read_text().startswith("dataset.path=/no/such.csv: no such file or folder")
-    assert "dataset.path=/no/such.csv: no such file" in (sweep / "0" / "esgexp.log").read_text()  # in the failing job's own log file
+    assert (
+        "dataset.path=/no/such.csv: no such file" in (sweep / "0" / "esgexp.log").read_text()
+    )  # in the failing job's own log file
     assert json.loads((sweep / "1" / "metrics.json").read_text())["n_items"] == 2
     assert [r.data.tags["run_dir"] for r in finished_runs(tmp_path)] == [str(sweep / "1")]
 
