@@ -137,6 +137,22 @@ def test_a_prediction_line_without_pred_names_the_field_it_holds(tmp_path):
     ]
 
 
+def test_the_gold_file_or_a_copy_given_as_predictions_is_refused(tmp_path):
+    from esgexp.tasks.esgbench_score import refuse_gold_as_predictions
+
+    gold = CONF_DIR.parent / "esgexp" / "data" / "bundled" / "esgbench" / "gold_sample.jsonl"
+    copy = tmp_path / "preds.jsonl"
+    copy.write_bytes(gold.read_bytes())
+    with pytest.raises(UserError, match=r"predictions=.*gold_sample.jsonl is the gold file dataset.path="):
+        refuse_gold_as_predictions(gold, gold)
+    with pytest.raises(
+        UserError, match=r"preds.jsonl holds the same bytes as the gold file .* scored against themselves"
+    ):
+        refuse_gold_as_predictions(copy, gold)
+    copy.write_text(gold.read_text().replace('"answer"', '"pred"', 1))
+    refuse_gold_as_predictions(copy, gold)  # a real predictions file passes
+
+
 def test_verify_names_the_wrong_corpus_and_the_wrong_kind_of_file(tmp_path):
     from esgexp.builders.verify import main_audit
     from esgexp.data.chunking import CharChunker

@@ -43,6 +43,7 @@ class ScoringJob(Job):
                 f"predictions={cfg.predictions}: file not found (the predictions JSONL to score, one "
                 "{doc_name, question, pred} object per line)"
             )
+        refuse_gold_as_predictions(Path(cfg.predictions), Path(cfg.dataset.path))
         self.stats = StatsSettings.from_node(cfg.stats)
         full = instantiate(cfg.dataset, limit=None).load()
         self.loaded = LoadedDataset(list(full.items), full.skipped).sample(cfg.dataset.limit, cfg.dataset.seed)
@@ -126,3 +127,20 @@ def category_scores(records: list[dict], category: str, prefix: str) -> ItemScor
         return None
     right = [float(r["em"] == 1.0 or r[f"{prefix}numeric"] == 1.0) for r in chosen]
     return ItemScores([r["id"] for r in chosen], right, "proportion", clusters=record_clusters(chosen))
+
+
+def refuse_gold_as_predictions(predictions: Path, gold: Path) -> None:
+    """Raise UserError when ``predictions`` is the gold file itself or a copy of it: its answers would be
+    scored against themselves (every item right)."""
+    if not gold.is_file():
+        return  # the loader names a missing gold file
+    if predictions.resolve() == gold.resolve():
+        same = "is"
+    elif predictions.stat().st_size == gold.stat().st_size and predictions.read_bytes() == gold.read_bytes():
+        same = "holds the same bytes as"
+    else:
+        return
+    raise UserError(
+        f"predictions={predictions} {same} the gold file dataset.path={gold}: its answers would be scored "
+        "against themselves; give the file of the system's answers ({doc_name, question, pred} per line)"
+    )
