@@ -9,10 +9,12 @@ it in ``variant``; an incomplete run (items never answered) is marked, not ranke
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
 from esgexp.errors import UserError
+from esgexp.leaderboard.store import check_store
 from esgexp.outputs import make_folder, write_atomic
 
 FORMATS = ("csv", "md", "html")
@@ -66,9 +68,17 @@ def export(
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise UserError(f"format must be one of {', '.join(FORMATS)} or all, got {', '.join(unknown)}")
-    out_dir = make_folder(Path(out_dir), "set out_dir to a folder you can write to")  # before any run is read
+    check_store(tracking_uri)
+    # out_dir is checked before any run is read, and left as it was when no run is found.
+    created = first_missing(Path(out_dir))
+    out_dir = make_folder(Path(out_dir), "set out_dir to a folder you can write to")
     with tempfile.TemporaryDirectory(prefix="esgexp-leaderboard-") as downloads:
-        groups, marks = collect(tracking_uri, latest_only, alpha, Path(downloads))
+        try:
+            groups, marks = collect(tracking_uri, latest_only, alpha, Path(downloads))
+        except BaseException:
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            raise
         rows = rows_of(groups, marks)
         markdown = to_markdown(rows)
         if "csv" in formats:
@@ -82,6 +92,16 @@ def export(
             page = render(groups, marks, tracking_uri, leaderboard_sections(papers_dir))
             write_atomic(out_dir / FILES["html"], page)
     return markdown
+
+
+def first_missing(folder: Path) -> Path | None:
+    """The outermost folder on the way to ``folder`` that does not exist yet (None when ``folder`` exists)."""
+    missing = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
 
 
 def main(overrides: list[str]) -> None:
