@@ -47,11 +47,16 @@ INLINE = re.compile(r"`((?:python -m esgexp|esgexp)[^`]*)`")
 
 
 def quoted_commands() -> list[tuple[str, str]]:
-    """(where, command line) of every esgexp command in the docs' code blocks and inline code."""
+    """(where, command line) of every esgexp command in the docs' code blocks and inline code, less the
+    deliberate mistakes quoted under a "## Tried ..." heading (docs/reliability.md)."""
     found = []
     for path in DOCS:
-        in_block, pending = False, ""
+        in_block, pending, mistakes = False, "", False
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith("## "):
+                mistakes = line.startswith("## Tried")
+            if mistakes:
+                continue
             if line.lstrip().startswith("```"):
                 in_block = not in_block
                 continue

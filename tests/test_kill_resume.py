@@ -65,7 +65,7 @@ def predictions_with(root, lines):
 @pytest.mark.parametrize(
     "overrides, n_items",
     [
-        (("dataset.limit=9",), 9),
+        (("dataset.limit=24",), 24),  # enough items that the kill lands before the last
         (("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=9"), 9),
     ],
     ids=["mcq", "qa"],
