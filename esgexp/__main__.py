@@ -5,8 +5,8 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
+from esgexp.cli.command import check_command_line, exit_on_user_error, run_command
 from esgexp.config import CONF_DIR
-from esgexp.errors import check_command_line, exit_on_user_error, run_command
 
 log = logging.getLogger("esgexp")
 

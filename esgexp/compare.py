@@ -426,7 +426,7 @@ def main(argv: list[str]) -> None:
 
 def cli() -> None:
     """``esgexp-compare`` and ``python -m esgexp.compare``."""
-    from esgexp.errors import run_command
+    from esgexp.cli.command import run_command
 
     run_command(lambda: main(sys.argv[1:]), "compare", split_arguments(sys.argv[1:])[1])
 

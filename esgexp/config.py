@@ -47,3 +47,14 @@ def flatten(cfg: DictConfig | dict, prefix: str = "") -> dict[str, object]:
         else:
             flat[name] = value
     return flat
+
+
+def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
+    """``config_name`` composed with ``overrides`` (inside a Hydra app, or on its own)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name, overrides=overrides)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose(config_name, overrides=overrides)

@@ -15,8 +15,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from esgexp.cli.command import run_command
 from esgexp.config import CONF_DIR
-from esgexp.errors import UserError, run_command
+from esgexp.errors import UserError
 
 log = logging.getLogger("esgexp")
 

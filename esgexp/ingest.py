@@ -14,8 +14,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from esgexp.cli.command import check_command_line, exit_on_user_error, run_command
 from esgexp.config import CONF_DIR
-from esgexp.errors import UserError, check_command_line, exit_on_user_error, run_command
+from esgexp.errors import UserError
 
 log = logging.getLogger("esgexp")
 

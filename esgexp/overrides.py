@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.config import CONF_DIR
+from esgexp.config import CONF_DIR, compose_config
 from esgexp.errors import UserError
 from esgexp.secret_values import redacted
 
@@ -83,6 +83,14 @@ def command_name() -> str:
     )
 
 
+def unknown_option(group: str, option: str, options: list[str]) -> str:
+    """``GROUP=OPTION`` names no config: the close option, and the ones there are."""
+    near = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+    hint = f": did you mean {group}={near[0]}?" if near else ""
+    listed = f": choose one of {', '.join(options)}" if options else ""
+    return f"Could not find '{group}/{option}' ({group}={option}){hint}{listed}"
+
+
 def did_you_mean(key: str, known: list[str]) -> str | None:
     """The known dotted key closest to a misspelt ``key`` (difflib), or None when none is close."""
     parent = key.rpartition(".")[0]
@@ -96,17 +104,6 @@ def did_you_mean(key: str, known: list[str]) -> str | None:
 
 def key_of(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
-
-
-def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
-    """``config_name`` composed with ``overrides`` (inside a Hydra app, or on its own)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name, overrides=overrides)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose(config_name, overrides=overrides)
 
 
 def config_keys(config_name: str, overrides: list[str], skip: str) -> list[str]:

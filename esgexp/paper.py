@@ -16,7 +16,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.errors import UserError, run_command
+from esgexp.cli.command import run_command
+from esgexp.errors import UserError
 from esgexp.outputs import write_atomic
 from esgexp.papers.grid import Grid, Job, load_grid, quote, sweeps
 from esgexp.sweep import job_status

@@ -7,7 +7,7 @@ Each value of a swept config group (``model=smollm2-135m,no-such-model``) must n
 group. One that does not refuses the sweep with one message naming it, the close option and the options
 there are; with ``skip_invalid_jobs=true`` it is a ``warning: skipped jobs ...`` line instead and the sweep
 runs with the other values (its job numbers stay consecutive). Any other failure to compose a job is left
-to Hydra's own check of every job (the sweep refused whole, its message from ``errors.user_message``).
+to Hydra's own check of every job (the sweep refused whole, its message from ``cli.command.user_message``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from esgexp.config import CONF_DIR
-from esgexp.errors import UserError, unknown_option
+from esgexp.errors import UserError
+from esgexp.overrides import unknown_option
 
 SKIP_KEY = "skip_invalid_jobs"
 # A ~ that starts a value or an item of a list or sweep (quoted or not), followed by / or the item's end.

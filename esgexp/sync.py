@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cli() -> None:
     """``esgexp-sync`` and ``python -m esgexp.sync``."""
-    from esgexp.errors import run_command
+    from esgexp.cli.command import run_command
 
     run_command(lambda: sys.exit(main()), "sync", [])
 

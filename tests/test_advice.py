@@ -14,8 +14,9 @@ from cli import start_cli
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from esgexp.cli.command import user_message
 from esgexp.config import CONF_DIR
-from esgexp.errors import UserError, user_message
+from esgexp.errors import UserError
 
 BUNDLED = Path(__file__).resolve().parent.parent / "esgexp" / "data" / "bundled"
 MCQ_CSV = BUNDLED / "esg_mcq_sample.csv"

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from cli import run_cli
 
+from esgexp.cli.command import user_message
 from esgexp.data.climretrieve import ClimRetrieveReportLevel
 from esgexp.data.esgbench import ESGBenchGold
 from esgexp.data.esgenius import ESGeniusCSV
 from esgexp.data.sustainableqa import SustainableQA
 from esgexp.data.text_files import decoding_problem
-from esgexp.errors import UserError, user_message
+from esgexp.errors import UserError
 from esgexp.export_adapter import adapter_given
 from esgexp.export_adapter import main as export_adapter
 from esgexp.overrides import compose_config, override_positions

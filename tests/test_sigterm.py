@@ -17,7 +17,8 @@ from openai_server import FakeOpenAI
 from test_finetune_run import FT
 
 from esgexp.backends.sigint import STOP_SIGNALS, stop_signals_as_ctrl_c
-from esgexp.errors import Interrupted, run_command
+from esgexp.cli.command import run_command
+from esgexp.errors import Interrupted
 from esgexp.run import run_job
 
 N_ITEMS = 24

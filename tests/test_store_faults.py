@@ -17,8 +17,9 @@ from omegaconf import OmegaConf
 from test_full_disk import fill, free, small_disk  # noqa: F401 (a fixture)
 
 from esgexp.backends.cache import RequestCache
+from esgexp.cli.command import run_command
 from esgexp.config import CONF_DIR
-from esgexp.errors import UserError, run_command
+from esgexp.errors import UserError
 from esgexp.leaderboard import export
 from esgexp.run_folder import RunFolder
 from esgexp.sync import sync_run

@@ -1,7 +1,7 @@
 """Ctrl-C, SIGTERM and SIGUSR2 as a request to stop, not an exception in the middle of writing an answer.
 
 ``kill``, ``timeout``, ``docker stop`` and Slurm send SIGTERM; Slurm's preemption and time-limit warning
-(``--signal``) is SIGUSR2. ``stop_signals_as_ctrl_c`` (every command, ``errors.run_command``) hands both to
+(``--signal``) is SIGUSR2. ``stop_signals_as_ctrl_c`` (every command, ``cli.command.run_command``) hands both to
 the SIGINT handler in place, so they take Ctrl-C's path everywhere; ``stop_signal`` says which one came, for
 the ``interrupted`` line and the exit status (128 + its number: 130, 143, 140)."""
 

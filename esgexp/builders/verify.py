@@ -227,8 +227,8 @@ def cli() -> None:
     import hydra
     from omegaconf import DictConfig
 
+    from esgexp.cli.command import check_command_line, exit_on_user_error, run_command
     from esgexp.config import CONF_DIR
-    from esgexp.errors import check_command_line, exit_on_user_error, run_command
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="verify")
     def main(cfg: DictConfig) -> None:

@@ -2,7 +2,7 @@
 
 import sys
 
-from esgexp.errors import run_command
+from esgexp.cli.command import run_command
 from esgexp.leaderboard import main
 
 

@@ -9,8 +9,8 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
+from esgexp.cli.command import run_command
 from esgexp.config import CONF_DIR
-from esgexp.errors import run_command
 
 
 def main(overrides: list[str]) -> None:
