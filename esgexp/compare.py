@@ -34,17 +34,12 @@ from pathlib import Path
 from esgexp.errors import UserError
 from esgexp.outputs import PredictionLog, write_atomic, write_json
 from esgexp.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
+from esgexp.tasks.kinds import TaskKind, kind_of
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 # Dataset settings that pick items of the same file (only the shared ones are compared) or do not change
 # them; every other dataset key must agree.
 SAMPLING_KEYS = ("limit", "seed", "qtypes", "core_only", "encoding", "cluster_key")
-# Per task, the settings that change what a per-item value means (they must agree).
-SCORING_KEYS = {
-    "qa": ("metrics",),
-    "retrieval": ("retrieval.threshold",),
-    "esgbench_score": ("recall_k", "metrics.numeric"),
-}
 
 
 @dataclass
@@ -70,14 +65,14 @@ class RunData:
         return str(self.config.get("dataset", {}).get("name"))
 
     @property
+    def kind(self) -> TaskKind:
+        return kind_of(self.task)
+
+    @property
     def label(self) -> str:
-        """What the run varied: model/strategy/scoring, retriever/query, or the scored predictions file."""
-        c = self.config
-        if self.task == "retrieval":
-            return f"{c['retriever']['name']}/{c['query']['mode']}"
-        if self.task == "esgbench_score":
-            return Path(str(c.get("predictions"))).name
-        return "/".join(str(c[group]["name"]) for group in ("model", "strategy", "scoring"))
+        """What the run varied, as its run name says it: model/strategy/scoring, retriever/encoder/query, or
+        the scored predictions file (esgexp/tasks/kinds.py)."""
+        return self.kind.run_label(folder_tags(self.config))
 
     @property
     def name(self) -> str:
@@ -104,28 +99,13 @@ class RunData:
     def scores(self, metric: str) -> ItemScores:
         """The per-item values behind ``metric`` (the task's own definition of them) of the answered items."""
         records = [r for r in self.records.values() if not r.get("failed")]
-        if self.task == "mcq":
-            from esgexp.tasks.mcq import item_scores
-
-            found = item_scores(records, metric)
-        elif self.task == "qa":
-            from esgexp.tasks.qa import item_scores
-
-            found = item_scores(records, metric, self.config.get("metrics") or {})
-        elif self.task == "retrieval":
-            from esgexp.tasks.retrieval import item_scores
-
-            found = item_scores(records, metric)
-        elif self.task == "esgbench_score":
-            from esgexp.tasks.esgbench_score import item_scores
-
-            found = item_scores(records, metric)
-        else:
+        if self.kind.item_scores is None:
             raise UserError(f"run {self.ref}: task={self.task} has no per-item scores to compare")
+        found = self.kind.scores(records, metric, self.config)
         if found is None or not found.ids:
             raise UserError(f"run {self.ref} has no per-item values for metric {metric!r} (task={self.task})")
         if (
-            self.task == "qa"
+            self.kind.corpus_statistics
             and self.metrics.get(metric) is not None
             and len(found.ids) == len(records_of(self, metric))
         ):
@@ -196,11 +176,24 @@ def read_run_folder(folder: Path, ref: str) -> RunData:
             raise UserError(f"run {ref}: no {name} in {folder} (not a finished run folder)")
     config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
     metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
-    name = "rankings.jsonl" if config.get("task") == "retrieval" else "predictions.jsonl"
-    if not (folder / name).is_file():
+    name = kind_of(config.get("task")).records
+    if not name or not (folder / name).is_file():
         raise UserError(f"run {ref}: no {name} in {folder}: nothing per item to compare")
     records = {r["id"]: r for r in PredictionLog(folder / name).read()}
     return RunData(ref=ref, run_dir=folder, config=config, metrics=metrics, records=records)
+
+
+def folder_tags(config: dict) -> dict:
+    """The tags a run's label is made of, read from its folder's config.yaml (the values its MLflow tags hold)."""
+    from omegaconf import OmegaConf
+
+    from esgexp.tasks.retrieval import encoder_name
+
+    tags = {group: (config.get(group) or {}).get("name") for group in ("model", "strategy", "scoring", "retriever")}
+    tags["query"] = (config.get("query") or {}).get("name")
+    tags["encoder"] = encoder_name(OmegaConf.create(config["retriever"])) if config.get("retriever") else None
+    tags["predictions"] = config.get("predictions")
+    return tags
 
 
 def dotted(config: dict, key: str):
@@ -225,7 +218,7 @@ def check_comparable(a: RunData, b: RunData) -> None:
                 f"runs {a.ref} and {b.ref} hold different item sets: dataset.{key}={dataset_a.get(key)!r} "
                 f"vs {dataset_b.get(key)!r}"
             )
-    for key in SCORING_KEYS.get(a.task, ()):
+    for key in a.kind.scoring_keys:
         if dotted(a.config, key) != dotted(b.config, key):
             raise UserError(
                 f"runs {a.ref} and {b.ref} score items differently: {key} differs "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from esgexp.backends import backend_class
 from esgexp.errors import UserError
 from esgexp.outputs import write_json
 from esgexp.plan import (
@@ -33,11 +34,11 @@ from esgexp.plan import (
     serve_plan,
     train_plan,
 )
+from esgexp.tasks.kinds import KINDS, kind_of
 
 log = logging.getLogger(__name__)
 
 A100_SIZES_GB = (40, 80)  # the design card's GPUs, planned for when no memory is given or visible
-PLANNED_TASKS = ("finetune", "mcq", "qa")
 
 
 def dry_run(cfg: DictConfig) -> dict:
@@ -45,17 +46,20 @@ def dry_run(cfg: DictConfig) -> dict:
     from esgexp.settings import check_settings
 
     check_settings(cfg)
-    if cfg.task not in PLANNED_TASKS:
+    kind = kind_of(cfg.task)
+    if not (kind.trains or kind.prompts):
+        planned = "|".join(name for name, other in KINDS.items() if other.trains or other.prompts)
         raise UserError(
-            f"dry_run=true plans the memory of a job that loads a model (task={'|'.join(PLANNED_TASKS)}), not task={cfg.task}"
+            f"dry_run=true plans the memory of a job that loads a model (task={planned}), not task={cfg.task}"
         )
     shape, source = find_shape(cfg.model, cfg.paths.cache_dir)
-    finetune = cfg.task == "finetune"
+    finetune = kind.trains
     if finetune:
         from esgexp.tasks.finetune import check_groups
 
         check_groups(cfg)
-    on_gpu = (cfg.backend.name == "vllm" and not finetune) or uses_gpu(str(cfg.trainer.accelerator))
+    engine = backend_class(cfg.backend._target_).serves_on_gpu and not finetune
+    on_gpu = engine or uses_gpu(str(cfg.trainer.accelerator))
     devices = device_sizes(cfg, on_gpu)
     report = {"model": cfg.model.name, "task": cfg.task, "shape_source": source, "on_gpu": on_gpu, "plans": []}
     lines = [f"memory plan: {cfg.model.name}, task={cfg.task} (shape: {source}); nothing was loaded"]
@@ -201,7 +205,7 @@ def plan_training(cfg: DictConfig, shape: Shape, on_gpu: bool, devices: list, re
 
 def plan_serving(cfg: DictConfig, shape: Shape, on_gpu: bool, devices: list, report: dict) -> list[str]:
     backend = cfg.backend
-    vllm = backend.name == "vllm"
+    vllm = backend_class(backend._target_).serves_on_gpu  # an engine like vLLM: its own dtype, a paged KV cache
     if vllm:
         dtype = str(backend.dtype) if backend.dtype != "auto" else (shape.dtype or "float16")
         dtype = "float16" if dtype == "float32" else dtype  # vLLM's auto serves a float32 checkpoint in 16 bits

@@ -14,41 +14,12 @@ from omegaconf import DictConfig, OmegaConf
 from esgexp import tracking
 from esgexp.config import flatten
 from esgexp.errors import UserError
+from esgexp.identity import job_identity
 from esgexp.outputs import write_atomic, write_json
-
-# The config groups that decide a job's results: equal values make a run resumable from another.
-IDENTITY_KEYS = (
-    "task",
-    "dataset",
-    "model",
-    "backend",
-    "strategy",
-    "template",
-    "scoring",
-    "retriever",
-    "query",
-    "retrieval",
-    "metrics",
-    "predictions",
-    "recall_k",
-    "train",
-    "seed",
-)
-# Backend settings that decide how fast, not what: a run resumes across a change of these.
-BACKEND_RUNTIME_KEYS = (
-    "batch_size",
-    "progress_bar",
-    "max_concurrency",
-    "timeout_s",
-    "connect_timeout_s",
-    "max_retries",
-    "accelerator",
-    "gpu_memory_utilization",
-)
 
 
 class Job(ABC):
-    """One job kind: what it loads, its tags and run name, its work inside the tracked run (asking, scoring)
+    """One job kind: what it loads, its tags (its run name is made of them, esgexp/tasks/kinds.py), its work inside the tracked run (asking, scoring)
     and its summary; ``run_steps`` calls these steps in one fixed order."""
 
     files: tuple[str, ...] = ()  # run-folder files logged beside config.yaml and metrics.json
@@ -74,9 +45,6 @@ class Job(ABC):
         return {}
 
     @abstractmethod
-    def run_name(self) -> str: ...
-
-    @abstractmethod
     def work(self, run: tracking.TrackedRun | None) -> tuple[dict, dict] | None:
         """The job's work inside the tracked run (None where ``writes`` is False); its metrics and info tags."""
 
@@ -100,8 +68,10 @@ def run_steps(job: Job) -> dict:
         job.work(None)
         return {}
     job.save(skipped)
+    from esgexp.tasks.kinds import kind_of
+
     tags = job_tags(job.cfg, job.output_dir, **job.tags())
-    with tracked_run(job.cfg, job.run_name(), tags) as run:
+    with tracked_run(job.cfg, kind_of(job.cfg.task).run_label(tags), tags) as run:
         metrics, info = job.work(run)
         finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
         job.finished(run, metrics)
@@ -122,15 +92,6 @@ def check_config(cfg: DictConfig) -> Path:
     check_settings(cfg)
     tracking.check_tracking(cfg.tracking, offline_hint=True)
     return Path(cfg.paths.output_dir)
-
-
-def job_identity(cfg: DictConfig) -> str:
-    """A hash of what decides the results (task, dataset, model, strategy, template, scoring, retriever, ...)."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    key = {name: resolved.get(name) for name in IDENTITY_KEYS}
-    if isinstance(key["backend"], dict):
-        key["backend"] = {k: v for k, v in key["backend"].items() if k not in BACKEND_RUNTIME_KEYS}
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def same_job(cfg: DictConfig, run_dir: Path) -> bool:
@@ -160,7 +121,7 @@ def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
         "config_hash": job_identity(cfg)[:16],
         "git_commit": tracking.git_commit(cfg.paths.root_dir),
         "run_dir": str(output_dir),
-        "versions": package_versions(),
+        "versions": package_versions(OmegaConf.select(cfg, "backend._target_", default=None)),
     }
     digest = data_sha256(cfg.dataset.get("path"))
     if digest:
@@ -172,29 +133,23 @@ def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
     return tags
 
 
-# The packages whose version can change a run's outputs (shown on the leaderboard's reproducibility card).
-VERSIONED_PACKAGES = (
-    "esgexp",
-    "torch",
-    "transformers",
-    "peft",
-    "lightning",
-    "vllm",
-    "openai",
-    "bm25s",
-    "sentence-transformers",
-    "mlflow",
-    "hydra-core",
-)
+# The packages whose version can change any run's outputs (shown on the leaderboard's reproducibility card),
+# beside those its backend declares (``packages`` of the backend class).
+VERSIONED_PACKAGES = ("esgexp", "torch", "transformers", "peft", "lightning", "bm25s", "sentence-transformers")
+TOOL_PACKAGES = ("mlflow", "hydra-core")
 
 
-def package_versions() -> str:
-    """``python 3.11.2, torch 2.13.0, ...`` for Python and each installed package of VERSIONED_PACKAGES."""
+def package_versions(backend_target: str | None = None) -> str:
+    """``python 3.11.2, torch 2.13.0, ...`` for Python and each installed package of VERSIONED_PACKAGES, the
+    backend's ``packages`` and TOOL_PACKAGES."""
     import platform
     from importlib import metadata
 
+    from esgexp.backends import backend_class
+
+    backend = backend_class(backend_target).packages if backend_target else ()
     versions = [f"python {platform.python_version()}"]
-    for name in VERSIONED_PACKAGES:
+    for name in dict.fromkeys(VERSIONED_PACKAGES + backend + TOOL_PACKAGES):
         try:
             versions.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:

@@ -9,6 +9,7 @@ A key whose default differs between a group's options lists them; long texts (pr
 from __future__ import annotations
 
 import sys
+from functools import cache
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -76,16 +77,29 @@ def shown(value: object) -> str:
 
 
 def rule_of(key: str) -> str:
-    """The rule ``SCHEMA`` checks for ``key`` (a rule that depends on the config: its docstring), or ``-``."""
+    """The rule ``SCHEMA`` (or a backend class, for ``backend.<key>``) checks for ``key`` (a rule that depends
+    on the config: its docstring), or ``-``."""
     from esgexp.settings import SCHEMA
 
-    rule = SCHEMA.get(key)
+    rule = SCHEMA.get(key) or component_rules().get(key)
     if rule is None:
         return "-"
     if callable(rule) and not hasattr(rule, "expected"):
         return " ".join((rule.__doc__ or "depends on the job").split())
     text = rule.expected()
     return text + (" or null" if getattr(rule, "optional", False) else "")
+
+
+@cache
+def component_rules() -> dict:
+    """The rules every backend and retriever class declares, keyed as their settings (``backend.dtype``)."""
+    from esgexp.rules import declared_rules
+
+    found = {}
+    for group in ("backend", "retriever"):
+        for path in sorted((CONF_DIR / group).glob("*.yaml")):
+            found.update(declared_rules(raw(path), f"{group}."))
+    return found
 
 
 def group_rows(group: str, default: str | None) -> list[tuple[str, str, str]]:

@@ -410,6 +410,16 @@ def cluster_info(records: Sequence[dict], key: str | None) -> dict:
     }
 
 
+def scored(
+    metrics: dict, intervals: dict, records: Sequence[dict], cluster_key: str | None, key: str, higher_is_better=True
+) -> dict[str, str]:
+    """The scoring tail every task kind shares: ``metrics`` gets the ``intervals``, what clustering there was
+    (``cluster_info``) and the headline ``key`` with its direction; returns the headline tags."""
+    metrics.update(intervals)
+    metrics.update(cluster_info(records, cluster_key), headline_metric=key, higher_is_better=higher_is_better)
+    return headline(key, higher_is_better)
+
+
 def headline(metric: str, higher_is_better: bool = True) -> dict[str, str]:
     """The MLflow tags that name a run's headline metric and its direction."""
     return {"headline_metric": metric, "higher_is_better": "true" if higher_is_better else "false"}

@@ -6,11 +6,8 @@ give it) by run key. Out: a short label per run ("" when nothing tells it apart)
 
 from __future__ import annotations
 
-from esgexp.jobs import BACKEND_RUNTIME_KEYS
+from esgexp.identity import backend_runtime_keys, ignored
 
-# Settings that change where files go, how fast or how visibly a job runs, never its results.
-IGNORED_PREFIXES = ("paths.", "hydra.", "tracking.", "trainer.progress_bar", "experiment_name")
-IGNORED_KEYS = {"resume", "cache", *(f"backend.{key}" for key in BACKEND_RUNTIME_KEYS)}
 # The settings a reader looks for first (the item sample, the prompt, the server), in this order.
 PREFERRED = ("dataset.", "template.", "backend.", "scoring.", "strategy.", "retriever.", "query.", "model.")
 # At most this many differing settings are named (the rest counted), each value cut to VALUE_CHARS.
@@ -25,15 +22,15 @@ def _value(value) -> str:
 
 
 def differing_keys(configs: list[dict]) -> list[str]:
-    """The keys whose values are not the same in every one of ``configs``, ignored ones left out, those
-    of PREFERRED first; where a group's ``name`` differs (``template.name``), its other keys are left out."""
+    """The keys whose values are not the same in every one of ``configs``, those outside a run's identity
+    (esgexp/identity.py) left out, those of PREFERRED first; where a group's ``name`` differs
+    (``template.name``), its other keys are left out."""
     keys = sorted({key for config in configs for key in config})
+    runtime = tuple(
+        {name for config in configs for name in backend_runtime_keys({"_target_": config.get("backend._target_")})}
+    )
     found = [
-        key
-        for key in keys
-        if key not in IGNORED_KEYS
-        and not key.startswith(IGNORED_PREFIXES)
-        and len({_value(config.get(key)) for config in configs}) > 1
+        key for key in keys if not ignored(key, runtime) and len({_value(config.get(key)) for config in configs}) > 1
     ]
     renamed = {key.removesuffix(".name") for key in found if key.endswith(".name")}
     found = [key for key in found if key.endswith(".name") or key.rpartition(".")[0] not in renamed]

@@ -13,7 +13,7 @@ from esgexp.backends.base import GenerationRequest, LetterRequest, Response, Run
 from esgexp.backends.cache import CachedBackend, RequestCache, cache_key
 from esgexp.backends.hf import HFBackend
 from esgexp.errors import UserError
-from esgexp.jobs import job_identity
+from esgexp.identity import job_identity
 from esgexp.run import run_job
 
 REFERENCE = Path(__file__).parent / "data" / "smollm2_sample_predictions.jsonl"  # see tests/test_smollm2.py

@@ -207,10 +207,10 @@ def test_climretrieve_summary_shows_skipped_rows(make_cfg, capsys, tmp_path):
 
 
 def test_logprob_scoring_of_a_reasoning_model_warns(make_cfg, caplog):
-    from esgexp.run import make_requests
+    from esgexp.tasks.generation import make_requests
 
     cfg = make_cfg("model=deepseek-r1-distill-qwen-1.5b", "scoring=logprob")
-    with caplog.at_level(logging.WARNING, logger="esgexp.run"):
+    with caplog.at_level(logging.WARNING, logger="esgexp.tasks.generation"):
         make_requests(cfg, [], {})
     (record,) = [r for r in caplog.records if "skip the reasoning" in r.getMessage()]
     assert "scoring=generate" in record.getMessage()

@@ -13,7 +13,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-import esgexp.run
+import esgexp.tasks.generation
 from esgexp import sync, tracking
 from esgexp.run import run_job
 
@@ -125,14 +125,14 @@ def test_server_stopped_mid_run_then_started_again_and_synced_gives_one_complete
 ):
     """The server stops after the predictions, before the job logs its results: the job ends normally with
     everything in its run folder; once the server is back, sync completes the run the job had opened."""
-    predict = esgexp.run.predict
+    predict = esgexp.tasks.generation.predict
 
     def predict_then_stop_server(*args):
         usage = predict(*args)
         mlflow_server.stop()
         return usage
 
-    monkeypatch.setattr(esgexp.run, "predict", predict_then_stop_server)
+    monkeypatch.setattr(esgexp.tasks.generation, "predict", predict_then_stop_server)
     url, run_dir = mlflow_server.url, tmp_path / "run"
     metrics = run_job(
         tiny_cfg(f"tracking.uri={url}", "tracking.http_max_retries=0", "experiment_name=midrun", "dataset.limit=3")

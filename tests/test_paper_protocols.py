@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from cli import run_cli
 
 from esgexp.papers.grid import load_grid
-from esgexp.run import make_requests
+from esgexp.tasks.generation import make_requests
 
 
 def paper_cfg(*overrides: str):

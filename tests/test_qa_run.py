@@ -54,7 +54,7 @@ def test_strategies_put_what_they_promise_in_the_prompt(tiny_cfg, tmp_path, monk
         seen[cfg.strategy.name] = prompts
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("esgexp.run.predict", capture)
+    monkeypatch.setattr("esgexp.tasks.generation.predict", capture)
     for index, strategy in enumerate(("zero_shot", "zero_context", "few_shot", "rag")):
         with pytest.raises(KeyboardInterrupt):
             run_job(tiny_cfg(*FACTOID, f"strategy={strategy}", f"paths.output_dir={tmp_path}/r{index}"))

@@ -8,7 +8,7 @@ import pytest
 from conftest import compose_config
 from omegaconf import OmegaConf
 
-import esgexp.run
+import esgexp.tasks.generation
 from esgexp.errors import UserError
 from esgexp.eval.mcq import parse_answer
 from esgexp.leaderboard import export
@@ -82,9 +82,9 @@ def test_resume_reuses_finished_predictions(tiny_cfg, tmp_path, monkeypatch):
     (partial / "predictions.jsonl").write_text("\n".join(lines))
 
     asked = []
-    real_predict = esgexp.run.predict
+    real_predict = esgexp.tasks.generation.predict
     monkeypatch.setattr(
-        esgexp.run,
+        esgexp.tasks.generation,
         "predict",
         lambda cfg, task, src, items, *a: (asked.extend(items), real_predict(cfg, task, src, items, *a))[1],
     )
@@ -210,3 +210,19 @@ def test_a_run_where_every_item_failed_is_kept_on_disk_but_marked_failed(tiny_cf
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["n_failed"] == 3
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert mlflow.search_runs(search_all_experiments=True, output_format="list")[0].info.status == "FAILED"
+
+
+def test_a_setting_nobody_listed_decides_resume_and_a_declared_runtime_setting_does_not(tiny_cfg, tmp_path):
+    """Every setting is part of a run's identity (esgexp/identity.py) unless it is declared not to change
+    outputs: a new config group (``+grader.strictness``) changed means no answer is reused; a change of
+    the batch size, the progress bar or the interval settings alone resumes every answer."""
+
+    def job(folder, *more):
+        return tiny_cfg(
+            "scoring=logprob", "dataset.limit=4", f"paths.output_dir={tmp_path}/runs/esg_sample/d/{folder}", *more
+        )
+
+    run_job(job("t1", "+grader.strictness=1"))
+    assert run_job(job("t2", "+grader.strictness=2", "resume=true"))["n_resumed"] == 0
+    same = job("t3", "+grader.strictness=1", "resume=true", "trainer.batch_size=2", "stats.bootstrap=200")
+    assert run_job(same)["n_resumed"] == 4

@@ -17,7 +17,7 @@ from esgexp.backends.base import GenerationRequest, RunContext
 from esgexp.backends.openai import OpenAIBackend
 from esgexp.backends.openai_client import context_overflow
 from esgexp.errors import UserError
-from esgexp.run import unanswered_advice
+from esgexp.tasks.generation import unanswered_advice
 
 REPO = Path(__file__).resolve().parent.parent
 

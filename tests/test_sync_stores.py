@@ -10,7 +10,7 @@ from cli import run_cli
 # Fixtures: a real `mlflow server` that can be stopped and started again, mlflow's HTTP settings restored.
 from test_mlflow_server import mlflow_http_env, mlflow_server  # noqa: F401
 
-import esgexp.run
+import esgexp.tasks.generation
 from esgexp import tracking
 from esgexp.run import run_job
 
@@ -38,14 +38,14 @@ def test_a_run_whose_server_stopped_mid_run_syncs_whole_to_another_store_and_onc
     clean_env,
     empty_db,
 ):
-    predict = esgexp.run.predict
+    predict = esgexp.tasks.generation.predict
 
     def predict_then_stop_server(*args):
         usage = predict(*args)
         mlflow_server.stop()
         return usage
 
-    monkeypatch.setattr(esgexp.run, "predict", predict_then_stop_server)
+    monkeypatch.setattr(esgexp.tasks.generation, "predict", predict_then_stop_server)
     url, run_dir = mlflow_server.url, tmp_path / "run"
     run_job(tiny_cfg(f"tracking.uri={url}", "tracking.http_max_retries=0", "experiment_name=stores", "dataset.limit=3"))
     pending = json.loads((run_dir / tracking.PENDING_FILE).read_text())

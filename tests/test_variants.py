@@ -24,9 +24,21 @@ def test_the_differing_settings_name_each_run():
 
 
 def test_a_base_url_names_runs_and_runtime_settings_do_not():
+    """The speed settings the backend class declares (``runtime_keys``) and ``resume`` never name a variant."""
+    served = {"backend._target_": "esgexp.backends.openai.OpenAIBackend"}
     configs = {
-        "x": {"backend.base_url": "http://127.0.0.1:8000/v1", "backend.max_concurrency": "4", "resume": "True"},
-        "y": {"backend.base_url": "http://127.0.0.1:9000/v1", "backend.max_concurrency": "8", "resume": "False"},
+        "x": {
+            **served,
+            "backend.base_url": "http://127.0.0.1:8000/v1",
+            "backend.max_concurrency": "4",
+            "resume": "True",
+        },
+        "y": {
+            **served,
+            "backend.base_url": "http://127.0.0.1:9000/v1",
+            "backend.max_concurrency": "8",
+            "resume": "False",
+        },
     }
     assert variant_labels(configs) == {
         "x": "base_url=http://127.0.0.1:8000/v1",

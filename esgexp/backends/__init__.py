@@ -9,15 +9,32 @@ from esgexp.backends.base import Backend, RunContext
 from esgexp.backends.cache import CachedBackend, RequestCache
 
 
+def backend_class(target: str) -> type[Backend]:
+    """The backend class a node's ``_target_`` names; its module is light (heavy libraries load in ``run``)."""
+    from hydra.utils import get_class
+
+    return get_class(target)
+
+
+def backend_classes() -> dict[str, type[Backend]]:
+    """Every backend a ``backend=NAME`` option builds, by NAME (conf/backend/*.yaml)."""
+    from esgexp.config import CONF_DIR
+
+    found = {}
+    for path in sorted((CONF_DIR / "backend").glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        if target:
+            found[path.stem] = backend_class(str(target))
+    return found
+
+
 def make_backend(
     backend_cfg: DictConfig, model_cfg: DictConfig, context: RunContext, cache_path: str, cache_mode: str
 ) -> Backend:
     """The backend ``backend_cfg`` names (its ``_target_``, imported only now: optional dependencies
     stay optional), for ``model_cfg``, answering from the request cache at ``cache_path`` first."""
-    from hydra.utils import get_class
-
     settings = OmegaConf.to_container(backend_cfg, resolve=True)
     settings.pop("name", None)
-    backend = get_class(settings.pop("_target_"))(model_cfg=model_cfg, context=context, **settings)
+    backend = backend_class(settings.pop("_target_"))(model_cfg=model_cfg, context=context, **settings)
     cache = RequestCache(cache_path, cache_mode)
     return CachedBackend(backend, cache) if cache_mode != "off" else backend

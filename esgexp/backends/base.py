@@ -19,6 +19,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 KINDS = ("generate", "logprob")
 
@@ -124,6 +125,17 @@ class Backend(ABC):
     name: str = "backend"
     # (folder, card) of the model.adapter this backend applies, from models.generation.prepare_adapter
     adapter: tuple | None = None
+    # What the class declares for the rest of esgexp (its YAML's keys are its constructor's arguments):
+    rules: ClassVar[dict] = {}  # its settings' rules (esgexp/rules.py), checked before any job starts
+    runtime_keys: tuple[str, ...] = ()  # settings that change how fast, not what: outside a run's identity
+    packages: tuple[str, ...] = ()  # the packages whose version can change its outputs (a run's ``versions`` tag)
+    serves_on_gpu: bool = False  # an engine that holds the model on GPUs, its KV cache paged in advance (vLLM)
+
+    @classmethod
+    def preflight(cls, backend_cfg, model_cfg, cache_dir: str) -> list[str]:
+        """Why this backend could not answer for ``model_cfg`` on this machine now (weights, a key); nothing
+        is loaded or sent. The paper grid's dry run asks it of every job."""
+        return []
 
     @abstractmethod
     def identity(self) -> dict:

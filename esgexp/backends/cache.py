@@ -57,6 +57,9 @@ def cache_key(identity: dict, rendered: str, request: Request) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+CACHE_MODES = ("read_write", "read_only", "refresh", "off")
+
+
 class RequestCache:
     """Responses by key in one sqlite file; safe across threads (one lock) and processes (WAL, busy timeout)."""
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from itertools import groupby
+from typing import ClassVar
 
 from omegaconf import DictConfig
 
 from esgexp.backends.base import OnResults, Request, Response, RunContext
 from esgexp.backends.local import LocalModelBackend, template_opening
 from esgexp.errors import UserError
+from esgexp.rules import Integer
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,8 @@ class HFBackend(LocalModelBackend):
     """A causal LM loaded with transformers, ``model.adapter`` merged into it."""
 
     name = "hf"
+    rules: ClassVar[dict] = {"batch_size": Integer(1)}
+    runtime_keys = ("batch_size", "progress_bar", "accelerator")
 
     def __init__(
         self,

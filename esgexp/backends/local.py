@@ -5,6 +5,7 @@ the tokenizer (loaded without the model: a cached rerun never loads weights) and
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -39,6 +40,28 @@ def weights_stamp(source: str) -> str:
 
 class LocalModelBackend(Backend):
     """A model whose weights are on this machine; subclasses load and run it."""
+
+    packages = ("torch", "transformers", "peft")
+
+    @classmethod
+    def preflight(cls, backend_cfg, model_cfg, cache_dir: str) -> list[str]:
+        """Local weights missing or not in the (offline) Hugging Face cache; a model.adapter folder not there."""
+        from esgexp.errors import UserError
+        from esgexp.models.loading import check_hub_cache, find_package_file, resolve_model_dir
+
+        try:
+            if model_cfg.get("path"):
+                resolve_model_dir(model_cfg, cache_dir)
+            elif model_cfg.get("gguf"):
+                find_package_file(model_cfg.gguf.package, model_cfg.gguf.file)
+            elif model_cfg.get("hub_id"):
+                check_hub_cache(model_cfg.name, model_cfg.hub_id)
+            adapter = model_cfg.get("adapter")
+            if adapter and not re.fullmatch(r"[0-9a-f]{32}", str(adapter)) and not Path(str(adapter)).exists():
+                return [f"model.adapter: {adapter} does not exist"]
+        except UserError as error:
+            return [f"weights: {str(error).split('. Download')[0]}"]
+        return []
 
     def __init__(self, model_cfg: DictConfig, context: RunContext):
         from esgexp.models.generation import prepare_adapter

@@ -37,12 +37,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import queue
 import re
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import suppress
+from typing import ClassVar
 
 from omegaconf import DictConfig
 
@@ -58,6 +60,7 @@ from esgexp.backends.openai_client import (
 from esgexp.backends.sigint import deferred_sigint
 from esgexp.errors import UserError
 from esgexp.eval.mcq import REASONING_OPEN
+from esgexp.rules import URL, Choice, Integer, Number
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,29 @@ class OpenAIBackend(Backend):
     """Chat or text completions from ``base_url`` for the served model ``model`` (default: the model's hub id)."""
 
     name = "openai"
+    rules: ClassVar[dict] = {
+        "api": Choice(("chat", "completions")),
+        "base_url": URL(),
+        "max_concurrency": Integer(1),
+        "timeout_s": Number(0, above=True),
+        "connect_timeout_s": Number(0, above=True),
+        "max_retries": Integer(0),
+        "backoff_s": Number(0),
+        "top_logprobs": Integer(1),
+        # how a request's JSON Schema is sent: OpenAI's form (also vLLM serve, llama.cpp's llama-server), or the
+        # {"type": "json_object", "schema": ...} form that llama-cpp-python's server (0.3.x) reads
+        "response_format": Choice(("json_schema", "json_object")),
+    }
+    runtime_keys = ("max_concurrency", "timeout_s", "connect_timeout_s", "max_retries", "progress_bar")
+    packages = ("openai",)
+
+    @classmethod
+    def preflight(cls, backend_cfg, model_cfg, cache_dir: str) -> list[str]:
+        """The API key's environment variable (``api_key_env``) not set."""
+        env = backend_cfg.get("api_key_env")
+        if env and not os.environ.get(str(env)):
+            return [f"model {model_cfg.name}: API key not set (environment variable {env})"]
+        return []
 
     def __init__(
         self,

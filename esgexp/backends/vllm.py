@@ -11,18 +11,31 @@ from __future__ import annotations
 import importlib.util
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 from omegaconf import DictConfig
 
 from esgexp.backends.base import OnResults, Request, Response, RunContext
 from esgexp.backends.local import LocalModelBackend, template_opening
 from esgexp.errors import UserError
+from esgexp.rules import Choice, Integer, Number
 
 
 class VLLMBackend(LocalModelBackend):
     """A model served in-process by vLLM: ``dtype``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``."""
 
     name = "vllm"
+    rules: ClassVar[dict] = {
+        "dtype": Choice(("float16", "bfloat16", "auto")),
+        "tensor_parallel_size": Integer(1),
+        "gpu_memory_utilization": Number(0, 1, above=True),
+        "max_model_len": Integer(1, optional=True),
+        "max_logprobs": Integer(1),
+        "batch_size": Integer(1),
+    }
+    runtime_keys = ("batch_size", "gpu_memory_utilization")
+    packages = ("torch", "transformers", "vllm")
+    serves_on_gpu = True
 
     def __init__(
         self,

@@ -164,7 +164,7 @@ def provenance(cfg: DictConfig, corpus: Corpus, backend, dataset: Path, n_items:
         "seed": cfg.seed,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": tracking.git_commit(cfg.paths.root_dir),
-        "versions": package_versions(),
+        "versions": package_versions(OmegaConf.select(cfg, "backend._target_", default=None)),
     }
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from pathlib import Path
 
 from esgexp.leaderboard.questions import QuestionMatrix
 from esgexp.leaderboard.store import Run
+from esgexp.tasks.kinds import kind_of
 
 # Open-QA values drawn per question type, as the QA task names them (<qtype>/<value>).
 QA_VALUES = ("f1", "em", "rougeL", "bertscore_f1", "accuracy", "numeric_accuracy")
@@ -18,13 +18,7 @@ LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 50, "b":
 def label(run: Run, with_variant: bool = True) -> str:
     """model · strategy · scoring (retrieval: retriever · query; scoring a file: its name), the run's name on
     a figure; ``with_variant``: followed by what tells it apart from runs of the same name (``(limit=3)``)."""
-    if run.tags.get("task") == "retrieval":
-        parts = [run.tags.get("retriever"), run.tags.get("encoder"), run.tags.get("query")]
-    elif run.tags.get("task") == "esgbench_score":
-        parts = [Path(run.tags.get("predictions", "")).name]
-    else:
-        parts = [run.tags.get("model"), run.tags.get("strategy"), run.tags.get("scoring")]
-    name = " · ".join(p for p in parts if p) or run.run_id[:8]
+    name = kind_of(run.tags.get("task")).run_label(run.tags, " · ") or run.run_id[:8]
     return f"{name} ({run.variant})" if with_variant and run.variant else name
 
 

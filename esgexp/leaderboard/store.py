@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from esgexp.errors import UserError
+from esgexp.tasks.kinds import KINDS, kind_of
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Run:
         run_dir = self.tags.get("run_dir")
         if run_dir and Path(run_dir).is_dir():
             return Path(run_dir)
-        per_item = "rankings.jsonl" if self.tags.get("task") == "retrieval" else "predictions.jsonl"
+        per_item = kind_of(self.tags.get("task")).records
         paths = [self.file(name) for name in ("config.yaml", "metrics.json", per_item)]
         return paths[0].parent if all(paths) else None
 
@@ -133,7 +134,8 @@ def finished_runs(uri: str, latest_only: bool = True, download_dir: Path | None 
     runs = []
     for run in found:
         tags = dict(run.data.tags)
-        if tags.get("task") in ("finetune", "build"):  # training runs: curves, not scores; dataset builds: counts
+        kind = KINDS.get(tags.get("task"))
+        if kind is None or not kind.ranked:  # training runs: curves, not scores; dataset builds: counts
             continue
         config_hash = tags.get("config_hash")
         if latest_only and config_hash:

@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.errors import UserError
+from esgexp.tasks.kinds import kind_of, load
 
 CHARS_PER_TOKEN = 4
 
@@ -38,17 +39,16 @@ def tokens(text: str) -> int:
 
 def estimate(cfg: DictConfig, loaded_cache: dict) -> Estimate:
     """The model requests a composed job would send (``loaded_cache`` keeps each dataset loaded once)."""
-    if cfg.task == "esgbench_score":
-        return Estimate(note="scores a predictions file: no model")
-    if cfg.task == "retrieval":
-        if cfg.query.get("mode") != "explanation":
-            return Estimate(note="retrieval with fixed query texts: no model")
-        return explanation_estimate(cfg, loaded(cfg, loaded_cache))
-    if cfg.task not in ("mcq", "qa"):
+    kind = kind_of(cfg.task)
+    if not kind.uses_model(cfg):
+        return Estimate(note=f"{kind.without_model}: no model")
+    if kind.estimate:
+        return load(kind.estimate)(cfg, loaded(cfg, loaded_cache))
+    if not kind.prompts:
         return Estimate(note=f"task={cfg.task}: not estimated")
     if cfg.strategy.name == "rag":
         return Estimate(note="strategy=rag: prompts depend on retrieval, not estimated")
-    from esgexp.run import make_requests, make_task
+    from esgexp.tasks.generation import make_requests, make_task
 
     try:
         task = make_task(cfg)

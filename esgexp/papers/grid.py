@@ -29,11 +29,10 @@ from omegaconf import DictConfig, OmegaConf
 from esgexp.config import CONF_DIR
 from esgexp.errors import UserError
 from esgexp.papers.cells import Cell, load_cells
+from esgexp.tasks.kinds import kind_of
 
 DATA_REF = re.compile(r"\$\{data\.(\w+)\}")
 PLAIN_VALUE = re.compile(r"^[\w/.\-+@:~]*$")
-# Query formulations that need no model (the others are written by the configured LLM).
-FIXED_QUERIES = ("question", "definition", "concepts")
 
 
 @dataclass(eq=False)
@@ -275,11 +274,7 @@ def missing_files(cfg: DictConfig) -> list[str]:
     """The data files a composed job reads that are not there, each named: the dataset (a folder's split
     files too: SustainableQA's ``<split>.json``, the few-shot examples' split), predictions, core questions."""
     paths = [("dataset.path", cfg.dataset.get("path") if not cfg.dataset.get("hf_id") else None)]
-    if cfg.task == "esgbench_score":
-        paths.append(("predictions", cfg.get("predictions")))
-    query = cfg.get("query") or {}
-    if cfg.task == "retrieval" and query.get("mode") in ("definition", "concepts"):
-        paths.append(("query.core_questions", query.get("core_questions")))
+    paths += [(key, OmegaConf.select(cfg, key)) for key in kind_of(cfg.task).inputs(cfg)]
     folder = paths[0][1]
     if folder and Path(str(folder)).is_dir() and cfg.dataset.get("split"):
         splits = [cfg.dataset.split, (cfg.get("strategy") or {}).get("split")]
@@ -290,79 +285,33 @@ def missing_files(cfg: DictConfig) -> list[str]:
 def job_problems(cfg: DictConfig) -> list[str]:
     """Why a composed job cannot run on this machine (its data files aside): model weights or API key, retriever."""
     problems = []
-    query = cfg.get("query") or {}
-    uses_model = cfg.task in ("mcq", "qa") or (cfg.task == "retrieval" and query.get("mode") not in FIXED_QUERIES)
-    if uses_model:
+    kind = kind_of(cfg.task)
+    if kind.uses_model(cfg):
         problems += model_problems(cfg)
-    if cfg.task == "retrieval":
+    if kind.retrieves:
         problems += retriever_problems(cfg.retriever)
     return problems
 
 
 def model_problems(cfg: DictConfig) -> list[str]:
-    """An API model without its key; local weights missing or not in the (offline) Hugging Face cache."""
-    model = cfg.model
-    if cfg.backend.name == "openai":
-        env = cfg.backend.get("api_key_env")
-        if env and not os.environ.get(str(env)):
-            return [f"model {model.name}: API key not set (environment variable {env})"]
-        return []
-    try:
-        if model.get("path"):
-            from esgexp.models.loading import resolve_model_dir
+    """Why the job's backend could not answer for its model here (its class's ``preflight``: weights, a key)."""
+    from esgexp.backends import backend_class
 
-            resolve_model_dir(model, cfg.paths.cache_dir)
-        elif model.get("gguf"):
-            from esgexp.models.loading import find_package_file
-
-            find_package_file(model.gguf.package, model.gguf.file)
-        elif model.get("hub_id"):
-            from esgexp.models.loading import check_hub_cache
-
-            check_hub_cache(model.name, model.hub_id)
-        if model.get("adapter") and not _is_run_id(str(model.adapter)) and not Path(str(model.adapter)).exists():
-            return [f"model.adapter: {model.adapter} does not exist"]
-    except UserError as error:
-        return [f"weights: {str(error).split('. Download')[0]}"]
-    return []
-
-
-def _is_run_id(value: str) -> bool:
-    return bool(re.fullmatch(r"[0-9a-f]{32}", value))
+    return backend_class(cfg.backend._target_).preflight(cfg.backend, cfg.model, cfg.paths.cache_dir)
 
 
 def retriever_problems(node: DictConfig) -> list[str]:
-    """A retriever's API key not set, or an encoder (a hub id or folder anywhere in its node) not on disk."""
+    """Why the retriever could not run here (its class's ``preflight``, and that of each node nested in it
+    that names a class: a hybrid's halves)."""
+    from hydra.utils import get_class
+
     problems = []
-    container = OmegaConf.to_container(node, resolve=True)
-    for key, value in _leaves(container):
-        if not isinstance(value, str) or not value:
-            continue
-        name = key.rsplit(".", 1)[-1]
-        if name == "api_key_env" and not os.environ.get(value):
-            problems.append(f"retriever {node.name}: API key not set (environment variable {value})")
-        elif name.endswith(("model_path", "model", "hub_id", "model_id")) and "/" in value:
-            if Path(value).expanduser().exists():
-                continue
-            if value.startswith(("/", ".", "~")) or not _in_hub_cache(value):
-                problems.append(
-                    f"retriever {node.name}: {value} ({key}) is neither a folder nor in the Hugging Face cache"
-                )
+    if node.get("_target_"):
+        problems += get_class(str(node._target_)).preflight(node)
+    for _, child in node.items_ex(resolve=False):
+        if isinstance(child, DictConfig):
+            problems += retriever_problems(child)
     return problems
-
-
-def _leaves(node, prefix: str = ""):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _leaves(value, f"{prefix}{key}.")
-    else:
-        yield prefix.rstrip("."), node
-
-
-def _in_hub_cache(repo_id: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", "modules.json"))
 
 
 def sweeps(jobs: list[Job]) -> list[tuple[list[Job], list[str], list[str]]]:

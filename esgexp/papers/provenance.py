@@ -10,27 +10,17 @@ import shlex
 from functools import lru_cache
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from esgexp.config import BUNDLED_DIR
-from esgexp.jobs import BACKEND_RUNTIME_KEYS, IDENTITY_KEYS, data_sha256
+from esgexp.identity import identity
+from esgexp.jobs import data_sha256
 from esgexp.papers.grid import Grid, Job
+from esgexp.tasks.kinds import kind_of
 from esgexp.tracking import PENDING_FILE
 
 # Settings that change how a value's interval is computed, not the value itself.
 NOT_SUBSTITUTIONS = ("dataset.cluster_key",)
-
-
-def identity(cfg: DictConfig) -> dict:
-    """The resolved values of the keys that decide a job's results (esgexp.jobs.IDENTITY_KEYS; the backend
-    without its speed settings, as esgexp.jobs.job_identity)."""
-    out = {}
-    for key in IDENTITY_KEYS:
-        value = cfg.get(key)
-        out[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-    if isinstance(out["backend"], dict):
-        out["backend"] = {k: v for k, v in out["backend"].items() if k not in BACKEND_RUNTIME_KEYS}
-    return out
 
 
 def identity_key(cfg: DictConfig) -> str:
@@ -61,7 +51,7 @@ def substitutions(asked: DictConfig, ran: DictConfig, items: int | None = None) 
     overrides), e.g. ``model smollm2-135m instead of qwen2.5-0.5b-instruct``; ``items``: the paper's item count."""
     want, got = identity(asked), identity(ran)
     found = []
-    for key in IDENTITY_KEYS:
+    for key in dict.fromkeys([*want, *got]):
         a, b = want.get(key), got.get(key)
         if a == b:
             continue
@@ -179,9 +169,7 @@ def run_provenance(job: Job, grid: Grid, folder: Path | None, metrics: dict | No
 
 def job_uses_model(cfg: DictConfig) -> bool:
     """Whether the job asks a language model (a scoring job or a retrieval with fixed query texts does not)."""
-    if cfg.task == "esgbench_score":
-        return False
-    return cfg.task != "retrieval" or (cfg.get("query") or {}).get("mode") == "explanation"
+    return kind_of(cfg.task).uses_model(cfg)
 
 
 def model_source(cfg: DictConfig) -> str | None:

@@ -8,7 +8,8 @@ loads no heavy library: bm25s, sentence-transformers, transformers, torch and fa
 """
 
 from esgexp.retrieval.base import Hit, Retriever
-from esgexp.retrieval.cache import IndexCache, build_retriever
+from esgexp.retrieval.cache import IndexCache
+from esgexp.retrieval.factory import build_retriever
 from esgexp.retrieval.hybrid import rrf
 
 __all__ = ["Hit", "IndexCache", "Retriever", "build_retriever", "rrf"]

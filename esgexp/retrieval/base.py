@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -58,6 +58,14 @@ class Retriever(ABC):
 
     #: True when ``search`` needs ``gold=`` (the oracle).
     needs_gold: bool = False
+
+    rules: ClassVar[dict] = {}  # its settings' rules (esgexp/rules.py), checked before any job starts
+
+    @classmethod
+    def preflight(cls, node) -> list[str]:
+        """Why a retriever of config ``node`` could not run here now (an encoder not on disk, a key not set);
+        nothing is loaded or sent. The paper grid's dry run asks it of every retrieval job."""
+        return []
 
     def __init__(self, name: str) -> None:
         self.name = name

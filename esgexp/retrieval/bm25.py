@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
+from esgexp.rules import Choice, Number
 
 TOKEN_PATTERN = r"(?u)\b\w+\b"
 
@@ -22,6 +23,13 @@ class BM25Retriever(Retriever):
     A scoped query ranks its document's passages with the statistics (idf, average length) of the
     whole indexed corpus, as a filter does in Lucene.
     """
+
+    rules: ClassVar[dict] = {
+        "k1": Number(0),
+        "b": Number(0, 1),
+        "stemmer": Choice(("english",), optional=True),
+        "stopwords": Choice(("english",), optional=True),
+    }
 
     def __init__(
         self,

@@ -6,13 +6,14 @@ from __future__ import annotations
 from abc import abstractmethod
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from esgexp.errors import UserError
 from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
+from esgexp.rules import Choice, Flag, Integer
 
 # Queries scored per matrix product: bounds the similarity matrix to QUERY_BLOCK x passages.
 QUERY_BLOCK = 256
@@ -90,12 +91,39 @@ def load_encoder(source: str, device: str, pooling: str | None = None) -> Any:
     return model
 
 
+def encoder_problems(node, keys: tuple[str, ...]) -> list[str]:
+    """Each encoder the ``keys`` of ``node`` name (a folder or a hub id) that is neither a folder here nor in
+    the local Hugging Face cache."""
+    found = []
+    for key in keys:
+        value = node.get(key)
+        if not isinstance(value, str) or "/" not in value or Path(value).expanduser().exists():
+            continue
+        if value.startswith(("/", ".", "~")) or not in_hub_cache(value):
+            found.append(
+                f"retriever {node.get('name')}: {value} ({key}) is neither a folder nor in the Hugging Face cache"
+            )
+    return found
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", "modules.json"))
+
+
+# where an encoder runs: auto is cuda when available, else cpu
+DEVICES = Choice(("auto", "cpu", "cuda"))
+
+
 class VectorRetriever(Retriever):
     """Passages as one embedding matrix, ranked by inner product with each query's vector (exact search).
 
     Subclasses implement ``encode(texts, query)``; ``backend``: ``numpy`` (matrix product + partial sort)
     or ``faiss`` (``IndexFlatIP``), both exact. A scoped query is scored against its document's rows only.
     """
+
+    rules: ClassVar[dict] = {"backend": Choice(("numpy", "faiss")), "batch_size": Integer(1), "normalize": Flag()}
 
     def __init__(self, name: str, backend: str = "numpy") -> None:
         super().__init__(name)
@@ -172,6 +200,16 @@ class DenseRetriever(VectorRetriever):
     Contriever and DRAGON+ were trained); ``backend``: numpy or faiss; ``device``: ``auto``, ``cpu`` or ``cuda``. The index depends on
     the passage side only (model and its files, passage prompt, pooling, normalize).
     """
+
+    rules: ClassVar[dict] = {
+        **VectorRetriever.rules,
+        "device": DEVICES,
+        "pooling": Choice(("cls", "mean", "max", "lasttoken", "weightedmean"), optional=True),
+    }
+
+    @classmethod
+    def preflight(cls, node) -> list[str]:
+        return encoder_problems(node, ("model", "query_model"))
 
     def __init__(
         self,

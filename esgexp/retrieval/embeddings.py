@@ -12,12 +12,15 @@ import base64
 import hashlib
 import json
 import logging
-from typing import Any
+import os
+from typing import Any, ClassVar
 
 import numpy as np
 
+from esgexp.backends.cache import CACHE_MODES
 from esgexp.errors import UserError
 from esgexp.retrieval.dense import VectorRetriever
+from esgexp.rules import URL, Choice, Integer, Number
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,25 @@ class EmbeddingsRetriever(VectorRetriever):
     backends; mode ``off`` or no file: no cache). ``stats()`` counts the requests sent and texts found
     in the cache.
     """
+
+    rules: ClassVar[dict] = {
+        **VectorRetriever.rules,
+        "base_url": URL(),
+        "dimensions": Integer(1, optional=True),
+        "cache_mode": Choice(CACHE_MODES),
+        "timeout_s": Number(0, above=True),
+        "connect_timeout_s": Number(0, above=True),
+        "max_retries": Integer(0),
+        "backoff_s": Number(0),
+    }
+
+    @classmethod
+    def preflight(cls, node) -> list[str]:
+        """The API key's environment variable (``api_key_env``) not set."""
+        env = node.get("api_key_env")
+        if env and not os.environ.get(str(env)):
+            return [f"retriever {node.get('name')}: API key not set (environment variable {env})"]
+        return []
 
     def __init__(
         self,

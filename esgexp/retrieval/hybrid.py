@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from esgexp.errors import UserError
 from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever
 from esgexp.retrieval.bm25 import BM25Retriever
 from esgexp.retrieval.dense import DenseRetriever
+from esgexp.rules import Integer, Number
 
 if TYPE_CHECKING:
     from esgexp.retrieval.cache import IndexCache
@@ -39,6 +40,8 @@ class HybridRetriever(Retriever):
 
     The two parts are indexed (and cached) as themselves, so a hybrid run reuses their indexes.
     """
+
+    rules: ClassVar[dict] = {"rrf_k": Number(0), "depth": Integer(1)}
 
     def __init__(
         self, bm25: BM25Retriever, dense: DenseRetriever, name: str = "hybrid", rrf_k: float = 60, depth: int = 100

@@ -18,13 +18,14 @@ import json
 import string
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
-from esgexp.retrieval.dense import hub_offline, pick_device, resolve_source, source_stamp
+from esgexp.retrieval.dense import DEVICES, encoder_problems, hub_offline, pick_device, resolve_source, source_stamp
+from esgexp.rules import Integer
 
 #: Passages and queries whose token vectors are multiplied at once (bounds one similarity block: about
 #: 8 x 32 query tokens x 256 x 180 passage tokens).
@@ -118,6 +119,17 @@ class ColBERTRetriever(Retriever):
     and 180 where it names none); ``device``: ``auto``, ``cpu`` or ``cuda``. The index (token vectors in
     float16 and each passage's first row) depends on the model, its files and ``document_length``.
     """
+
+    rules: ClassVar[dict] = {
+        "query_length": Integer(1, optional=True),
+        "document_length": Integer(1, optional=True),
+        "batch_size": Integer(1),
+        "device": DEVICES,
+    }
+
+    @classmethod
+    def preflight(cls, node) -> list[str]:
+        return encoder_problems(node, ("model",))
 
     def __init__(
         self,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from typing import ClassVar
 
 import numpy as np
 
 from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
+from esgexp.rules import Integer
 
 
 class RandomRetriever(Retriever):
@@ -16,6 +18,8 @@ class RandomRetriever(Retriever):
     document, however it is phrased, gets the same ranking in any batch, order or run, and a document's ranking
     does not depend on which other documents are indexed; the ``k`` highest come back. ClimRetrieve's random row
     is one value across its query formulations, which a ranking drawn from the query text would not give."""
+
+    rules: ClassVar[dict] = {"seed": Integer(0, 2**32 - 1)}
 
     def __init__(self, name: str = "random", seed: int = 0) -> None:
         super().__init__(name)

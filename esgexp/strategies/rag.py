@@ -70,7 +70,7 @@ def retrieve_for_items(
 ) -> tuple[dict[str, list[str]], dict[str, dict]]:
     """Per item: the formatted top-k passages (the ``strategy`` node's corpus, scope, top_k, passage_format;
     the ``retriever`` node's retriever, its index cached under ``index_dir``), and the record of what was retrieved."""
-    from esgexp.retrieval.cache import job_retriever
+    from esgexp.retrieval.factory import job_retriever
 
     if strategy.corpus == "dataset":
         passages, gold = dataset_passages(items)

@@ -16,11 +16,10 @@ from esgexp.records import LoadedDataset, QAItem
 from esgexp.stats import (
     ItemScores,
     StatsSettings,
-    cluster_info,
     cluster_records,
-    headline,
     interval_metrics,
     record_clusters,
+    scored,
     with_interval,
 )
 
@@ -57,9 +56,6 @@ class ScoringJob(Job):
     def tags(self) -> dict:
         return {"model": "external", "strategy": "external", "predictions": str(self.cfg.predictions)}
 
-    def run_name(self) -> str:
-        return f"score/{Path(self.cfg.predictions).name}"
-
     def work(self, run) -> tuple[dict, dict]:
         items = self.loaded.items
         records, metrics = score_esgbench(items, self.joined, k=self.cfg.recall_k, numeric=self.cfg.metrics.numeric)
@@ -67,10 +63,10 @@ class ScoringJob(Job):
         cluster_key = self.cfg.dataset.get("cluster_key")
         by_id = {item.id: item for item in items}
         records = cluster_records(records, [by_id[r["id"]] for r in records], cluster_key)
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, self.stats))
-        metrics.update(cluster_info(records, cluster_key), headline_metric=HEADLINE, higher_is_better=True)
+        intervals = interval_metrics({key: item_scores(records, key) for key in list(metrics)}, self.stats)
+        tags = scored(metrics, intervals, records, cluster_key, HEADLINE)
         PredictionLog(self.output_dir / "predictions.jsonl").rewrite(records)
-        return metrics, headline(HEADLINE)
+        return metrics, tags
 
     def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
         rows = [("items", str(metrics["n_items"]))]
@@ -94,7 +90,7 @@ def gold_key(item: QAItem) -> tuple[str, str]:
     return item.meta["doc_name"], item.question
 
 
-def item_scores(records: list[dict], key: str) -> ItemScores | None:
+def item_scores(records: list[dict], key: str, config=None) -> ItemScores | None:
     """The per-item values behind ``em``, ``f1`` (a mean), ``numeric_accuracy`` (over all items),
     ``numeric_accuracy/numeric_items`` (over items whose gold has a number), ``category/<name>/accuracy``
     (the category's items), those of another numeric rule (``alt/<rule>/numeric_accuracy``...) and

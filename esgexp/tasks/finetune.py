@@ -70,9 +70,6 @@ class FinetuneJob(Job):
             "resumed_from": self.ckpt_path,
         }
 
-    def run_name(self) -> str:
-        return f"{self.cfg.model.name}/lora"
-
     def work(self, run) -> tuple[dict, dict] | None:
         from esgexp.models.training import RunLogger, launchable_as_one_job
 

@@ -16,11 +16,10 @@ from esgexp.records import MCQItem
 from esgexp.stats import (
     ItemScores,
     StatsSettings,
-    cluster_info,
     cluster_records,
-    headline,
     interval_metrics,
     record_clusters,
+    scored,
     with_interval,
 )
 from esgexp.strategies.mcq import MCQPrompter
@@ -95,18 +94,14 @@ class MCQTask:
             found = item_scores(records, ANSWERED)
             metrics[ANSWERED] = sum(found.values) / len(found.values) if found else float("nan")
             keys.append(ANSWERED)
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in keys}, self.stats))
-        metrics.update(
-            cluster_info(records, cluster_key),
-            headline_metric=self.headline_metric,
-            higher_is_better=self.higher_is_better,
-        )
+        intervals = interval_metrics({key: item_scores(records, key) for key in keys}, self.stats)
+        tags = scored(metrics, intervals, records, cluster_key, self.headline_metric, self.higher_is_better)
         metrics.update(position_bias(records))
         if self.circular:
             metrics.update(circular_metrics(records))
         if self.cfg.scoring.name == "logprob":
             metrics.update(self.calibration(records))
-        return records, metrics, headline(self.headline_metric, self.higher_is_better)
+        return records, metrics, tags
 
     def calibration(self, records: list[dict]) -> dict:
         """``calibration/*`` metrics; the bins and the coverage curve written to calibration.json."""
@@ -146,7 +141,7 @@ OUTCOMES = {
 ANSWERED = "accuracy/answered"
 
 
-def item_scores(records: list[dict], key: str) -> ItemScores | None:
+def item_scores(records: list[dict], key: str, config=None) -> ItemScores | None:
     """The 0/1 outcomes behind ``accuracy``, ``accuracy/answered`` (items not ``failed``), ``invalid_rate``,
     ``invalid/unfinished_reasoning`` or ``abstention_rate``; None for another key or no answered item."""
     if key == ANSWERED:

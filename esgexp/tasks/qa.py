@@ -17,10 +17,9 @@ from esgexp.records import QAItem
 from esgexp.stats import (
     ItemScores,
     StatsSettings,
-    cluster_info,
     cluster_records,
-    headline,
     record_clusters,
+    scored,
     statistic_interval,
     with_interval,
 )
@@ -135,11 +134,8 @@ class QATask:
             metrics.update(self.unfinished(records))
         metrics.update(self.intervals(metrics, records, corpus))
         metrics.update(self.over_answered(metrics, records, corpus))
-        key = self.headline_metric(metrics)
-        metrics.update(
-            cluster_info(records, self.cfg.dataset.get("cluster_key")), headline_metric=key, higher_is_better=True
-        )
-        return records, metrics, {**info, **headline(key)}
+        tags = scored(metrics, {}, records, self.cfg.dataset.get("cluster_key"), self.headline_metric(metrics))
+        return records, metrics, {**info, **tags}
 
     def unfinished(self, records: list[dict]) -> dict:
         """``invalid/unfinished_reasoning``: the share of items whose reasoning never closed (scored as empty
@@ -158,7 +154,7 @@ class QATask:
                 clusters = record_clusters([records[i] for i in where])
                 out.update(statistic_interval(statistic.rows, statistic.compute, clusters, self.stats).as_metrics(key))
                 continue
-            scores = item_scores(records, key, self.cfg.metrics)
+            scores = item_scores(records, key, self.cfg)
             if scores is None:
                 continue
             if abs(sum(scores.values) / len(scores.values) - metrics[key]) > 1e-9 * max(1.0, abs(metrics[key])):
@@ -176,7 +172,7 @@ class QATask:
             return {}
         out: dict = {}
         for key in [k for k in metrics if is_run_value(k) and k not in corpus and f"{k}/ci_low" in metrics]:
-            scores = item_scores(answered, key, self.cfg.metrics)
+            scores = item_scores(answered, key, self.cfg)
             if scores is not None:
                 out[f"{key}/answered"] = sum(scores.values) / len(scores.values)
                 out.update(scores.interval(self.stats).as_metrics(f"{key}/answered"))
@@ -216,9 +212,10 @@ def is_run_value(key: str) -> bool:
     )
 
 
-def item_scores(records: list[dict], key: str, metrics_cfg) -> ItemScores | None:
+def item_scores(records: list[dict], key: str, config) -> ItemScores | None:
     """The per-item values behind ``<qtype>/<value>`` (the ``item_values`` alias when the per-item name
-    differs), 0/1 outcomes when the value is among ``proportions`` of the metrics config; None if absent."""
+    differs), 0/1 outcomes when the value is among ``proportions`` of the run's ``metrics`` config; None if absent."""
+    metrics_cfg = config.get("metrics") or {}
     qtype, _, name = key.partition("/")
     name = (metrics_cfg.get("item_values") or {}).get(name, name)
     chosen = [

@@ -27,11 +27,10 @@ from esgexp.records import QAItem
 from esgexp.stats import (
     ItemScores,
     StatsSettings,
-    cluster_info,
     cluster_records,
-    headline,
     interval_metrics,
     record_clusters,
+    scored,
     with_interval,
 )
 
@@ -60,9 +59,6 @@ class RetrievalJob(Job):
             "query_examples": OTHER_REPORTS if explained and cfg.query.get("examples") is not None else None,
         }
 
-    def run_name(self) -> str:
-        return f"{self.cfg.retriever.name}/{self.cfg.query.name}"
-
     def work(self, run) -> tuple[dict, dict]:
         cfg, loaded, ks = self.cfg, self.loaded, self.ks
         if hasattr(loaded, "queries"):
@@ -71,11 +67,10 @@ class RetrievalJob(Job):
             records, metrics = page_retrieval(cfg, loaded.items, ks)
         metrics["n_skipped_rows"] = len(loaded.skipped)
         cluster_key = cfg.dataset.get("cluster_key")
-        metrics.update(interval_metrics({key: item_scores(records, key) for key in list(metrics)}, self.stats))
-        key = headline_metric(ks)
-        metrics.update(cluster_info(records, cluster_key), headline_metric=key, higher_is_better=True)
+        intervals = interval_metrics({key: item_scores(records, key) for key in list(metrics)}, self.stats)
+        tags = scored(metrics, intervals, records, cluster_key, headline_metric(ks))
         PredictionLog(self.output_dir / "rankings.jsonl").rewrite(records)
-        return metrics, headline(key)
+        return metrics, tags
 
     def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
         rows = [("queries", str(metrics["n_queries"]))]
@@ -114,7 +109,7 @@ def headline_metric(ks: list[int]) -> str:
     return f"recall@{HEADLINE_K if HEADLINE_K in ks else max(ks)}"
 
 
-def item_scores(records: list[dict], key: str) -> ItemScores | None:
+def item_scores(records: list[dict], key: str, config=None) -> ItemScores | None:
     """The per-query values behind ``key``: pooled ``recall@K`` / ``precision@K`` as hits over relevant /
     retrieved passages (a ratio of sums; ESGBench page recall: 0/1 per question), the mean of the
     per-query value for ``macro/*@K``, ``ndcg@K`` and ``mrr`` over queries with a relevant passage;
@@ -159,7 +154,7 @@ def summary_keys(metrics: dict, ks: list[int]) -> list[str]:
 def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], dict]:
     """ClimRetrieve: each query searches its report; pooled, macro, nDCG, MRR and the random baseline."""
     from esgexp.data.climretrieve import query_texts
-    from esgexp.retrieval.cache import job_retriever
+    from esgexp.retrieval.factory import job_retriever
 
     if not data.queries:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable queries (skipped rows: {len(data.skipped)})")
@@ -237,7 +232,7 @@ def ranked_gold(relevance: dict[str, int]) -> list[str]:
 def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple[list[dict], dict]:
     """ESGBench: questions search their own report in an ingested corpus; Recall@K of the gold page."""
     from esgexp.data.corpus import Corpus
-    from esgexp.retrieval.cache import job_retriever
+    from esgexp.retrieval.factory import job_retriever
     from esgexp.strategies.rag import item_doc
 
     if cfg.query.mode != "question":

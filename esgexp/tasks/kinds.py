@@ -1,0 +1,177 @@
+"""The task kinds (config key ``task``): what each kind is, declared once, asked by every other part.
+
+A kind names its job class and, for generation kinds, its prompt/scoring class (``module:Name`` strings,
+imported only when used, so composing a config stays fast), its per-item records file, the tags its runs
+are labelled by, the function behind its per-item scores, the settings that change what a score means,
+and whether it asks a model, trains, or reaches the leaderboard. run.py, compare, the leaderboard, the
+paper grid and estimate, settings and dry_run ask ``kind_of(cfg.task)``; none of them switches on the
+task string. A new kind is its module plus one ``register(TaskKind(...))`` line below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+
+from esgexp.errors import UserError
+
+
+def always(cfg) -> bool:
+    return True
+
+
+def never(cfg) -> bool:
+    return False
+
+
+def explained_queries(cfg) -> bool:
+    """A retrieval job asks a model only to write its query explanations (``query.mode=explanation``)."""
+    return (cfg.get("query") or {}).get("mode") == "explanation"
+
+
+def no_inputs(cfg) -> tuple[str, ...]:
+    return ()
+
+
+def core_questions(cfg) -> tuple[str, ...]:
+    """ClimRetrieve's definition and concept queries are read from the core questions file."""
+    return ("query.core_questions",) if (cfg.get("query") or {}).get("mode") in ("definition", "concepts") else ()
+
+
+def predictions_file(cfg) -> tuple[str, ...]:
+    return ("predictions",)
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """One value of ``task`` and everything the rest of esgexp needs to know about it."""
+
+    name: str
+    job: str  # the Job class, "module:Class"
+    label: tuple[str, ...]  # the tags a run's name is made of, in order (a run name, a compare or figure label)
+    records: str | None = None  # the per-item file in the run folder (compare, the leaderboard's question matrix)
+    item_scores: str | None = None  # "module:function" (records, metric key, config) -> ItemScores | None
+    scoring_keys: tuple[str, ...] = ()  # config keys that change what a per-item value means (compare)
+    corpus_statistics: bool = False  # some metrics are corpus statistics, not means of the per-item values
+    prompts: str | None = None  # the prompt-and-score class of a generation kind, "module:Class"
+    prompt_style: str | None = None  # "mcq" | "qa": the prompt contexts it takes (strategy.context)
+    uses_model: Callable = always  # cfg -> whether the job asks a language model
+    retrieves: bool = False  # its job searches with ``retriever`` (the paper grid checks the retriever can run)
+    trains: bool = False  # a training job: memory plan for training, trainer.max_steps|max_epochs required
+    ranked: bool = True  # its runs are scored, so they reach the leaderboard
+    inputs: Callable = no_inputs  # cfg -> config keys of the input files it reads beside dataset.path
+    without_model: str = ""  # what it does instead of asking a model, where ``uses_model`` can be False
+    estimate: str | None = None  # "module:function" (cfg, loaded) -> Estimate where requests are not item prompts
+    suffix: tuple[str, ...] = ()  # fixed words after the label's tags in a run name
+
+    def job_class(self):
+        return load(self.job)
+
+    def prompts_class(self):
+        if self.prompts is None:
+            raise UserError(f"task={self.name} does not prompt a model item by item")
+        return load(self.prompts)
+
+    def scores(self, records: list[dict], metric: str, config: Mapping):
+        """The per-item values behind ``metric`` (``item_scores`` of the kind); None when it has none."""
+        return load(self.item_scores)(records, metric, config) if self.item_scores else None
+
+    def run_label(self, tags: Mapping, sep: str = "/") -> str:
+        """The run's name from its tags: e.g. ``smollm2-135m/zero_shot/generate``, ``bm25/question``."""
+        parts = [label_value(key, tags.get(key)) for key in self.label]
+        return sep.join([p for p in parts if p] + list(self.suffix))
+
+
+def label_value(key: str, value) -> str | None:
+    """A tag as it appears in a label: a predictions file by its name, not its path."""
+    if value in (None, ""):
+        return None
+    return Path(str(value)).name if key == "predictions" else str(value)
+
+
+def load(target: str):
+    module, _, name = target.partition(":")
+    return getattr(import_module(module), name)
+
+
+KINDS: dict[str, TaskKind] = {}
+
+
+def register(kind: TaskKind) -> TaskKind:
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind_of(task: str | None) -> TaskKind:
+    """The registered kind named ``task``; a UserError naming the kinds there are for any other."""
+    if task not in KINDS:
+        raise UserError(f"task={task} is not a task kind: choose one of {', '.join(KINDS)}")
+    return KINDS[task]
+
+
+GENERATION = "esgexp.tasks.generation:GenerationJob"
+register(
+    TaskKind(
+        "mcq",
+        GENERATION,
+        label=("model", "strategy", "scoring"),
+        records="predictions.jsonl",
+        item_scores="esgexp.tasks.mcq:item_scores",
+        prompts="esgexp.tasks.mcq:MCQTask",
+        prompt_style="mcq",
+    )
+)
+register(
+    TaskKind(
+        "qa",
+        GENERATION,
+        label=("model", "strategy", "scoring"),
+        records="predictions.jsonl",
+        item_scores="esgexp.tasks.qa:item_scores",
+        scoring_keys=("metrics",),
+        corpus_statistics=True,
+        prompts="esgexp.tasks.qa:QATask",
+        prompt_style="qa",
+    )
+)
+register(
+    TaskKind(
+        "retrieval",
+        "esgexp.tasks.retrieval:RetrievalJob",
+        label=("retriever", "encoder", "query"),
+        records="rankings.jsonl",
+        item_scores="esgexp.tasks.retrieval:item_scores",
+        scoring_keys=("retrieval.threshold",),
+        uses_model=explained_queries,
+        retrieves=True,
+        inputs=core_questions,
+        without_model="retrieval with fixed query texts",
+        estimate="esgexp.papers.estimate:explanation_estimate",
+    )
+)
+register(
+    TaskKind(
+        "esgbench_score",
+        "esgexp.tasks.esgbench_score:ScoringJob",
+        label=("predictions",),
+        records="predictions.jsonl",
+        item_scores="esgexp.tasks.esgbench_score:item_scores",
+        scoring_keys=("recall_k", "metrics.numeric"),
+        uses_model=never,
+        inputs=predictions_file,
+        without_model="scores a predictions file",
+    )
+)
+register(
+    TaskKind(
+        "finetune",
+        "esgexp.tasks.finetune:FinetuneJob",
+        label=("model",),
+        suffix=("lora",),
+        prompt_style="qa",
+        trains=True,
+        ranked=False,
+    )
+)
