@@ -31,8 +31,13 @@ class NoSpace(UserError):
             f"no space left on the file system at {mount_point(self.path)} (writing {self.path}): {kept}. "
             f"Free some space there, then {RESUME}"
         )
-        # Log lines the run's log file cannot take any more are dropped, not printed with a traceback each.
-        logging.raiseExceptions = False
+
+
+def no_space(path: Path, kept: str) -> NoSpace:
+    """The NoSpace error to raise for ``path``. From now on, log lines the run's log file on the full disk
+    cannot take are dropped, not printed with a traceback each."""
+    logging.raiseExceptions = False
+    return NoSpace(path, kept)
 
 
 def is_full(error: BaseException) -> bool:
@@ -78,7 +83,7 @@ def make_folder(folder: Path, fix: str) -> Path:
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as error:
         if is_full(error):
-            raise NoSpace(folder, "nothing was written there") from error
+            raise no_space(folder, "nothing was written there") from error
         raise unwritable(folder, error, fix) from error
     return folder
 
@@ -97,7 +102,7 @@ def write_atomic(path: Path, text: str) -> None:
         Path(temp).unlink(missing_ok=True)
         if is_full(error):
             kept = f"{path.name} is as it was" if path.exists() else f"{path.name} was not written"
-            raise NoSpace(path, f"{kept}, and every other file in {path.parent} is kept") from error
+            raise no_space(path, f"{kept}, and every other file in {path.parent} is kept") from error
         raise
 
 
@@ -159,7 +164,7 @@ class PredictionLog:
             except BaseException as error:
                 os.ftruncate(fd, size)
                 if is_full(error):
-                    raise NoSpace(self.path, f"the {self.count()} predictions in it are complete and kept") from error
+                    raise no_space(self.path, f"the {self.count()} predictions in it are complete and kept") from error
                 raise
         finally:
             os.close(fd)

@@ -16,7 +16,8 @@ class MCQItem:
     """One multiple-choice question.
 
     ``options`` maps a letter (A-D) to its text; ``answer`` holds the gold letters sorted
-    (usually one); ``context`` holds the linked source passages, if any.
+    (usually one); ``context`` holds the linked source passages, if any; ``doc_id`` and ``page`` (1-based)
+    where that passage comes from, as the loader read them (ESGenius's ``ref_doc``, ``ref_page``).
     """
 
     id: str
@@ -25,6 +26,8 @@ class MCQItem:
     answer: str
     context: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+    doc_id: str | None = None
+    page: int | None = None
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,9 @@ class QAItem:
     ``answers`` holds the reference answers (usually one text; a factoid answer may list several
     spans separated by commas or semicolons inside one text); ``qtype`` is ``factoid``,
     ``non_factoid`` or ``table``; ``context`` holds the item's own passage(s); ``meta`` keeps
-    benchmark fields such as ``category``, ``report``, ``page`` and ``evidence_pages`` (0-based).
+    benchmark fields such as ``category``, ``report``, ``page`` and ``evidence_pages`` (0-based);
+    ``doc_id`` names the report the question is about and ``page`` (1-based) its passage's page, whatever
+    the benchmark calls them (SustainableQA's ``report``, ESGBench's ``doc_name``).
     """
 
     id: str
@@ -43,6 +48,8 @@ class QAItem:
     qtype: str
     context: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+    doc_id: str | None = None
+    page: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,9 +103,15 @@ class LoadedDataset:
     skipped: list[str] = field(default_factory=list)
 
     def sample(self, limit: int | None, seed: int) -> LoadedDataset:
-        """Keep ``limit`` (>= 1, checked with the settings) items drawn by a seeded shuffle (all when ``limit`` is None)."""
+        """A dataset of ``limit`` (>= 1, checked with the settings) items drawn by a seeded shuffle, the same
+        skipped rows (this one when ``limit`` is None); this one is left as it is."""
         if limit is None:
             return self
-        random.Random(seed).shuffle(self.items)
-        self.items = self.items[:limit]
-        return self
+        drawn = list(self.items)
+        random.Random(seed).shuffle(drawn)
+        return LoadedDataset(drawn[:limit], list(self.skipped))
+
+
+# Item fields that restate what ``meta`` already holds: left out of an item's fingerprint, so the
+# fingerprints (and resumable answers) of runs made before they existed stay valid.
+DERIVED_FIELDS = ("doc_id", "page")

@@ -75,7 +75,9 @@ def row_to_item(row: dict, line: int) -> QAItem:
         "line": line,
     }
     item_id = f"{doc_name}#{digest}"
-    return QAItem(id=item_id, question=question, answers=(answer,), qtype="esgbench", context=texts, meta=meta)
+    return QAItem(
+        id=item_id, question=question, answers=(answer,), qtype="esgbench", context=texts, meta=meta, doc_id=doc_name
+    )
 
 
 @dataclass(frozen=True)

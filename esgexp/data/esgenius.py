@@ -129,6 +129,8 @@ def row_to_item(row: Mapping[str, str]) -> MCQItem:
         answer="".join(sorted(set(answer))),
         context=(source_text,) if source_text else (),
         meta=meta,
+        doc_id=meta.get("ref_doc"),
+        page=int(meta["ref_page"]) if meta.get("ref_page", "").isdigit() else None,
     )
 
 

@@ -251,6 +251,8 @@ class _SplitReader:
                     qtype=qtype,
                     context=context,
                     meta=item_meta,
+                    doc_id=item_meta.get("report"),
+                    page=item_meta.get("page"),
                 )
             )
 

@@ -16,13 +16,10 @@ from esgexp.records import Passage
 
 log = logging.getLogger(__name__)
 
-DOC_KEYS = ("doc_name", "report", "ref_doc")
-
 
 def item_doc(item) -> str | None:
-    """The report an item is about, from whichever field its dataset uses (NFC, as corpus doc ids are)."""
-    doc = next((str(item.meta[key]) for key in DOC_KEYS if item.meta.get(key)), None)
-    return None if doc is None else unicodedata.normalize("NFC", doc)
+    """The report an item is about (its loader's ``doc_id``), NFC as corpus doc ids are."""
+    return None if not item.doc_id else unicodedata.normalize("NFC", str(item.doc_id))
 
 
 def dataset_passages(items: list) -> tuple[list[Passage], dict[str, list[str]]]:
@@ -31,8 +28,7 @@ def dataset_passages(items: list) -> tuple[list[Passage], dict[str, list[str]]]:
     gold: dict[str, list[str]] = {}
     for item in items:
         doc = item_doc(item) or "dataset"
-        page = item.meta.get("page") or item.meta.get("ref_page")
-        page = int(page) if str(page).isdigit() else 0
+        page = item.page or 0
         gold[item.id] = []
         for text in item.context:
             key = (doc, text.strip())

@@ -12,7 +12,7 @@ from esgexp.errors import UserError
 from esgexp.eval.esgbench_metrics import other_rules, score_esgbench
 from esgexp.jobs import Job
 from esgexp.outputs import PredictionLog
-from esgexp.records import LoadedDataset, QAItem
+from esgexp.records import QAItem
 from esgexp.stats import (
     ItemScores,
     StatsSettings,
@@ -45,7 +45,7 @@ class ScoringJob(Job):
         refuse_gold_as_predictions(Path(cfg.predictions), Path(cfg.dataset.path))
         self.stats = StatsSettings.from_node(cfg.stats)
         full = instantiate(cfg.dataset, limit=None).load()
-        self.loaded = LoadedDataset(list(full.items), full.skipped).sample(cfg.dataset.limit, cfg.dataset.seed)
+        self.loaded = full.sample(cfg.dataset.limit, cfg.dataset.seed)
         self.predictions = load_predictions(cfg.predictions)
         # With dataset.limit, rows for the gold questions left out are set aside, not reported as unjoined.
         left_out = {gold_key(item) for item in full.items} - {gold_key(item) for item in self.loaded.items}

@@ -14,7 +14,8 @@ from omegaconf import DictConfig
 
 from esgexp.errors import Interrupted, UserError
 from esgexp.jobs import Job, job_backend, same_job
-from esgexp.outputs import PredictionLog
+from esgexp.outputs import PredictionLog, write_json
+from esgexp.records import DERIVED_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class GenerationJob(Job):
             self.backend.close()
         self.records, metrics, info = self.task.score(items, latest_records(predictions, items))
         predictions.rewrite(self.records)
+        for name, report in self.task.reports.items():
+            write_json(self.output_dir / name, report)
         if self.retrieval:
             from esgexp.strategies.rag import attribution_metrics
 
@@ -239,7 +242,8 @@ def latest_records(predictions: PredictionLog, items: list) -> list[dict]:
 
 def item_fingerprint(prompt: str, item) -> str:
     """A hash of an item's prompt and gold: a resumed prediction counts only if both are unchanged."""
-    key = json.dumps([prompt, dataclasses.asdict(item)], sort_keys=True, default=str)
+    fields = {k: v for k, v in dataclasses.asdict(item).items() if k not in DERIVED_FIELDS}
+    key = json.dumps([prompt, fields], sort_keys=True, default=str)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

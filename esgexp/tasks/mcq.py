@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import DictConfig
 
 from esgexp.errors import UserError
@@ -11,7 +9,6 @@ from esgexp.eval.calibration import calibration_report
 from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
 from esgexp.eval.mcq import ABSTAIN, INVALID, UNFINISHED, UNFINISHED_RATE, final_answer, mcq_metrics, parse_answer
 from esgexp.jobs import rate
-from esgexp.outputs import write_json
 from esgexp.records import MCQItem
 from esgexp.stats import (
     ItemScores,
@@ -46,6 +43,7 @@ class MCQTask:
         self.prompter = MCQPrompter(template=cfg.template.text, name=cfg.strategy.name, context=cfg.strategy.context)
         self.circular = bool(cfg.scoring.get("circular", False))
         self.stats = StatsSettings.from_node(cfg.stats)
+        self.reports: dict[str, dict] = {}  # run-folder file name -> what ``score`` found for it
 
     def prepare(self, items: list) -> list:
         """Check the dataset suits the strategy; return the items to ask: with scoring.circular=true
@@ -104,10 +102,10 @@ class MCQTask:
         return records, metrics, tags
 
     def calibration(self, records: list[dict]) -> dict:
-        """``calibration/*`` metrics; the bins and the coverage curve written to calibration.json."""
+        """``calibration/*`` metrics; the bins and the coverage curve kept in ``reports`` for calibration.json."""
         metrics, report = calibration_report(records, list(self.cfg.scoring.letters))
         if report is not None:
-            write_json(Path(self.cfg.paths.output_dir) / CALIBRATION_FILE, report)
+            self.reports[CALIBRATION_FILE] = report
         return metrics
 
     def summary_rows(self, metrics: dict) -> list[tuple[str, str]]:

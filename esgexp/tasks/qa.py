@@ -48,6 +48,7 @@ class QATask:
         self.cfg = cfg
         self.prompter = QAPrompter(template=OmegaConf.to_container(cfg.template), context=cfg.strategy.context)
         self.stats = StatsSettings.from_node(cfg.stats)
+        self.reports: dict[str, dict] = {}  # run-folder file name -> what ``score`` found for it (none here)
 
     def prepare(self, items: list) -> list:
         """Check the dataset suits the strategy; draw the few-shot examples; return the items to ask."""
