@@ -103,7 +103,7 @@ def run_ours(cfg, base_url: str, api: str, requests: list, concurrency: int, fol
     """``OpenAIBackend.run`` behind a fresh request cache, each answer appended to a predictions file."""
     from esgexp.backends.cache import CachedBackend, RequestCache
     from esgexp.backends.openai import OpenAIBackend
-    from esgexp.outputs import PredictionLog
+    from esgexp.core.outputs import PredictionLog
 
     inner = OpenAIBackend(
         model_cfg=cfg.model,

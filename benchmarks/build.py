@@ -63,7 +63,7 @@ def make_corpus(folder: Path) -> Path:
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from esgexp.config import CONF_DIR
+    from esgexp.core.config import CONF_DIR
     from esgexp.data.corpus import ingest
     from esgexp.data.tables import TableExtractor
 
@@ -81,7 +81,7 @@ def run_one(root: Path, corpus: Path, builder: str, candidates: int, backend: li
     from hydra import compose, initialize_config_dir
 
     from esgexp.builders.run import run_build
-    from esgexp.config import CONF_DIR
+    from esgexp.core.config import CONF_DIR
 
     out = root / f"{builder}-{backend[0].split('=')[1]}"
     overrides = [

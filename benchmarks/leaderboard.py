@@ -74,7 +74,7 @@ def write_questions(path: Path, n: int, rng: random.Random) -> list[dict]:
 
 def log_models(root: Path, questions: list[dict], n_models: int, rng: random.Random) -> str:
     """One finished zero-shot MCQ run per synthetic model; returns the store's URI."""
-    from esgexp.stats import wilson
+    from esgexp.analysis.stats import wilson
 
     uri = f"sqlite:///{root}/mlruns/mlflow.db"
     dataset = {
@@ -200,7 +200,7 @@ def main() -> None:
     if not Path(CHROMIUM).is_file():
         sys.exit(f"no chromium at {CHROMIUM}: make installs Debian's package")
 
-    from esgexp.leaderboard import export
+    from esgexp.leaderboard.board import export
 
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as folder:

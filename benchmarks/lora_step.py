@@ -28,7 +28,7 @@ sides, or --threads N on both. Run from the repository root:
 
 Prints a Markdown table and writes benchmarks/lora_step.json (--json PATH). Not a test.
 
---plan-check MODEL[:LAYERS] ...: the memory plan (esgexp.plan, as dry_run=true prints it) beside the
+--plan-check MODEL[:LAYERS] ...: the memory plan (esgexp.memory.plan, as dry_run=true prints it) beside the
 measured peak of LoRA steps with the plain loop: smollm2-135m (the bundled weights; with :LAYERS a random
 model of its shape), llama-3.2-1b or llama-3.1-8b (random weights built from the transcribed config, no
 download), optionally with only LAYERS decoder layers. Peak: ru_maxrss on the CPU (the whole process),
@@ -75,7 +75,7 @@ def project_config():
     from hydra import compose, initialize_config_dir
 
     import esgexp  # noqa: F401  (offline hub, resolvers)
-    from esgexp.config import CONF_DIR
+    from esgexp.core.config import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose(
@@ -333,8 +333,8 @@ def machine_info() -> dict:
 
 def plan_of(spec: str, args):
     """The model's shape (layers overridden by ``NAME:LAYERS``), the run's TrainSetup and its plan."""
+    from esgexp.memory.plan import DTYPE_BYTES, Shape, TrainSetup, train_plan
     from esgexp.models.architectures import ARCHITECTURES
-    from esgexp.plan import DTYPE_BYTES, Shape, TrainSetup, train_plan
 
     name, _, layers = spec.partition(":")
     if name not in PLAN_MODELS:
@@ -444,7 +444,7 @@ def plan_worker(args) -> dict:
 
 def plan_check(args) -> None:
     """Per model: plan, then (unless refused) the measured run in its own process; a table and the JSON."""
-    from esgexp.plan import GiB
+    from esgexp.memory.plan import GiB
 
     kept = json.loads(args.json.read_text())["results"] if args.json.is_file() else []
     results = []

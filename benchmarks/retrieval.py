@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from esgexp.records import Passage  # noqa: E402
+from esgexp.core.records import Passage  # noqa: E402
 from esgexp.retrieval.bm25 import TOKEN_PATTERN, BM25Retriever  # noqa: E402
 from esgexp.retrieval.dense import DenseRetriever  # noqa: E402
 

@@ -9,6 +9,6 @@ import os
 # Offline by default: a hub id that is not cached fails at once instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from esgexp.config import register_resolvers
+from esgexp.core.config import register_resolvers
 
 register_resolvers()

@@ -3,7 +3,7 @@
 The builders' package is ``esgexp/builders/`` (a folder named ``build`` is what packaging tools and the
 common Python ``.gitignore`` treat as build output); this module keeps the command users know."""
 
-from esgexp.builders.__main__ import main
+from esgexp.cli.build import main
 
 if __name__ == "__main__":
     main()

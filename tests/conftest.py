@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import esgexp  # noqa: F401  (sets HF_HUB_OFFLINE, registers resolvers)
-from esgexp.config import BUNDLED_DIR, CONF_DIR
+from esgexp.core.config import BUNDLED_DIR, CONF_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_SAMPLES = REPO.parent / "shared" / "data" / "samples"
@@ -112,9 +112,9 @@ def shared_corpus(tmp_path_factory) -> Path:
     """The two shared report PDFs ingested with the default chunker (paragraphs), once per test run: the
     first test process to need them ingests them (under a lock, in the run's temporary folder that every
     pytest-xdist process shares), the others wait for it and read the same folder (7 CPU-seconds each)."""
+    from esgexp.core.file_lock import exclusive
     from esgexp.data.chunking import CharChunker
     from esgexp.data.corpus import ingest
-    from esgexp.file_lock import exclusive
 
     if not (SHARED_SAMPLES / "pdfs").is_dir():
         pytest.skip(f"../shared report PDFs not present at {SHARED_SAMPLES / 'pdfs'}")
@@ -236,7 +236,7 @@ def fault_proxy(llama_server):
 @pytest.fixture(scope="session")
 def empty_db() -> Path:
     """A sqlite MLflow store with its tables and no experiment, the one every new store of a job starts from."""
-    from esgexp.tracking import empty_store_template
+    from esgexp.core.tracking import empty_store_template
 
     return empty_store_template()
 
@@ -245,7 +245,7 @@ def empty_db() -> Path:
 def made_store(tmp_path, empty_db) -> Path:
     """``tmp_path/mlruns/mlflow.db``, the store a job with ``paths.root_dir=tmp_path`` logs to, made before
     the job, as the job would make it."""
-    from esgexp.tracking import seed_new_store
+    from esgexp.core.tracking import seed_new_store
 
     db = tmp_path / "mlruns" / "mlflow.db"
     seed_new_store(f"sqlite:///{db}")

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from esgexp.cli.command import user_message
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
 from esgexp.errors import UserError
 
 BUNDLED = Path(__file__).resolve().parent.parent / "esgexp" / "data" / "bundled"
@@ -30,7 +30,7 @@ def composed(config: str, root: Path, *overrides: str):
 
 
 def test_a_full_disk_offers_resume_only_to_commands_that_take_it(tmp_path, monkeypatch):
-    from esgexp.outputs import NoSpace
+    from esgexp.core.outputs import NoSpace
 
     monkeypatch.setattr(logging, "raiseExceptions", logging.raiseExceptions)  # NoSpace turns it off
     full = NoSpace(tmp_path / "pages.jsonl", "pages.jsonl was not written")
@@ -71,7 +71,7 @@ def test_a_build_that_fails_before_asking_leaves_nothing_that_blocks_its_rerun(t
     ("name", "suggested"), [("../x", "x"), ("/abs/olute", "abs_olute"), ("a/b", "a_b"), ("..", "reports")]
 )
 def test_a_corpus_name_is_one_folder_name(tmp_path, name, suggested):
-    from esgexp.ingest import corpus_folder
+    from esgexp.cli.ingest import corpus_folder
 
     cfg = composed("ingest", tmp_path, f"corpus.pdf_dir={tmp_path}", f"corpus.name={name}")
     with pytest.raises(UserError) as caught:
@@ -81,7 +81,7 @@ def test_a_corpus_name_is_one_folder_name(tmp_path, name, suggested):
 
 
 def test_ingest_without_a_name_says_to_set_it(tmp_path):
-    from esgexp.ingest import corpus_folder
+    from esgexp.cli.ingest import corpus_folder
 
     with pytest.raises(UserError, match=r"^corpus.name is not set: give it on the command line, e\.g\. corpus.name="):
         corpus_folder(composed("ingest", tmp_path, f"corpus.pdf_dir={tmp_path}"))
@@ -184,7 +184,7 @@ def test_verify_names_the_wrong_corpus_and_the_wrong_kind_of_file(tmp_path):
 
 
 def test_compare_refuses_a_failed_run_with_its_reason(tmp_path):
-    from esgexp.compare import read_run_folder
+    from esgexp.analysis.compare import read_run_folder
 
     (tmp_path / "config.yaml").write_text("task: mcq\n")
     (tmp_path / "metrics.json").write_text("{}")

@@ -20,11 +20,11 @@ from esgexp.builders.context import BuildContext
 from esgexp.builders.esgenius import Question, SpanPool, gold_letters, letter_rows, read_review, shuffled
 from esgexp.builders.generate import StructuredGenerator
 from esgexp.builders.report import BuildReport
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
+from esgexp.core.records import Passage
 from esgexp.data.corpus import Corpus
 from esgexp.data.esgenius import ESGeniusCSV
 from esgexp.errors import UserError
-from esgexp.records import Passage
 
 PASSAGE = Passage("acme#0", "acme", "Scope 1 emissions were 1,772.6 tCO2e in 2023.", 1, 1)
 
@@ -272,7 +272,7 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     from hydra import compose, initialize_config_dir
 
     from esgexp.builders.run import run_build
-    from esgexp.run import run_job
+    from esgexp.core.run import run_job
 
     (tmp_path / "mlruns").mkdir()  # the build's and the evaluation's store, its tables already made
     shutil.copy(empty_db, tmp_path / "mlruns" / "mlflow.db")

@@ -27,7 +27,7 @@ from hydra import compose, initialize_config_dir
 from pdf_factory import write_pdf
 
 from esgexp.builders.run import run_build
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
 from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import ingest
 

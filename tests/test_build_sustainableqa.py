@@ -20,11 +20,11 @@ from esgexp.builders.context import BuildContext
 from esgexp.builders.generate import StructuredGenerator
 from esgexp.builders.report import BuildReport
 from esgexp.builders.sustainableqa import SustainableQABuilder, assign_splits, span_problem, split_sizes
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
+from esgexp.core.records import Passage
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import SustainableQA
 from esgexp.errors import UserError
-from esgexp.records import Passage
 
 ALPHA = "Alpha AG emitted 1,772 tCO2e in 2023.\nAlpha AG buys electricity from solar and wind plants."
 TABLE = "| Activity | Turnover |\n| --- | --- |\n| Wind power | EUR 40m |\n| Solar power | EUR 10m |"
@@ -317,9 +317,9 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
     from pdf_factory import write_pdf
 
     from esgexp.builders.run import run_build
+    from esgexp.core.run import run_job
     from esgexp.data.chunking import CharChunker
     from esgexp.data.corpus import ingest
-    from esgexp.run import run_job
 
     with_store(tmp_path, empty_db)
     write_pdf(tmp_path / "pdfs" / "alpha.pdf", REPORT)

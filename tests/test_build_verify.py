@@ -9,9 +9,9 @@ import pytest
 from cli import run_cli
 
 from esgexp.builders.verify import PageTexts, verify_pair
+from esgexp.core.records import Passage
 from esgexp.data.corpus import Corpus
 from esgexp.data.pdf import Page
-from esgexp.records import Passage
 
 SCOPE1 = "Scope 1 emissions were 12,400 tCO2e in 2023."
 PAGES = [

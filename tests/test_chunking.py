@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
 from esgexp.data.chunking import CharChunker, MarkdownChunker, SentenceChunker, WindowChunker, sentence_spans
 from esgexp.data.pdf import Page
 from esgexp.errors import UserError

@@ -4,7 +4,8 @@ from collections import Counter
 import pytest
 from hydra.utils import instantiate
 
-from esgexp.config import BUNDLED_DIR
+from esgexp.core.config import BUNDLED_DIR
+from esgexp.core.records import Passage, RetrievalQuery
 from esgexp.data.climretrieve import (
     ClimRetrieveReportLevel,
     SourceAnnotation,
@@ -15,7 +16,6 @@ from esgexp.data.climretrieve import (
     query_texts,
 )
 from esgexp.errors import UserError
-from esgexp.records import Passage, RetrievalQuery
 
 BUNDLED = BUNDLED_DIR / "climretrieve"
 MICROSOFT = "2022 Microsoft Environmental Sustainability Report"

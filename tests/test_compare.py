@@ -1,4 +1,4 @@
-"""Paired comparison of runs (esgexp.compare): synthetic run folders in the real format, built through the
+"""Paired comparison of runs (esgexp.analysis.compare): synthetic run folders in the real format, built through the
 tasks' own scoring, and the CLI on two real retrieval runs."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from conftest import REPO, SAMPLE_CSV
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from esgexp.compare import compare_pair, compare_runs, load_run, main
+from esgexp.analysis.compare import compare_pair, compare_runs, load_run
+from esgexp.analysis.stats import StatsSettings, mcnemar_exact
+from esgexp.cli.compare import main
+from esgexp.core.outputs import PredictionLog, write_atomic, write_json
+from esgexp.core.run import run_job
 from esgexp.errors import UserError
-from esgexp.outputs import PredictionLog, write_atomic, write_json
-from esgexp.run import run_job
-from esgexp.stats import StatsSettings, mcnemar_exact
 
 CLIM = ("experiment=climretrieve_retrieval", "dataset=climretrieve_sample")
 
@@ -171,7 +172,7 @@ def test_retrieval_per_query_values_give_the_run_metrics():
 
 
 def test_esgbench_score_values_give_the_run_metrics():
-    from esgexp.config import BUNDLED_DIR
+    from esgexp.core.config import BUNDLED_DIR
     from esgexp.data.esgbench import ESGBenchGold, join, load_predictions
     from esgexp.eval.esgbench_metrics import score_esgbench
     from esgexp.tasks.esgbench_score import item_scores

@@ -11,7 +11,7 @@ from fractions import Fraction as F
 
 import pytest
 
-from esgexp.config import BUNDLED_DIR
+from esgexp.core.config import BUNDLED_DIR
 from esgexp.data.esgbench import ESGBenchGold, join, load_predictions
 from esgexp.errors import UserError
 from esgexp.eval.esgbench_metrics import (

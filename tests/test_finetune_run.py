@@ -14,8 +14,8 @@ import torch
 from cli import run_cli
 from conftest import build_tiny_llama, compose_config
 
+from esgexp.core.run import run_job
 from esgexp.errors import Interrupted, UserError
-from esgexp.run import run_job
 
 # 32-true: precision auto depends on the CPU (test_precision_auto_on_the_cpu_follows_native_bf16).
 FT = (
@@ -210,7 +210,7 @@ def test_adapter_evaluates_through_the_normal_pipeline(trained, tiny_model_dir):
     }
     assert outputs["eval-id"] == outputs["eval-dir"] != outputs["eval-base"]
 
-    from esgexp.leaderboard import collect_rows
+    from esgexp.leaderboard.board import collect_rows
 
     rows = collect_rows(f"sqlite:///{root}/mlruns/mlflow.db", latest_only=False)
     assert {r["task"] for r in rows} == {"qa"}  # the training run is not a leaderboard row
@@ -261,8 +261,8 @@ def test_export_merges_the_adapter_into_a_standalone_model(trained, tiny_model_d
     from hydra import compose, initialize_config_dir
     from transformers import AutoModelForCausalLM
 
-    from esgexp.config import CONF_DIR
-    from esgexp.export_adapter import export
+    from esgexp.cli.export_adapter import export
+    from esgexp.core.config import CONF_DIR
     from esgexp.models.lora import attach_adapter
 
     root, _, run_dir, _ = trained
@@ -320,7 +320,7 @@ def test_mistakes_fail_before_the_weights_load(tmp_path, tiny_model_dir, monkeyp
 
 
 def test_empty_train_split_is_a_clear_error(tmp_path, tiny_model_dir):
-    from esgexp.config import BUNDLED_DIR
+    from esgexp.core.config import BUNDLED_DIR
 
     data = tmp_path / "data"
     data.mkdir()

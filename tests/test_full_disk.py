@@ -1,6 +1,6 @@
 """A disk that fills up, for real: a small tmpfs mounted for the test (root only; skipped where mounting is
 not allowed). Predictions are written whole or not at all and the user is told once what is kept and that
-resume=true continues (esgexp/outputs.py); the request cache is never dropped for a full disk or a lock,
+resume=true continues (esgexp/core/outputs.py); the request cache is never dropped for a full disk or a lock,
 only when sqlite finds it damaged (esgexp/backends/cache.py)."""
 
 import json
@@ -15,8 +15,8 @@ from cli import run_cli
 
 from esgexp.backends.base import Response
 from esgexp.backends.cache import RequestCache
+from esgexp.core.outputs import NoSpace, PredictionLog, write_json
 from esgexp.errors import UserError
-from esgexp.outputs import NoSpace, PredictionLog, write_json
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,11 +9,11 @@ import pytest
 from cli import run_cli
 from pdf_factory import encrypted, pdf_bytes, write_pdf
 
+from esgexp.core.records import Passage, passages_hash
 from esgexp.data import pdf
 from esgexp.data.chunking import CharChunker, MarkdownChunker, WindowChunker
 from esgexp.data.corpus import Corpus, ingest
 from esgexp.errors import UserError
-from esgexp.records import Passage, passages_hash
 
 GOOD = [["Alpha report page one. It covers scope 1."], ["Page two talks about water."], ["Page three ends it."]]
 

@@ -12,16 +12,16 @@ import pytest
 from cli import run_cli
 
 from esgexp.cli.command import user_message
+from esgexp.cli.command_line import checked_command_line, home_expanded
+from esgexp.cli.export_adapter import adapter_given
+from esgexp.cli.export_adapter import main as export_adapter
+from esgexp.cli.overrides import compose_config, override_positions
 from esgexp.data.climretrieve import ClimRetrieveReportLevel
 from esgexp.data.esgbench import ESGBenchGold
 from esgexp.data.esgenius import ESGeniusCSV
 from esgexp.data.sustainableqa import SustainableQA
 from esgexp.data.text_files import decoding_problem
 from esgexp.errors import UserError
-from esgexp.export_adapter import adapter_given
-from esgexp.export_adapter import main as export_adapter
-from esgexp.overrides import compose_config, override_positions
-from esgexp.sweeper import checked_command_line, home_expanded
 
 CSV = "query_id,query,answer,A,B,C,D\n1,Q?,A,a,b,c,d\n"
 

@@ -15,7 +15,7 @@ import pytest
 from cli import start_cli
 from conftest import REPO, compose_config
 
-from esgexp.run import run_job
+from esgexp.core.run import run_job
 
 # The run folder is the subject here, not MLflow: each run keeps what it would log in its folder.
 OFFLINE = ("tracking.offline=true",)

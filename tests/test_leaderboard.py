@@ -58,7 +58,7 @@ def log_run(
     the tags job_tags writes, flattened config params, metrics and the files as artifacts."""
     import mlflow
 
-    from esgexp.tracking import metric_name, use_store
+    from esgexp.core.tracking import metric_name, use_store
 
     run_dir.mkdir(parents=True, exist_ok=True)
     files = {"metrics.json": json.dumps(metrics), **files}
@@ -93,7 +93,7 @@ def mcq_run(
     scoring: str = "generate",
     extra_files: dict | None = None,
 ) -> str:
-    from esgexp.stats import wilson
+    from esgexp.analysis.stats import wilson
 
     n = len(records)
     hits = sum(r["correct"] for r in records)
@@ -266,8 +266,8 @@ def store(tmp_path_factory, empty_db) -> tuple[Path, dict[str, str]]:
 
 
 def test_rows_rank_by_the_declared_headline_with_its_interval_and_the_mark(store):
-    from esgexp.leaderboard import collect_rows
-    from esgexp.stats import wilson
+    from esgexp.analysis.stats import wilson
+    from esgexp.leaderboard.board import collect_rows
 
     _, runs = store
     rows = collect_rows(runs["uri"])
@@ -289,7 +289,7 @@ def test_rows_rank_by_the_declared_headline_with_its_interval_and_the_mark(store
 def test_csv_and_markdown_carry_the_interval_and_mark_columns(store, tmp_path, capsys):
     import csv
 
-    from esgexp.leaderboard import main
+    from esgexp.cli.leaderboard import main
 
     _, runs = store
     main([f"tracking.uri={runs['uri']}", f"out_dir={tmp_path}/out", "format=[csv,md]"])
@@ -302,7 +302,7 @@ def test_csv_and_markdown_carry_the_interval_and_mark_columns(store, tmp_path, c
         rows = {row["run_id"]: row for row in csv.DictReader(handle)}
     gamma = rows[runs["gamma"]]
     assert (gamma["headline"], gamma["value"], gamma["not_worse"]) == ("accuracy", "0.2500", "no")
-    from esgexp.stats import wilson
+    from esgexp.analysis.stats import wilson
 
     assert gamma["ci_low"] == f"{wilson(12, 48).low:.4f}" and float(gamma["p_vs_best"]) < 1e-6
     assert "| headline | value | ci_low | ci_high | stderr | not_worse | p_vs_best |" in markdown
@@ -383,7 +383,7 @@ def test_circular_rotations_are_one_question_right_only_when_every_rotation_is()
 
 def test_an_unknown_format_is_refused_before_the_store_is_read(tmp_path):
     from esgexp.errors import UserError
-    from esgexp.leaderboard import export
+    from esgexp.leaderboard.board import export
 
     with pytest.raises(UserError, match="format must be one of csv, md, html or all, got pdf"):
         export(f"sqlite:///{tmp_path}/none.db", tmp_path / "out", formats=("html", "pdf"))

@@ -9,7 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
+from esgexp.core.records import QAItem
 from esgexp.errors import UserError
 from esgexp.models.lora import attach_adapter, check_seq_len, check_target_modules, wrap_for_training
 from esgexp.models.lora_module import (
@@ -22,7 +23,6 @@ from esgexp.models.lora_module import (
 )
 from esgexp.models.scoring import GenerateScorer
 from esgexp.models.sft_data import ExampleBuilder, GenerationSet, collate, pack
-from esgexp.records import QAItem
 from esgexp.strategies.qa import QAPrompter
 
 LORA = OmegaConf.create(

@@ -8,8 +8,7 @@ import sys
 import pytest
 from cli import run_cli
 
-from esgexp.models.architectures import ARCHITECTURES
-from esgexp.plan import (
+from esgexp.memory.plan import (
     RUNTIME_CPU,
     GiB,
     ServeSetup,
@@ -24,6 +23,7 @@ from esgexp.plan import (
     serve_plan,
     train_plan,
 )
+from esgexp.models.architectures import ARCHITECTURES
 
 # hidden 64, 2 layers, 4 heads of 16, 2 KV heads, MLP 160, vocabulary 1000, untied head
 TINY = {

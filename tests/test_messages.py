@@ -16,7 +16,7 @@ from cli import run_cli, start_cli
 from openai_server import FakeOpenAI
 from pdf_factory import write_pdf
 
-from esgexp.config import BUNDLED_DIR
+from esgexp.core.config import BUNDLED_DIR
 
 # What a user must never see: Python's and Hydra's internals, Hydra's advice to append a misspelt key.
 NOISE = ("Traceback", "HYDRA_FULL_ERROR", "To append to your config", "full_key:", "object_type=", "KeyboardInterrupt")
@@ -107,7 +107,11 @@ def test_every_console_command_turns_a_mistake_into_one_message(tmp_path, clean_
         ("esgexp", ["tracking.uri=sqlte:///x.db"], "tracking.uri must be a tracking store"),
         ("esgexp", ["tracking.uri=sqlite://x.db"], "sqlite:///FILE.db"),  # two slashes: no file at all
         ("esgexp.leaderboard", ["tracking.uri=htps://mlflow:5000"], "one of the schemes file:, sqlite:"),
-        ("esgexp.compare", ["run-a", "run-b", "tracking.uri=sqlite:/x.db"], "tracking.uri must be a tracking store"),
+        (
+            "esgexp.compare",
+            ["run-a", "run-b", "tracking.uri=sqlite:/x.db"],
+            "tracking.uri must be a tracking store",
+        ),
         ("esgexp.sync", ["/no/such/run"], "/no/such/run is not a run folder (no config.yaml)"),
         ("esgexp.export_adapter", ["model.adapter=x", "model.dtype=float8"], "model.dtype must be one of auto,"),
         ("esgexp", ["dataset.limit=[1,2"], "cannot read 'dataset.limit=[1,2'"),

@@ -1,7 +1,7 @@
 import pytest
 
+from esgexp.core.records import MCQItem
 from esgexp.eval.mcq import INVALID, detect_framework, item_framework, longest_option, mcq_metrics
-from esgexp.records import MCQItem
 
 
 def item(qid, answer, question="Plain question?", ref_doc="", options=None):

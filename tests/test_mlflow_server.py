@@ -14,8 +14,9 @@ import mlflow
 import pytest
 
 import esgexp.tasks.generation
-from esgexp import sync, tracking
-from esgexp.run import run_job
+from esgexp.cli import sync
+from esgexp.core import tracking
+from esgexp.core.run import run_job
 
 
 def free_port() -> int:

@@ -3,7 +3,7 @@
 import os
 import stat
 
-from esgexp.outputs import write_atomic
+from esgexp.core.outputs import write_atomic
 
 
 def test_written_files_follow_the_umask(tmp_path):

@@ -14,7 +14,7 @@ from esgexp.tasks.generation import make_requests
 
 
 def paper_cfg(*overrides: str):
-    from esgexp.paper import compose_paper
+    from esgexp.cli.paper import compose_paper
 
     return compose_paper(list(overrides))
 

@@ -17,7 +17,7 @@ from esgexp.papers.report import cell_text, compare, table_json, to_markdown
 
 
 def paper_cfg(*overrides: str):
-    from esgexp.paper import compose_paper
+    from esgexp.cli.paper import compose_paper
 
     return compose_paper(list(overrides))
 
@@ -167,7 +167,7 @@ def test_the_papers_own_file_substitutes_nothing_and_a_sample_does(tmp_path, sha
     """By name (the grid's paper_file) and, where the grid knows it, by digest: a renamed sample is caught."""
     import shutil
 
-    from esgexp.config import BUNDLED_DIR
+    from esgexp.core.config import BUNDLED_DIR
     from esgexp.papers.provenance import data_substitutions
 
     folder = shared_samples / "esgenius"
@@ -240,8 +240,8 @@ def test_the_retrieval_summary_shows_the_climretrieve_f1():
 
 
 def test_a_missing_split_file_is_named_and_its_requests_not_counted(tmp_path, monkeypatch):
-    from esgexp.config import BUNDLED_DIR
-    from esgexp.paper import dry_run
+    from esgexp.cli.paper import dry_run
+    from esgexp.core.config import BUNDLED_DIR
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -275,7 +275,7 @@ def test_a_missing_split_file_is_named_and_its_requests_not_counted(tmp_path, mo
 
 
 def test_a_missing_data_file_is_shown_by_its_setting_not_as_null(tmp_path, shared_samples):
-    from esgexp.paper import dry_run
+    from esgexp.cli.paper import dry_run
 
     questions = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
     grid = load_grid(

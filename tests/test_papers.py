@@ -30,7 +30,7 @@ def papers() -> Path:
 
 
 def paper_cfg(*overrides: str):
-    from esgexp.paper import compose_paper
+    from esgexp.cli.paper import compose_paper
 
     return compose_paper(list(overrides))
 
@@ -211,8 +211,8 @@ def test_climretrieve_metric_is_sklearn_on_every_report_row():
     """Rows = (paragraph, question) of each searched report; prediction = in the top K; gold = grade >= 2."""
     import random
 
+    from esgexp.analysis.stats import StatsSettings
     from esgexp.eval.retrieval_metrics import climretrieve_metrics
-    from esgexp.stats import StatsSettings
 
     metrics_module = pytest.importorskip("sklearn.metrics")  # scikit-learn comes with sentence-transformers
     f1_score, precision_score, recall_score = (
@@ -244,9 +244,9 @@ def test_climretrieve_metric_is_sklearn_on_every_report_row():
 
 
 def test_climretrieve_metric_needs_rankings_to_15():
+    from esgexp.analysis.stats import StatsSettings
     from esgexp.errors import UserError
     from esgexp.eval.retrieval_metrics import climretrieve_metrics
-    from esgexp.stats import StatsSettings
 
     with pytest.raises(UserError, match=r"retrieval.ks to include 15"):
         climretrieve_metrics({"q": ["a"]}, {"q": {"a": 2}}, None, StatsSettings(), searched_k=10)
@@ -275,7 +275,7 @@ def test_new_model_configs_compose(make_cfg):
 
 
 def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path, monkeypatch, shared_samples):
-    from esgexp.paper import dollars, dry_run
+    from esgexp.cli.paper import dollars, dry_run
     from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -336,7 +336,7 @@ def test_climretrieve_dry_run_prices_the_llm_written_queries(tmp_path, monkeypat
 
 def test_sustainableqa_grids_compose_on_our_sample_in_its_schema(tmp_path, monkeypatch):
     """Tables 4 and 5 on the bundled SustainableQA files (the published ones are not public here)."""
-    from esgexp.config import BUNDLED_DIR
+    from esgexp.core.config import BUNDLED_DIR
     from esgexp.papers.estimate import estimate
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -422,7 +422,7 @@ def test_esgbench_table_from_the_reference_predictions(esgbench_table):
 
 
 def test_the_leaderboard_page_shows_the_paper_table(esgbench_table, tmp_path):
-    from esgexp.leaderboard import export
+    from esgexp.leaderboard.board import export
 
     root = esgbench_table[0]
     export(f"sqlite:///{root}/mlruns/mlflow.db", tmp_path, formats=("html",), papers_dir=root / "papers")

@@ -1,7 +1,7 @@
 import pytest
 
+from esgexp.core.records import MCQItem
 from esgexp.eval.mcq import INVALID, UNFINISHED_RATE, final_answer, mcq_metrics, parse_answer
-from esgexp.records import MCQItem
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 from conftest import compose_config
 
-from esgexp.records import MCQItem
+from esgexp.core.records import MCQItem
 from esgexp.strategies.mcq import NO_CONTEXT, MCQPrompter, best_line
 
 ESGENIUS_TEMPLATE = (

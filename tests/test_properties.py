@@ -48,13 +48,14 @@ def csv_file(header: list[str], rows: list[list[str]]) -> Path:
 
 
 def assert_loads_or_reports(load, where: str) -> None:
-    """``load()`` returns, or raises a UserError; every skipped-row message names ``where`` N and a field."""
+    """``load()`` returns, or raises a UserError; every skipped-row message names ``where`` N (or ``where``s N-M, a
+    record over several lines) and a field."""
     try:
         loaded = load()
     except UserError:
         return
     for message in loaded.skipped:
-        assert (re.search(rf"{where} ?\[?\d", message) and "field" in message) or "not a JSON object" in message, (
+        assert (re.search(rf"{where}s? ?\[?\d", message) and "field" in message) or "not a JSON object" in message, (
             message
         )
 

@@ -8,9 +8,9 @@ import mlflow
 import pytest
 from conftest import compose_config
 
+from esgexp.core.records import QAItem
+from esgexp.core.run import run_job
 from esgexp.errors import UserError
-from esgexp.records import QAItem
-from esgexp.run import run_job
 from esgexp.strategies.qa import QAPrompter, draw_examples
 
 # Jobs log to a store made in advance (tmp_path/mlruns, see conftest made_store); the first test makes its own.
@@ -146,7 +146,7 @@ def test_nonfactoid_job_reports_text_metrics_and_the_bertscore_model(tiny_cfg, t
 
 
 def test_leaderboard_shows_open_qa_and_retrieval_runs_beside_mcq(tiny_cfg, make_cfg, tmp_path):
-    from esgexp.leaderboard import export
+    from esgexp.leaderboard.board import export
 
     qa = run_job(tiny_cfg(*FACTOID, f"paths.output_dir={tmp_path}/qa"))
     retrieval = run_job(
@@ -215,7 +215,7 @@ def test_open_questions_refuse_logprob_scoring(tiny_cfg):
 def test_resume_redoes_items_whose_data_changed(tiny_cfg, tmp_path):
     import shutil
 
-    from esgexp.config import BUNDLED_DIR
+    from esgexp.core.config import BUNDLED_DIR
 
     data = tmp_path / "sqa"
     shutil.copytree(BUNDLED_DIR / "sustainableqa", data)

@@ -18,7 +18,7 @@ import pytest
 from cli import run_cli
 from conftest import REPO, SAMPLE_CSV
 
-from esgexp.run import INCOMPLETE_EXIT
+from esgexp.core.run import INCOMPLETE_EXIT
 
 SHORT_TEMPLATE = "Question: {query}\nA: {A}\nB: {B}\nC: {C}\nD: {D}\nAnswer:"
 
@@ -90,7 +90,7 @@ def job(root: Path, name: str, *overrides: str) -> str:
 
     from conftest import compose_config
 
-    from esgexp.run import run_job
+    from esgexp.core.run import run_job
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -221,8 +221,8 @@ def test_items_never_answered_make_the_run_incomplete(fault_proxy, llama_server,
     from conftest import compose_config
     from hydra.utils import instantiate
 
-    from esgexp.compare import main as compare
-    from esgexp.leaderboard import main as leaderboard
+    from esgexp.cli.compare import main as compare
+    from esgexp.cli.leaderboard import main as leaderboard
 
     (tmp_path / "mlruns").mkdir()
     shutil.copy(empty_db, tmp_path / "mlruns" / "mlflow.db")
@@ -279,7 +279,7 @@ def test_items_never_answered_make_the_run_incomplete(fault_proxy, llama_server,
 
 
 def test_a_sweep_reports_a_job_with_items_never_answered_as_incomplete(tmp_path):
-    from esgexp.sweep import job_status, sweep_table
+    from esgexp.core.sweep import job_status, sweep_table
 
     for number, failed in (("0", 0), ("1", 2)):
         (tmp_path / number).mkdir()

@@ -7,10 +7,10 @@ import json
 import mlflow
 import pytest
 
-from esgexp.config import BUNDLED_DIR
+from esgexp.core.config import BUNDLED_DIR
+from esgexp.core.run import run_job
 from esgexp.data.climretrieve import ClimRetrieveReportLevel
 from esgexp.errors import UserError
-from esgexp.run import run_job
 
 CLIM = ("experiment=climretrieve_retrieval", "dataset=climretrieve_sample")
 REQUIRED = ["n_queries", "mrr"] + [
@@ -134,7 +134,7 @@ def test_explanation_queries_are_generated_once_and_cached(tiny_cfg, tmp_path):
 
 
 def test_scores_of_two_prediction_files_are_two_leaderboard_rows(make_cfg, tmp_path):
-    from esgexp.leaderboard import export
+    from esgexp.leaderboard.board import export
 
     preds = BUNDLED_DIR / "esgbench" / "preds_sample.jsonl"
     empty = tmp_path / "na.jsonl"
@@ -155,7 +155,7 @@ def test_scores_of_two_prediction_files_are_two_leaderboard_rows(make_cfg, tmp_p
 
 
 def test_metric_names_mlflow_refuses_are_rewritten():
-    from esgexp.tracking import metric_name
+    from esgexp.core.tracking import metric_name
 
     assert metric_name("recall@5") == "recall_at_5"
     assert metric_name("esgbench/category/Water//n") == "esgbench/category/Water/_/n"

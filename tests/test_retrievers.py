@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import REPO, compose_config
 
+from esgexp.core.records import Passage, passages_hash
 from esgexp.errors import UserError
-from esgexp.records import Passage, passages_hash
 from esgexp.retrieval import IndexCache, build_retriever, rrf
 from esgexp.retrieval.base import top_k
 from esgexp.retrieval.bm25 import BM25Retriever

@@ -1,4 +1,4 @@
-"""One run folder per job (esgexp/run_folder.py, conf/hydra/default.yaml): two jobs started at the same
+"""One run folder per job (esgexp/core/run_folder.py, conf/hydra/default.yaml): two jobs started at the same
 instant never share one, for single runs and sweeps (joblib, submitit), and a drawn name that exists is
 drawn again."""
 
@@ -16,8 +16,8 @@ from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from esgexp.config import CONF_DIR
-from esgexp.run_folder import claim_folder
+from esgexp.core.config import CONF_DIR
+from esgexp.core.run_folder import claim_folder
 
 STAMP = re.compile(r"\d{2}-\d{2}-\d{2}\.\d{3}-[0-9a-f]{4}")
 

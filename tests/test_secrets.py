@@ -7,9 +7,9 @@ import string
 import pytest
 from cli import run_cli
 
+from esgexp.cli.overrides import unknown_key_message
+from esgexp.cli.secret_values import refuse_secrets, secrets_in
 from esgexp.errors import UserError
-from esgexp.overrides import unknown_key_message
-from esgexp.secret_values import refuse_secrets, secrets_in
 
 ALNUM = string.ascii_letters + string.digits
 RANDOM = random.Random(36)

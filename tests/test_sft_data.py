@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
+from esgexp.core.records import QAItem
 from esgexp.models.sft_data import IGNORE_INDEX, Example, ExampleBuilder, SFTDataModule, collate, pack
-from esgexp.records import QAItem
 from esgexp.strategies.qa import QAPrompter
 
 TEMPLATE = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "template" / "qa.yaml"))

@@ -18,8 +18,8 @@ from test_finetune_run import FT
 
 from esgexp.backends.sigint import STOP_SIGNALS, stop_signals_as_ctrl_c
 from esgexp.cli.command import run_command
+from esgexp.core.run import run_job
 from esgexp.errors import Interrupted
-from esgexp.run import run_job
 
 N_ITEMS = 24
 PROBE = 1  # the request each job sends first to check the server (OpenAIBackend.check_server)

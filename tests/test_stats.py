@@ -1,4 +1,4 @@
-"""esgexp.stats against hand-computed values: Wilson, standard errors, bootstrap, McNemar, paired bootstrap, Holm."""
+"""esgexp.analysis.stats against hand-computed values: Wilson, standard errors, bootstrap, McNemar, paired bootstrap, Holm."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from esgexp.errors import UserError
-from esgexp.records import QAItem
-from esgexp.stats import (
+from esgexp.analysis.stats import (
     ItemScores,
     StatsSettings,
     binomial_two_sided,
@@ -27,6 +25,8 @@ from esgexp.stats import (
     wilson,
     with_interval,
 )
+from esgexp.core.records import QAItem
+from esgexp.errors import UserError
 
 SETTINGS = StatsSettings(bootstrap=1000, seed=0, confidence=0.95)
 
@@ -181,7 +181,7 @@ def test_holm_adjusts_in_input_order():
 
 
 def test_settings_are_checked_by_the_compare_command_too(tmp_path):
-    from esgexp.compare import main
+    from esgexp.cli.compare import main
 
     with pytest.raises(
         UserError,

@@ -18,12 +18,12 @@ from test_full_disk import fill, free, small_disk  # noqa: F401 (a fixture)
 
 from esgexp.backends.cache import RequestCache
 from esgexp.cli.command import run_command
-from esgexp.config import CONF_DIR
+from esgexp.cli.sync import sync_run
+from esgexp.core.config import CONF_DIR
+from esgexp.core.run_folder import RunFolder
+from esgexp.core.tracking import PENDING_FILE, TrackedRun
 from esgexp.errors import UserError
-from esgexp.leaderboard import export
-from esgexp.run_folder import RunFolder
-from esgexp.sync import sync_run
-from esgexp.tracking import PENDING_FILE, TrackedRun
+from esgexp.leaderboard.board import export
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from esgexp.config import BUNDLED_DIR
+from esgexp.core.config import BUNDLED_DIR
 from esgexp.data import make_sustainableqa_fixture
 from esgexp.data.sustainableqa import SustainableQA
 from esgexp.errors import UserError

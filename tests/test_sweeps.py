@@ -10,7 +10,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
-from esgexp import tracking
+from esgexp.core import tracking
 
 
 def esgexp(cwd, env, *args, timeout=300):
@@ -63,7 +63,7 @@ def test_joblib_runs_jobs_in_parallel_against_one_fresh_sqlite_store_and_a_bad_j
 ):
     """Two jobs with a missing file, two good ones on two workers: the good ones finish into one store made
     by whichever comes first, each bad one says why in its own folder, the sweep exits 1."""
-    from esgexp.config import BUNDLED_DIR
+    from esgexp.core.config import BUNDLED_DIR
 
     good = BUNDLED_DIR / "esg_mcq_sample.csv"
     result = esgexp(
@@ -97,7 +97,7 @@ def test_joblib_runs_jobs_in_parallel_against_one_fresh_sqlite_store_and_a_bad_j
 
 def test_a_bad_job_does_not_end_the_basic_launchers_sweep(tmp_path, clean_env, tiny_model_dir):
     """One job with a missing file, one good: the good one finishes, the bad one says why, the sweep exits 1."""
-    from esgexp.config import BUNDLED_DIR
+    from esgexp.core.config import BUNDLED_DIR
 
     good = BUNDLED_DIR / "esg_mcq_sample.csv"
     result = esgexp(

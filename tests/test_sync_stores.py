@@ -11,8 +11,8 @@ from cli import run_cli
 from test_mlflow_server import mlflow_http_env, mlflow_server  # noqa: F401
 
 import esgexp.tasks.generation
-from esgexp import tracking
-from esgexp.run import run_job
+from esgexp.core import tracking
+from esgexp.core.run import run_job
 
 
 def only_run(uri: str, experiment: str):

@@ -17,9 +17,10 @@ from cli import run_cli
 from conftest import compose_config
 from omegaconf import OmegaConf
 
-from esgexp import sync, tracking
+from esgexp.cli import sync
+from esgexp.core import tracking
+from esgexp.core.run import run_job
 from esgexp.errors import UserError
-from esgexp.run import run_job
 
 # The job kinds, each on a bundled sample, the cheapest way (the tiny model where one is needed).
 FT = (

@@ -1,6 +1,6 @@
-"""esgexp.variants: runs of one name told apart by the settings in which their configs differ."""
+"""esgexp.analysis.variants: runs of one name told apart by the settings in which their configs differ."""
 
-from esgexp.variants import differing_keys, variant_labels
+from esgexp.analysis.variants import differing_keys, variant_labels
 
 
 def test_the_differing_settings_name_each_run():

@@ -1,4 +1,4 @@
-"""``python -m esgexp.compare RUN [RUN ...]``: paired comparison of evaluation runs over their shared items.
+"""Paired comparison of evaluation runs over their shared items (the command: ``esgexp-compare RUN [RUN ...]``).
 
 A RUN is a run folder or an MLflow run id. Items are joined by id (only those both runs have; the
 dropped ones are counted); the metric (default: the first run's headline) is compared per pair:
@@ -26,14 +26,13 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from esgexp.analysis.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
+from esgexp.core.outputs import PredictionLog
 from esgexp.errors import UserError
-from esgexp.outputs import PredictionLog, write_atomic, write_json
-from esgexp.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
 from esgexp.tasks.kinds import TaskKind, kind_of
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
@@ -166,7 +165,7 @@ def read_run_folder(folder: Path, ref: str) -> RunData:
     """The run in ``folder``; one its ``FAILED`` file marks is refused with the reason it holds."""
     from omegaconf import OmegaConf
 
-    from esgexp.sweep import FAILED_FILE
+    from esgexp.core.sweep import FAILED_FILE
 
     if (folder / FAILED_FILE).is_file():
         reason = (folder / FAILED_FILE).read_text(encoding="utf-8", errors="replace").strip() or "no reason kept"
@@ -324,8 +323,8 @@ def compare_runs(
 
 def set_variants(runs: list[RunData]) -> None:
     """``run.variant`` for runs that share a label: the settings in which their configs differ."""
-    from esgexp.config import flatten
-    from esgexp.variants import variant_labels
+    from esgexp.analysis.variants import variant_labels
+    from esgexp.core.config import flatten
 
     same: dict[str, list[RunData]] = {}
     for run in runs:
@@ -342,7 +341,7 @@ def fmt(value, digits: int = 4) -> str:
 
 def interval_text(c: dict) -> str:
     """``[low, high]``, or why there is none (``interval n/a: one cluster``)."""
-    from esgexp.stats import interval_na
+    from esgexp.analysis.stats import interval_na
 
     return interval_na(c["ci_note"]) if c.get("ci_note") else f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]"
 
@@ -377,52 +376,3 @@ def to_markdown(report: dict) -> str:
     if first["cluster_key"]:
         lines.append(f"Clustered on `{first['cluster_key']}` ({first['n_clusters']} clusters).")
     return "\n".join(lines) + "\n"
-
-
-def split_arguments(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(runs, Hydra overrides): an argument with ``=`` that is not an existing path is an override."""
-    runs, overrides = [], []
-    for arg in argv:
-        (overrides if "=" in arg and not Path(arg).exists() else runs).append(arg)
-    return runs, overrides
-
-
-def main(argv: list[str]) -> None:
-    from hydra import compose, initialize_config_dir
-
-    from esgexp.config import CONF_DIR
-    from esgexp.settings import check_settings
-
-    if {"-h", "--help"} & set(argv):
-        print(__doc__)
-        return
-    refs, overrides = split_arguments(argv)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("compare", overrides=overrides)
-    check_settings(cfg)
-    settings = StatsSettings.from_node(cfg.stats)
-    if not all(
-        Path(ref).is_dir() for ref in refs
-    ):  # a run id is read from the store: one that is down fails in seconds
-        from esgexp.tracking import check_tracking
-
-        check_tracking(cfg.tracking)
-    runs = [load_run(ref, cfg.tracking.uri) for ref in refs]
-    report = compare_runs(runs, cfg.against, cfg.metric, settings)
-    out_dir = Path(cfg.out_dir)
-    markdown = to_markdown(report)
-    write_json(out_dir / "compare.json", report)
-    write_atomic(out_dir / "compare.md", markdown)
-    print(markdown, end="")
-    print(f"written: {out_dir / 'compare.json'}, {out_dir / 'compare.md'}")
-
-
-def cli() -> None:
-    """``esgexp-compare`` and ``python -m esgexp.compare``."""
-    from esgexp.cli.command import run_command
-
-    run_command(lambda: main(sys.argv[1:]), "compare", split_arguments(sys.argv[1:])[1])
-
-
-if __name__ == "__main__":
-    cli()

@@ -18,7 +18,7 @@ def backend_class(target: str) -> type[Backend]:
 
 def backend_classes() -> dict[str, type[Backend]]:
     """Every backend a ``backend=NAME`` option builds, by NAME (conf/backend/*.yaml)."""
-    from esgexp.config import CONF_DIR
+    from esgexp.core.config import CONF_DIR
 
     found = {}
     for path in sorted((CONF_DIR / "backend").glob("*.yaml")):

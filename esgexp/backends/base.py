@@ -126,7 +126,7 @@ class Backend(ABC):
     # (folder, card) of the model.adapter this backend applies, from models.generation.prepare_adapter
     adapter: tuple | None = None
     # What the class declares for the rest of esgexp (its YAML's keys are its constructor's arguments):
-    rules: ClassVar[dict] = {}  # its settings' rules (esgexp/rules.py), checked before any job starts
+    rules: ClassVar[dict] = {}  # its settings' rules (esgexp/core/rules.py), checked before any job starts
     runtime_keys: tuple[str, ...] = ()  # settings that change how fast, not what: outside a run's identity
     packages: tuple[str, ...] = ()  # the packages whose version can change its outputs (a run's ``versions`` tag)
     serves_on_gpu: bool = False  # an engine that holds the model on GPUs, its KV cache paged in advance (vLLM)

@@ -73,7 +73,7 @@ class RequestCache:
 
     def _open(self) -> sqlite3.Connection:
         """The connection; a damaged file moved aside first; UserError when the file cannot be used as it is."""
-        from esgexp.outputs import make_folder
+        from esgexp.core.outputs import make_folder
 
         fix = "set ESGEXP_CACHE_DIR (or paths.cache_dir, paths.request_cache) to a folder you can write to, or run with cache=off"
         make_folder(self.path.parent, fix)
@@ -109,7 +109,7 @@ class RequestCache:
 
     def unusable(self, error: sqlite3.Error) -> str:
         """The message for a cache that cannot be opened, or read, for ``error`` (not damage)."""
-        from esgexp.outputs import mount_point
+        from esgexp.core.outputs import mount_point
 
         free = shutil.disk_usage(self.path.parent).free
         return (

@@ -18,8 +18,8 @@ from omegaconf import DictConfig
 
 from esgexp.backends.base import OnResults, Request, Response, RunContext
 from esgexp.backends.local import LocalModelBackend, template_opening
+from esgexp.core.rules import Integer
 from esgexp.errors import UserError
-from esgexp.rules import Integer
 
 log = logging.getLogger(__name__)
 

@@ -58,9 +58,9 @@ from esgexp.backends.openai_client import (
     ServerGone,
 )
 from esgexp.backends.sigint import deferred_sigint
+from esgexp.core.rules import URL, Choice, Integer, Number
 from esgexp.errors import UserError
 from esgexp.eval.mcq import REASONING_OPEN
-from esgexp.rules import URL, Choice, Integer, Number
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class OpenAIBackend(Backend):
         self.base_url = str(base_url).rstrip("/")
         self.api = api
         self.served = model or model_cfg.get("hub_id") or model_cfg.name
-        # api, base_url and the numbers are checked with every setting (esgexp/settings.py).
+        # api, base_url and the numbers are checked with every setting (esgexp/core/settings.py).
         self.max_concurrency = int(max_concurrency)
         self.top_logprobs = int(top_logprobs)
         self.progress_bar = progress_bar

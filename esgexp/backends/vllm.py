@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 
 from esgexp.backends.base import OnResults, Request, Response, RunContext
 from esgexp.backends.local import LocalModelBackend, template_opening
+from esgexp.core.rules import Choice, Integer, Number
 from esgexp.errors import UserError
-from esgexp.rules import Choice, Integer, Number
 
 
 class VLLMBackend(LocalModelBackend):

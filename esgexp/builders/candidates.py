@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from esgexp.core.records import Passage
 from esgexp.data.chunking import sentence_spans
 from esgexp.eval.numbers import find_quantities
-from esgexp.records import Passage
 
 YEAR = re.compile(r"(?:19|20)\d\d")
 # Alpha AG, Scope 1: capitalised words (a lower-case word or a full stop ends a name), not from an article or preposition.

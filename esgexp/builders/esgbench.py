@@ -22,10 +22,10 @@ from esgexp.builders.generate import Ask, Rejection, StructuredGenerator
 from esgexp.builders.report import BuildReport
 from esgexp.builders.schema import object_schema, question_schema
 from esgexp.builders.verify import PageTexts, normal, verify_pair
+from esgexp.core.outputs import write_atomic
+from esgexp.core.records import Passage
 from esgexp.data.corpus import Corpus
 from esgexp.eval.numbers import find_quantities
-from esgexp.outputs import write_atomic
-from esgexp.records import Passage
 
 OUTPUT_FILE = "esgbench_open_source.jsonl"
 MAX_FACTS = 20  # sentences offered as evidence per passage

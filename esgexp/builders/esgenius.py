@@ -34,11 +34,11 @@ from esgexp.builders.context import BuildContext
 from esgexp.builders.generate import Ask
 from esgexp.builders.schema import object_schema, question_schema
 from esgexp.builders.verify import normal
+from esgexp.core.outputs import write_atomic
+from esgexp.core.records import Passage
 from esgexp.data.corpus import Corpus
 from esgexp.data.text_files import csv_records, decoding, open_text
 from esgexp.errors import UserError
-from esgexp.outputs import write_atomic
-from esgexp.records import Passage
 
 log = logging.getLogger(__name__)
 

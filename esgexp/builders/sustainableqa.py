@@ -30,12 +30,12 @@ from esgexp.builders.generate import Ask, Rejection, StructuredGenerator
 from esgexp.builders.report import BuildReport, StageCounts
 from esgexp.builders.schema import object_schema, question_schema
 from esgexp.builders.verify import normal
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
+from esgexp.core.outputs import write_atomic
+from esgexp.core.records import Passage
 from esgexp.data.corpus import Corpus
 from esgexp.data.sustainableqa import CHUNKS, SPLIT_FILES, TABLES
 from esgexp.errors import UserError
-from esgexp.outputs import write_atomic
-from esgexp.records import Passage
 
 log = logging.getLogger(__name__)
 

@@ -150,7 +150,7 @@ def main_audit(dataset_path: str, corpus_path: str, out_dir: Path) -> dict:
     the file's reports is refused, named against the one its build recorded (provenance.json)."""
     import json
 
-    from esgexp.outputs import write_atomic, write_json
+    from esgexp.core.outputs import write_atomic, write_json
 
     skipped: list[str] = []
     rows = list(read_jsonl(dataset_path, skipped, GOLD_ROWS))
@@ -222,26 +222,7 @@ def built_from(dataset: Path) -> dict | None:
     return corpus if isinstance(corpus, dict) else None
 
 
-def cli() -> None:
-    """``esgexp-verify`` and ``python -m esgexp.builders.verify``."""
-    import hydra
-    from omegaconf import DictConfig
+if __name__ == "__main__":  # python -m esgexp.builders.verify: the esgexp-verify command
+    from esgexp.cli.verify import cli
 
-    from esgexp.cli.command import check_command_line, exit_on_user_error, run_command
-    from esgexp.config import CONF_DIR
-
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="verify")
-    def main(cfg: DictConfig) -> None:
-        with exit_on_user_error(log):
-            check_command_line(cfg, log)
-            out_dir = Path(cfg.out).resolve()
-            report = main_audit(cfg.dataset.path, cfg.corpus, out_dir)
-        rejected = ", ".join(f"{reason} {n}" for reason, n in report["rejected"].items()) or "none"
-        print(f"{report['n_kept']} of {report['n_rows']} pairs verified; rejected: {rejected}")
-        print(f"report: {out_dir / 'verify_report.json'}")
-
-    run_command(main, "verify")
-
-
-if __name__ == "__main__":
     cli()

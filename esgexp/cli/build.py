@@ -7,7 +7,7 @@ import hydra
 from omegaconf import DictConfig
 
 from esgexp.cli.command import check_command_line, exit_on_user_error, run_command
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
 from esgexp.errors import Interrupted
 
 log = logging.getLogger("esgexp")

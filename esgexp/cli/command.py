@@ -42,8 +42,8 @@ def exit_on_user_error(log: logging.Logger):
 
     In a job of a sweep (``-m``) nothing ends the process: a mistake, or any other error (its traceback
     goes to the job's log file), is written to the job's ``FAILED`` file and the sweep goes on to the
-    next job; the sweep's end reports every job (esgexp/sweep.py)."""
-    from esgexp.sweep import clear_failed, in_multirun, mark_failed
+    next job; the sweep's end reports every job (esgexp/core/sweep.py)."""
+    from esgexp.core.sweep import clear_failed, in_multirun, mark_failed
 
     clear_failed()
     try:
@@ -78,7 +78,7 @@ def check_command_line(cfg, log: logging.Logger) -> None:
     (a component's unknown key: UserError; a key nothing reads: a warning line)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from esgexp import overrides
+    from esgexp.cli import overrides
 
     if HydraConfig.initialized():
         for warning in overrides.check_added_keys(cfg, list(HydraConfig.get().overrides.task)):
@@ -88,8 +88,8 @@ def check_command_line(cfg, log: logging.Logger) -> None:
 
 def run_command(main: Callable[[], object], config: str, overrides: list[str] | None = None) -> None:
     """Run a console command's ``main`` (its config is ``config``; its Hydra overrides ``overrides``, by
-    default the command line, checked first: its grammar, ``~``, a sweep's values: esgexp/sweeper.py; a
-    value that looks like an API key is refused before that: esgexp/secret_values.py): a user mistake is one
+    default the command line, checked first: its grammar, ``~``, a sweep's values: esgexp/cli/command_line.py; a
+    value that looks like an API key is refused before that: esgexp/cli/secret_values.py): a user mistake is one
     ``error:`` line and exit 2, Ctrl-C one ``interrupted`` line and exit 130 (SIGTERM and SIGUSR2 take the
     same path: esgexp/backends/sigint.py; exit 128 + the signal's number), any other error its traceback.
     Keys ``overrides`` add that nothing reads are a warning line first (commands that compose their config
@@ -103,11 +103,11 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
     on_command_line = overrides is None
     overrides = sys.argv[1:] if on_command_line else overrides
     try:
-        from esgexp.secret_values import refuse_secrets
+        from esgexp.cli.secret_values import refuse_secrets
 
         refuse_secrets(config, list(dict.fromkeys(sys.argv[1:] + list(overrides))))  # before any file is written
         if on_command_line:  # a Hydra command: its grammar and a sweep's values are checked before it starts
-            from esgexp.sweeper import checked_command_line
+            from esgexp.cli.command_line import checked_command_line
 
             sys.argv[1:] = overrides = checked_command_line(config, overrides)
         if config in COMPOSED_COMMANDS and {"-h", "--help"} & set(sys.argv[1:]):
@@ -115,7 +115,7 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
             return
         if any(o.startswith("+") for o in overrides) and config in COMPOSED_COMMANDS:
             from esgexp import overrides as command_line
-            from esgexp.config import compose_config
+            from esgexp.core.config import compose_config
 
             for warning in command_line.check_added_keys(compose_config(config, overrides), overrides):
                 print(f"warning: {warning}", file=sys.stderr)
@@ -143,7 +143,7 @@ def command_help(config: str) -> str:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from esgexp.config import CONF_DIR
+    from esgexp.core.config import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose(config)
@@ -220,7 +220,7 @@ def takes_resume(config: str) -> bool:
     """Whether ``conf/CONFIG.yaml`` has a top-level ``resume`` setting (an unknown config: assumed so)."""
     from omegaconf import OmegaConf
 
-    from esgexp.config import CONF_DIR
+    from esgexp.core.config import CONF_DIR
 
     path = CONF_DIR / f"{config}.yaml"
     return not path.is_file() or "resume" in OmegaConf.load(path)
@@ -240,7 +240,7 @@ SWEEP_IN_ONE_RUN = re.compile(r"(?:Ambiguous value for argument|Sweep parameters
 
 def composition_message(error: BaseException, config: str | None, overrides: list[str]) -> str:
     """Hydra's composition errors (unknown key, unknown group option, key already there) in one line."""
-    from esgexp.overrides import config_keys, unknown_key_message, unknown_option
+    from esgexp.cli.overrides import config_keys, unknown_key_message, unknown_option
 
     text = str(error)
     unknown = UNKNOWN_KEY.search(text)
@@ -267,7 +267,7 @@ def sweep_message(override: str, config: str | None, overrides: list[str]) -> st
     """A sweep (``key=a,b``) in a command of one job: ``-m`` goes first (a Hydra job), or one value, quoted."""
     import shlex
 
-    from esgexp.overrides import command_name
+    from esgexp.cli.overrides import command_name
 
     key, _, value = override.partition("=")
     one = f"quote it for one value (\"{key}='{value}'\")"
@@ -288,7 +288,7 @@ UNEXPECTED = re.compile(r"unexpected keyword argument '([^']+)'")
 def instantiation_message(error: BaseException) -> str | None:
     """A component that could not be built: a key its constructor does not take (named with the ones it
     does), a missing argument, an unknown ``_target_``, or a user mistake it raised; None for a bug."""
-    from esgexp.overrides import not_a_setting
+    from esgexp.cli.overrides import not_a_setting
 
     text, cause = str(error), error.__cause__
     target = TARGET.search(text)

@@ -1,6 +1,6 @@
 """The command line checked before Hydra reads it.
 
-Its grammar first (``esgexp/overrides.py``: ``--key=value``, an override after ``-m``); then a ``~`` that
+Its grammar first (``esgexp/cli/overrides.py``: ``--key=value``, an override after ``-m``); then a ``~`` that
 starts a value (or an item of a list or sweep) becomes the home folder, as a shell would do for a path,
 whatever the key (``dataset.path=~/data/x.csv``, ``paths.runs_dir=~/runs``); then a sweep's values (``-m``).
 Each value of a swept config group (``model=smollm2-135m,no-such-model``) must name a YAML file of the
@@ -16,9 +16,9 @@ import re
 import sys
 from pathlib import Path
 
-from esgexp.config import CONF_DIR
+from esgexp.cli.overrides import unknown_option
+from esgexp.core.config import CONF_DIR
 from esgexp.errors import UserError
-from esgexp.overrides import unknown_option
 
 SKIP_KEY = "skip_invalid_jobs"
 # A ~ that starts a value or an item of a list or sweep (quoted or not), followed by / or the item's end.
@@ -28,7 +28,7 @@ HOME = re.compile(r"(^|[,\[])(\s*['\"]?)~(?=[/,\]'\"]|$)")
 def checked_command_line(config_name: str, args: list[str]) -> list[str]:
     """``args`` (a Hydra command line) as Hydra is to read them: ``~`` expanded in each override, a sweep
     checked (``checked_sweep``); a UserError for what Hydra's grammar refuses (``override_positions``)."""
-    from esgexp.overrides import override_positions
+    from esgexp.cli.overrides import override_positions
 
     positions = override_positions(args)
     expanded = [home_expanded(arg) if i in positions else arg for i, arg in enumerate(args)]

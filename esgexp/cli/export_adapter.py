@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.cli.command import run_command
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
 from esgexp.errors import UserError
 
 log = logging.getLogger("esgexp")
@@ -78,7 +78,7 @@ def adapter_given(args: list[str]) -> list[str]:
 
 
 def main(args: list[str]) -> None:
-    from esgexp.settings import check_settings
+    from esgexp.core.settings import check_settings
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

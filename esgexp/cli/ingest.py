@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from esgexp.cli.command import check_command_line, exit_on_user_error, run_command
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
 from esgexp.errors import UserError
 
 log = logging.getLogger("esgexp")
@@ -25,7 +25,7 @@ log = logging.getLogger("esgexp")
 def job(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
-    from esgexp import file_lock
+    from esgexp.core import file_lock
     from esgexp.data.corpus import check_source, ingest
     from esgexp.data.text_files import existing_folder
 

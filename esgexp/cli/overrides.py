@@ -19,12 +19,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.config import CONF_DIR, compose_config
+from esgexp.cli.secret_values import redacted
+from esgexp.core.config import CONF_DIR, PACKAGE_DIR, compose_config
 from esgexp.errors import UserError
-from esgexp.secret_values import redacted
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-
 
 # Hydra's options that each make a command do something else: one at most.
 MODES = ("run", "multirun", "cfg", "info", "shell_completion")
@@ -219,7 +216,11 @@ def not_a_setting(node_key: str, target: str, name: str) -> str | None:
 
 @cache
 def package_source() -> str:
-    own = {Path(__file__).resolve(), PACKAGE_DIR / "errors.py", PACKAGE_DIR / "secret_values.py"}  # example keys
+    own = {
+        Path(__file__).resolve(),
+        PACKAGE_DIR / "errors.py",
+        PACKAGE_DIR / "cli" / "secret_values.py",
+    }  # example keys
     return "\n".join(p.read_text(encoding="utf-8") for p in sorted(PACKAGE_DIR.rglob("*.py")) if p not in own)
 
 

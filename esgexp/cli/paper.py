@@ -17,18 +17,18 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.cli.command import run_command
+from esgexp.core.outputs import write_atomic
+from esgexp.core.sweep import job_status
 from esgexp.errors import UserError
-from esgexp.outputs import write_atomic
 from esgexp.papers.grid import Grid, Job, load_grid, quote, sweeps
-from esgexp.sweep import job_status
 
-log = logging.getLogger("esgexp.paper")
+log = logging.getLogger("esgexp.cli.paper")
 
 
 def compose_paper(overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
-    from esgexp.config import CONF_DIR
+    from esgexp.core.config import CONF_DIR
 
     # data.KEY: the keys are the table's (conf/paper/NAME.yaml), not in conf/paper.yaml
     overrides = [f"++{o}" if o.startswith("data.") else o for o in overrides]

@@ -87,7 +87,7 @@ def configured_variable(config: str, overrides: list[str], setting: str) -> str 
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from esgexp.config import compose_config
+    from esgexp.core.config import compose_config
 
     plain = [o for o in overrides if "=" in o and not o.startswith(("-", "hydra")) and "," not in o]
     for attempt in (plain, []):

@@ -24,11 +24,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.errors import UserError
-from esgexp.outputs import write_json
-from esgexp.settings import check_settings
-from esgexp.sweep import FAILED_FILE
-from esgexp.tracking import (
+from esgexp.core.outputs import write_json
+from esgexp.core.settings import check_settings
+from esgexp.core.sweep import FAILED_FILE
+from esgexp.core.tracking import (
     PENDING_FILE,
     SYNCED_FILE,
     check_tracking,
@@ -38,6 +37,7 @@ from esgexp.tracking import (
     unreachable,
     use_store,
 )
+from esgexp.errors import UserError
 
 OVERRIDE = re.compile(r"^tracking\.(\w+)=(.*)$")
 

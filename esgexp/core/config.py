@@ -9,8 +9,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-BUNDLED_DIR = Path(__file__).resolve().parent / "data" / "bundled"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # esgexp/
+CONF_DIR = PACKAGE_DIR.parent / "conf"
+BUNDLED_DIR = PACKAGE_DIR / "data" / "bundled"
 
 
 def register_resolvers() -> None:
@@ -31,7 +32,7 @@ RUN_STAMP = "run_stamp"
 def run_stamp(pattern: str) -> str:
     """The time now in strftime ``pattern``, then its milliseconds and a random tag:
     ``2026-12-01/20-19-03.452-a3f1``. Names sort in time order; jobs started in the same second get
-    different names (esgexp/run_folder.py also creates the folder exclusively)."""
+    different names (esgexp/core/run_folder.py also creates the folder exclusively)."""
     moment = datetime.now()
     return f"{moment.strftime(pattern)}.{moment.microsecond // 1000:03d}-{secrets.token_hex(2)}"
 

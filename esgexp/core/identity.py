@@ -1,7 +1,7 @@
 """A job's identity: every setting of its composed config, less the declared few that cannot change its
 outputs. Equal identities make a run resumable from another (``resume=true``), a checkpoint continuable
 (``ckpt_path=last``), two runs one ``config_hash`` on the leaderboard; the settings outside it never tell
-runs apart in a variant label (esgexp/variants.py).
+runs apart in a variant label (esgexp/analysis/variants.py).
 
 A new config group or setting is part of the identity without anyone listing it: a setting that only
 says where files go, how fast or how visibly a job runs belongs in NOT_IDENTITY below (a backend's speed

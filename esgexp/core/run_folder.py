@@ -17,9 +17,9 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.config import RUN_STAMP
+from esgexp.core.config import RUN_STAMP
+from esgexp.core.outputs import make_folder, unwritable
 from esgexp.errors import UserError
-from esgexp.outputs import make_folder, unwritable
 
 log = logging.getLogger(__name__)
 

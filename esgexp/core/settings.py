@@ -12,8 +12,8 @@ from collections.abc import Callable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from esgexp.backends.cache import CACHE_MODES
+from esgexp.core.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
 from esgexp.errors import UserError
-from esgexp.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
 from esgexp.tasks.kinds import KINDS
 
 TASKS = tuple(KINDS)  # the registered task kinds (esgexp/tasks/kinds.py)

@@ -41,7 +41,7 @@ def mark_failed(reason: str) -> Path | None:
     """Write ``FAILED`` (the one-line reason) into the current job's run folder; return its path. Where
     it cannot be written (a full disk, whose error the user is shown) nothing is left there, not an
     empty file."""
-    from esgexp.outputs import NoSpace, write_atomic
+    from esgexp.core.outputs import NoSpace, write_atomic
 
     path = failed_file()
     if path is None:

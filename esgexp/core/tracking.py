@@ -23,9 +23,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from esgexp.core.file_lock import exclusive
+from esgexp.core.outputs import NoSpace, is_full, make_folder, mount_point, unwritable, write_json
 from esgexp.errors import UserError, one_line
-from esgexp.file_lock import exclusive
-from esgexp.outputs import NoSpace, is_full, make_folder, mount_point, unwritable, write_json
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def check_tracking(tracking_cfg: DictConfig, offline_hint: bool = False) -> None
     within ``tracking.connect_timeout_s``; with ``tracking.offline=true`` the server is not asked."""
     from omegaconf import OmegaConf
 
-    from esgexp.settings import check_settings
+    from esgexp.core.settings import check_settings
 
     check_settings(OmegaConf.create({"tracking": OmegaConf.to_container(tracking_cfg, resolve=True)}))  # uri scheme
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(tracking_cfg.http_timeout_s))

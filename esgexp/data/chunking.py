@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from esgexp.core.records import Passage
 from esgexp.data.pdf import Page
 from esgexp.errors import UserError
-from esgexp.records import Passage
 
 Span = tuple[int, int]
 

@@ -36,9 +36,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from esgexp.core.records import LoadedDataset, Passage, RetrievalQuery
 from esgexp.data.text_files import SETTING, csv_records, decoding, existing_file, open_text
 from esgexp.errors import UserError
-from esgexp.records import LoadedDataset, Passage, RetrievalQuery
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,9 @@ class ClimRetrieveReportLevel:
     limit: int | None = None
     seed: int = 42
     encoding: str = "utf-8"
-    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
+    cluster_key: str | None = (
+        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
+    )
     merge_duplicates: bool = True
 
     def load(self) -> RetrievalDataset:
@@ -248,7 +250,9 @@ class ClimRetrieveBase:
     min_overlap: float = 0.5
     core_only: bool = False
     encoding: str = "utf-8"
-    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
+    cluster_key: str | None = (
+        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
+    )
 
     def load(self) -> RetrievalDataset:
         from esgexp.data.corpus import Corpus

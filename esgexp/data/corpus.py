@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from esgexp.core.outputs import write_atomic, write_json
+from esgexp.core.records import Passage, passages_hash
 from esgexp.data import pdf
 from esgexp.data.chunking import Chunker
 from esgexp.data.pdf import Page, UnreadableDocument
 from esgexp.data.tables import Table, TableExtractor
 from esgexp.data.text_files import decoding_problem
 from esgexp.errors import UserError
-from esgexp.outputs import write_atomic, write_json
-from esgexp.records import Passage, passages_hash
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from esgexp.core.records import LoadedDataset, QAItem
 from esgexp.data.text_files import SETTING, decoding, existing_file, open_text, valid_unicode
 from esgexp.errors import UserError
-from esgexp.records import LoadedDataset, QAItem
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,9 @@ class ESGBenchGold:
     path: str | None = None
     limit: int | None = None
     seed: int = 42
-    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
+    cluster_key: str | None = (
+        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
+    )
     encoding: str = "utf-8"
 
     def load(self) -> LoadedDataset:

@@ -12,9 +12,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from esgexp.core.records import LoadedDataset, MCQItem
 from esgexp.data.text_files import csv_records, decoding, existing_file, open_text
 from esgexp.errors import UserError
-from esgexp.records import LoadedDataset, MCQItem
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,9 @@ class ESGeniusCSV:
     split: str = "train"
     limit: int | None = None
     seed: int = 42
-    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
+    cluster_key: str | None = (
+        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
+    )
     encoding: str = "utf-8"
 
     def load(self) -> LoadedDataset:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import ijson
 
+from esgexp.core.records import LoadedDataset, QAItem
 from esgexp.data.text_files import (
     Utf8Reader,
     codec,
@@ -32,7 +33,6 @@ from esgexp.data.text_files import (
     valid_unicode,
 )
 from esgexp.errors import UserError
-from esgexp.records import LoadedDataset, QAItem
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ class SustainableQA:
     limit: int | None = None
     seed: int = 42
     encoding: str = "utf-8"
-    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/stats.py)
+    cluster_key: str | None = (
+        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
+    )
 
     def load(self) -> LoadedDataset:
         """The items of ``split``; with ``limit``, that many after a seeded shuffle."""

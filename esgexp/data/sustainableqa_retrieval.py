@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from esgexp.core.records import Passage, QAItem, RetrievalQuery
 from esgexp.data.climretrieve import RetrievalDataset
 from esgexp.data.sustainableqa import CHUNK_SECTIONS, SustainableQA, read_split, split_file
 from esgexp.errors import UserError
-from esgexp.records import Passage, QAItem, RetrievalQuery
 
 SCOPES = ("split", "report")
 

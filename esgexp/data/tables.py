@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from esgexp.core.records import Passage
 from esgexp.data.pdf import UnreadableDocument, clean_text
 from esgexp.errors import UserError
-from esgexp.records import Passage
 
 log = logging.getLogger(__name__)
 

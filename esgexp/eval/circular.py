@@ -13,9 +13,9 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
+from esgexp.core.records import MCQItem
 from esgexp.errors import UserError
 from esgexp.eval.mcq import ANSWER_LETTERS
-from esgexp.records import MCQItem
 
 ROTATIONS = len(ANSWER_LETTERS)
 

@@ -27,12 +27,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from esgexp.core.records import QAItem
 from esgexp.data.esgbench import JoinResult
 from esgexp.errors import UserError
 from esgexp.eval.base import MetricResult
 from esgexp.eval.numbers import Quantity, find_quantities, parse_quantity
 from esgexp.eval.retrieval_metrics import page_recall_at_k
-from esgexp.records import QAItem
 
 log = logging.getLogger(__name__)
 

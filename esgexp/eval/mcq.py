@@ -6,7 +6,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from esgexp.records import MCQItem
+from esgexp.core.records import MCQItem
 
 INVALID = "INVALID"
 ABSTAIN = "Z"

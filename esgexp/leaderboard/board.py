@@ -1,4 +1,4 @@
-"""``python -m esgexp.leaderboard``: every finished MLflow evaluation run as a CSV and a Markdown table
+"""Every finished MLflow evaluation run as a CSV and a Markdown table
 and one self-contained HTML page (``format=all``, or ``csv``, ``md``, ``html``, or a list).
 
 One row per run: its headline metric with the 95% interval, the "not significantly worse than the best"
@@ -13,9 +13,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from esgexp.core.outputs import make_folder, write_atomic
 from esgexp.errors import UserError
 from esgexp.leaderboard.store import check_store
-from esgexp.outputs import make_folder, write_atomic
 
 FORMATS = ("csv", "md", "html")
 FILES = {"csv": "leaderboard.csv", "md": "leaderboard.md", "html": "index.html"}
@@ -102,21 +102,3 @@ def first_missing(folder: Path) -> Path | None:
             break
         missing = candidate
     return missing
-
-
-def main(overrides: list[str]) -> None:
-    from hydra import compose, initialize_config_dir
-
-    from esgexp.config import CONF_DIR
-    from esgexp.tracking import check_tracking
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("leaderboard", overrides=overrides)
-    check_tracking(cfg.tracking)  # a server that does not answer: one error in seconds
-    chosen = [cfg.format] if isinstance(cfg.format, str) else list(cfg.format)
-    formats = FORMATS if chosen == ["all"] else tuple(chosen)
-    out_dir = Path(cfg.out_dir)
-    markdown = export(cfg.tracking.uri, out_dir, cfg.latest_only, formats, cfg.alpha, cfg.get("papers_dir"))
-    if "md" in formats:
-        print(markdown, end="")
-    print("written: " + ", ".join(str(out_dir / FILES[f]) for f in FORMATS if f in formats))

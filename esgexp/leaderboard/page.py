@@ -9,14 +9,14 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from html import escape
 
+from esgexp.analysis.stats import interval_na
+from esgexp.core.tracking import metric_name
 from esgexp.leaderboard import figures
 from esgexp.leaderboard.assets import PAGE_CSS, PAGE_JS
 from esgexp.leaderboard.questions import question_matrix
 from esgexp.leaderboard.significance import Mark
 from esgexp.leaderboard.store import Run
 from esgexp.leaderboard.table import headline, headline_values, interval_note, uses_model
-from esgexp.stats import interval_na
-from esgexp.tracking import metric_name
 
 MARK_TEXT = {"best": "best", "yes": "✓", "no": "✗", "incomplete": "incomplete", "": "–"}
 

@@ -1,5 +1,5 @@
 """The "not significantly worse than the best" mark: every run of a (dataset, task, item set) against its
-best run, paired over shared items (esgexp.compare), Holm-corrected over the group. An incomplete run
+best run, paired over shared items (esgexp.analysis.compare), Holm-corrected over the group. An incomplete run
 (items never answered) is neither ranked nor tested: its mark says so."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Mark:
 
 
 def run_ref(run: Run) -> str:
-    """What esgexp.compare.load_run reads: the run folder, or the folder of the run's files downloaded for
+    """What esgexp.analysis.compare.load_run reads: the run folder, or the folder of the run's files downloaded for
     the page (fetched once); the MLflow run id when a file is missing (load_run then names it)."""
     folder = run.folder()
     return str(folder) if folder else run.run_id
@@ -36,8 +36,8 @@ def group_marks(group: list[Run], alpha: float = 0.05) -> dict[str, Mark]:
     group = [run for run in group if signed_value(run) > -math.inf and not n_unanswered(run)]
     if not group:
         return marks
-    from esgexp.compare import compare_pair, load_run
-    from esgexp.stats import holm
+    from esgexp.analysis.compare import compare_pair, load_run
+    from esgexp.analysis.stats import holm
 
     best, others = group[0], group[1:]
     marks[best.run_id] = Mark("best")

@@ -47,7 +47,7 @@ class Run:
 
     def folder(self) -> Path | None:
         """The run folder while it is there, else the folder its downloaded files share, holding what
-        ``esgexp.compare`` reads (config.yaml, metrics.json, the per-item file: each fetched once, also for
+        ``esgexp.analysis.compare`` reads (config.yaml, metrics.json, the per-item file: each fetched once, also for
         the page); None when one of those is missing."""
         run_dir = self.tags.get("run_dir")
         if run_dir and Path(run_dir).is_dir():
@@ -102,7 +102,7 @@ def local_store_path(uri: str) -> Path | None:
 def check_store(uri: str) -> None:
     """Refuse a local store that does not exist (reading it through MLflow would create it), or a file
     that is not an MLflow store (tracking.check_store_file)."""
-    from esgexp.tracking import check_store_file
+    from esgexp.core.tracking import check_store_file
 
     check_store_file(uri)
     path = local_store_path(uri)

@@ -10,8 +10,8 @@ import csv
 import io
 import math
 
+from esgexp.core.tracking import metric_name
 from esgexp.leaderboard.store import Run
-from esgexp.tracking import metric_name
 
 # (column, where MLflow keeps it): the first source a run has fills the cell.
 RUN_COLUMNS = [
@@ -164,7 +164,7 @@ def item_set_labels(runs: list[Run]) -> dict[str, str]:
     are several (``3 items · limit=3 (seed 42)``; ``48 items · limit=none``)."""
     import json
 
-    from esgexp.variants import variant_labels
+    from esgexp.analysis.variants import variant_labels
 
     sets = {run.run_id: item_set(run) for run in runs}
     distinct = {json.dumps(found, sort_keys=True): found for found in sets.values()}
@@ -187,7 +187,7 @@ def base_label(run: Run) -> str:
 
 def set_variants(runs: list[Run]) -> None:
     """``run.variant`` for runs sharing one base label: the settings in which they differ."""
-    from esgexp.variants import variant_labels
+    from esgexp.analysis.variants import variant_labels
 
     same: dict[str, list[Run]] = {}
     for run in runs:

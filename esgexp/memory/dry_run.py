@@ -19,9 +19,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.backends import backend_class
+from esgexp.core.outputs import write_json
 from esgexp.errors import UserError
-from esgexp.outputs import write_json
-from esgexp.plan import (
+from esgexp.memory.plan import (
     DTYPE_BYTES,
     GiB,
     Plan,
@@ -43,7 +43,7 @@ A100_SIZES_GB = (40, 80)  # the design card's GPUs, planned for when no memory i
 
 def dry_run(cfg: DictConfig) -> dict:
     """Check the settings, print the plan with its verdict and knobs, write memory_plan.json; return it."""
-    from esgexp.settings import check_settings
+    from esgexp.core.settings import check_settings
 
     check_settings(cfg)
     kind = kind_of(cfg.task)

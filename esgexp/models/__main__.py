@@ -10,7 +10,7 @@ import sys
 from hydra import compose, initialize_config_dir
 
 from esgexp.cli.command import run_command
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
 
 
 def main(overrides: list[str]) -> None:

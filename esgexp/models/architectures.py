@@ -1,7 +1,7 @@
 """Architecture numbers of the models the design card sizes, for a memory plan without weights or a download.
 
 Each entry is transcribed from the model's ``config.json`` on the Hugging Face hub and keeps its field
-names, so ``esgexp.plan.Shape.from_config`` reads a table entry and a cached config.json alike. Keyed by
+names, so ``esgexp.memory.plan.Shape.from_config`` reads a table entry and a cached config.json alike. Keyed by
 ``model.name`` (conf/model/*.yaml); a cached config.json of the model wins over this table.
 """
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from esgexp.core.file_lock import exclusive
 from esgexp.errors import UserError
-from esgexp.file_lock import exclusive
 from esgexp.models.gguf_conversion import convert_gguf
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from functools import partial
 import lightning as L
 import torch
 
+from esgexp.core.records import QAItem
 from esgexp.models.generation import model_input
-from esgexp.records import QAItem
 from esgexp.strategies.qa import QAPrompter
 
 IGNORE_INDEX = -100

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.config import CONF_DIR
+from esgexp.core.config import CONF_DIR
 from esgexp.errors import UserError
 from esgexp.papers.cells import Cell, load_cells
 from esgexp.tasks.kinds import kind_of
@@ -164,7 +164,7 @@ def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
             job.problems += missing_configs(job.overrides)
         return grid
     paths = []
-    if Path(cfg.paths.root_dir).resolve() != Path.cwd().resolve():  # the jobs run there (esgexp/paper.py)
+    if Path(cfg.paths.root_dir).resolve() != Path.cwd().resolve():  # the jobs run there (esgexp/cli/paper.py)
         paths.append(f"paths.root_dir={quote(str(cfg.paths.root_dir))}")
     compose_jobs(grid.jobs, [*grid.extra, *paths], paths if grid.extra else None)
     return grid

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.config import BUNDLED_DIR
-from esgexp.identity import identity
-from esgexp.jobs import data_sha256
+from esgexp.core.config import BUNDLED_DIR
+from esgexp.core.identity import identity
+from esgexp.core.jobs import data_sha256
+from esgexp.core.tracking import PENDING_FILE
 from esgexp.papers.grid import Grid, Job
 from esgexp.tasks.kinds import kind_of
-from esgexp.tracking import PENDING_FILE
 
 # Settings that change how a value's interval is computed, not the value itself.
 NOT_SUBSTITUTIONS = ("dataset.cluster_key",)
@@ -51,7 +51,7 @@ def substitutions(asked: DictConfig, ran: DictConfig, items: int | None = None) 
     overrides), e.g. ``model smollm2-135m instead of qwen2.5-0.5b-instruct``; ``items``: the paper's item count."""
     want, got = identity(asked), identity(ran)
     found = []
-    for key in dict.fromkeys([*want, *got]):
+    for key in sorted(dict.fromkeys([*want, *got]), key=lambda k: k not in ("task", "dataset")):
         a, b = want.get(key), got.get(key)
         if a == b:
             continue

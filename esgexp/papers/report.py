@@ -20,9 +20,9 @@ import math
 from html import escape
 from pathlib import Path
 
+from esgexp.analysis.stats import interval_na
 from esgexp.papers.cells import Cell
 from esgexp.papers.grid import Grid
-from esgexp.stats import interval_na
 
 LEGEND = (
     "Each cell: published → ours [95% interval] n=items, verdict.",

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from esgexp.core.records import Passage
 from esgexp.errors import UserError
-from esgexp.records import Passage
 
 if TYPE_CHECKING:
     from esgexp.retrieval.cache import IndexCache
@@ -59,7 +59,7 @@ class Retriever(ABC):
     #: True when ``search`` needs ``gold=`` (the oracle).
     needs_gold: bool = False
 
-    rules: ClassVar[dict] = {}  # its settings' rules (esgexp/rules.py), checked before any job starts
+    rules: ClassVar[dict] = {}  # its settings' rules (esgexp/core/rules.py), checked before any job starts
 
     @classmethod
     def preflight(cls, node) -> list[str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from esgexp.records import Passage
+from esgexp.core.records import Passage
+from esgexp.core.rules import Choice, Number
 from esgexp.retrieval.base import Hit, Retriever, top_k
-from esgexp.rules import Choice, Number
 
 TOKEN_PATTERN = r"(?u)\b\w+\b"
 

@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from esgexp.core.records import Passage
+from esgexp.core.rules import Choice, Flag, Integer
 from esgexp.errors import UserError
-from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
-from esgexp.rules import Choice, Flag, Integer
 
 # Queries scored per matrix product: bounds the similarity matrix to QUERY_BLOCK x passages.
 QUERY_BLOCK = 256

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from esgexp.backends.cache import CACHE_MODES
+from esgexp.core.rules import URL, Choice, Integer, Number
 from esgexp.errors import UserError
 from esgexp.retrieval.dense import VectorRetriever
-from esgexp.rules import URL, Choice, Integer, Number
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
+from esgexp.core.records import RetrievalQuery
 from esgexp.errors import UserError
-from esgexp.records import RetrievalQuery
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from esgexp.core.records import Passage, passages_hash
 from esgexp.errors import UserError
-from esgexp.records import Passage, passages_hash
 from esgexp.retrieval.base import Retriever
 from esgexp.retrieval.cache import IndexCache
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from esgexp.core.records import Passage
+from esgexp.core.rules import Integer, Number
 from esgexp.errors import UserError
-from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever
 from esgexp.retrieval.bm25 import BM25Retriever
 from esgexp.retrieval.dense import DenseRetriever
-from esgexp.rules import Integer, Number
 
 if TYPE_CHECKING:
     from esgexp.retrieval.cache import IndexCache

@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from esgexp.records import Passage
+from esgexp.core.records import Passage
+from esgexp.core.rules import Integer
 from esgexp.retrieval.base import Hit, Retriever, top_k
 from esgexp.retrieval.dense import DEVICES, encoder_problems, hub_offline, pick_device, resolve_source, source_stamp
-from esgexp.rules import Integer
 
 #: Passages and queries whose token vectors are multiplied at once (bounds one similarity block: about
 #: 8 x 32 query tokens x 256 x 180 passage tokens).

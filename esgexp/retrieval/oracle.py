@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from esgexp.core.records import Passage
 from esgexp.errors import UserError
-from esgexp.records import Passage
 from esgexp.retrieval.base import Hit, Retriever
 
 

@@ -7,9 +7,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from esgexp.records import Passage
+from esgexp.core.records import Passage
+from esgexp.core.rules import Integer
 from esgexp.retrieval.base import Hit, Retriever, top_k
-from esgexp.rules import Integer
 
 
 class RandomRetriever(Retriever):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from esgexp.records import Passage
+from esgexp.core.records import Passage
 from esgexp.retrieval.base import Hit, Retriever, top_k
 from esgexp.retrieval.dense import hub_offline, pick_device, resolve_source
 

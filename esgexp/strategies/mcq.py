@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from esgexp.core.records import MCQItem
 from esgexp.errors import UserError
-from esgexp.records import MCQItem
 
 NO_CONTEXT = "No relevant context found.\n\n"
 

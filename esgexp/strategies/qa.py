@@ -6,8 +6,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from esgexp.core.records import QAItem
 from esgexp.errors import UserError
-from esgexp.records import QAItem
 
 TEMPLATE_PARTS = ("instruction", "context", "example", "question")
 

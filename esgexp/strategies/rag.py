@@ -11,8 +11,8 @@ import unicodedata
 
 from omegaconf import DictConfig
 
+from esgexp.core.records import Passage
 from esgexp.errors import UserError
-from esgexp.records import Passage
 
 log = logging.getLogger(__name__)
 

@@ -7,13 +7,7 @@ from pathlib import Path
 
 from hydra.utils import instantiate
 
-from esgexp.data.esgbench import join, load_predictions
-from esgexp.errors import UserError
-from esgexp.eval.esgbench_metrics import other_rules, score_esgbench
-from esgexp.jobs import Job
-from esgexp.outputs import PredictionLog
-from esgexp.records import QAItem
-from esgexp.stats import (
+from esgexp.analysis.stats import (
     ItemScores,
     StatsSettings,
     cluster_records,
@@ -22,6 +16,12 @@ from esgexp.stats import (
     scored,
     with_interval,
 )
+from esgexp.core.jobs import Job
+from esgexp.core.outputs import PredictionLog
+from esgexp.core.records import QAItem
+from esgexp.data.esgbench import join, load_predictions
+from esgexp.errors import UserError
+from esgexp.eval.esgbench_metrics import other_rules, score_esgbench
 
 # The headline metric (higher is better): numeric accuracy over all items, as the ESGBench paper reports it.
 HEADLINE = "numeric_accuracy"

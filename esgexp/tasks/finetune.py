@@ -20,9 +20,9 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from esgexp.core.jobs import Job, same_job
+from esgexp.core.outputs import write_atomic, write_json
 from esgexp.errors import Interrupted, UserError
-from esgexp.jobs import Job, same_job
-from esgexp.outputs import write_atomic, write_json
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def check_model(cfg: DictConfig) -> str:
 
 
 def check_groups(cfg: DictConfig) -> None:
-    """The groups fine-tuning needs (the numbers are checked with every setting, esgexp/settings.py)."""
+    """The groups fine-tuning needs (the numbers are checked with every setting, esgexp/core/settings.py)."""
     if cfg.strategy.name not in CONTEXT_STRATEGIES:
         raise UserError(
             f"fine-tuning prompts are {' or '.join(CONTEXT_STRATEGIES)} (with or without the passage), not strategy={cfg.strategy.name}"

@@ -64,7 +64,8 @@ class TaskKind:
     inputs: Callable = no_inputs  # cfg -> config keys of the input files it reads beside dataset.path
     without_model: str = ""  # what it does instead of asking a model, where ``uses_model`` can be False
     estimate: str | None = None  # "module:function" (cfg, loaded) -> Estimate where requests are not item prompts
-    suffix: tuple[str, ...] = ()  # fixed words after the label's tags in a run name
+    prefix: tuple[str, ...] = ()  # fixed words before the label's tags in a run name
+    suffix: tuple[str, ...] = ()  # fixed words after them
 
     def job_class(self):
         return load(self.job)
@@ -81,7 +82,7 @@ class TaskKind:
     def run_label(self, tags: Mapping, sep: str = "/") -> str:
         """The run's name from its tags: e.g. ``smollm2-135m/zero_shot/generate``, ``bm25/question``."""
         parts = [label_value(key, tags.get(key)) for key in self.label]
-        return sep.join([p for p in parts if p] + list(self.suffix))
+        return sep.join([*self.prefix, *(p for p in parts if p), *self.suffix])
 
 
 def label_value(key: str, value) -> str | None:
@@ -156,6 +157,7 @@ register(
         "esgbench_score",
         "esgexp.tasks.esgbench_score:ScoringJob",
         label=("predictions",),
+        prefix=("score",),
         records="predictions.jsonl",
         item_scores="esgexp.tasks.esgbench_score:item_scores",
         scoring_keys=("recall_k", "metrics.numeric"),

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from esgexp.errors import UserError
-from esgexp.eval.calibration import calibration_report
-from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
-from esgexp.eval.mcq import ABSTAIN, INVALID, UNFINISHED, UNFINISHED_RATE, final_answer, mcq_metrics, parse_answer
-from esgexp.jobs import rate
-from esgexp.records import MCQItem
-from esgexp.stats import (
+from esgexp.analysis.stats import (
     ItemScores,
     StatsSettings,
     cluster_records,
@@ -19,6 +13,12 @@ from esgexp.stats import (
     scored,
     with_interval,
 )
+from esgexp.core.jobs import rate
+from esgexp.core.records import MCQItem
+from esgexp.errors import UserError
+from esgexp.eval.calibration import calibration_report
+from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
+from esgexp.eval.mcq import ABSTAIN, INVALID, UNFINISHED, UNFINISHED_RATE, final_answer, mcq_metrics, parse_answer
 from esgexp.strategies.mcq import MCQPrompter
 
 CALIBRATION_FILE = "calibration.json"

@@ -10,11 +10,7 @@ from collections.abc import Sequence
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.errors import UserError
-from esgexp.eval.mcq import UNFINISHED, UNFINISHED_RATE, final_answer
-from esgexp.models.scoring import cut_after_text
-from esgexp.records import QAItem
-from esgexp.stats import (
+from esgexp.analysis.stats import (
     ItemScores,
     StatsSettings,
     cluster_records,
@@ -23,6 +19,10 @@ from esgexp.stats import (
     statistic_interval,
     with_interval,
 )
+from esgexp.core.records import QAItem
+from esgexp.errors import UserError
+from esgexp.eval.mcq import UNFINISHED, UNFINISHED_RATE, final_answer
+from esgexp.models.scoring import cut_after_text
 from esgexp.strategies.qa import QAPrompter, draw_examples
 
 log = logging.getLogger(__name__)

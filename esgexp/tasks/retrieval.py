@@ -13,18 +13,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from esgexp.errors import UserError
-from esgexp.eval.retrieval_metrics import (
-    PAPER_KS,
-    climretrieve_metrics,
-    page_recall_at_k,
-    per_query_metrics,
-    retrieval_metrics,
-)
-from esgexp.jobs import Job
-from esgexp.outputs import PredictionLog
-from esgexp.records import QAItem
-from esgexp.stats import (
+from esgexp.analysis.stats import (
     ItemScores,
     StatsSettings,
     cluster_records,
@@ -32,6 +21,17 @@ from esgexp.stats import (
     record_clusters,
     scored,
     with_interval,
+)
+from esgexp.core.jobs import Job
+from esgexp.core.outputs import PredictionLog
+from esgexp.core.records import QAItem
+from esgexp.errors import UserError
+from esgexp.eval.retrieval_metrics import (
+    PAPER_KS,
+    climretrieve_metrics,
+    page_recall_at_k,
+    per_query_metrics,
+    retrieval_metrics,
 )
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
     if not data.queries:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable queries (skipped rows: {len(data.skipped)})")
     if cfg.query.mode == "explanation":
-        from esgexp.jobs import job_backend
+        from esgexp.core.jobs import job_backend
         from esgexp.retrieval.explain import explanation_queries
 
         with job_backend(cfg, "generate") as backend:
