@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from helpers import composed
 
 import esgexp  # noqa: F401  (sets HF_HUB_OFFLINE, registers resolvers)
-from esgexp.core.config import BUNDLED_DIR, CONF_DIR
+from esgexp.core.config import BUNDLED_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_SAMPLES = REPO.parent / "shared" / "data" / "samples"
@@ -69,8 +69,7 @@ def compose_config(root: Path, *overrides: str, name: str = "config"):
     ]
     if name == "leaderboard":
         base = [f"paths.root_dir={root}"]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose(name, overrides=[*base, *overrides])
+    cfg = composed(name, overrides=[*base, *overrides])
     return cfg
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli import start_cli
-from hydra import compose, initialize_config_dir
+from helpers import composed as compose_config
 from omegaconf import OmegaConf
 
 from esgexp.cli.command import user_message
@@ -25,8 +25,7 @@ PREDS = BUNDLED / "esgbench" / "preds_sample.jsonl"
 
 def composed(config: str, root: Path, *overrides: str):
     """``conf/CONFIG.yaml`` with ``paths.root_dir=root`` and ``overrides``."""
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose(config, overrides=[f"paths.root_dir={root}", *overrides])
+    return compose_config(config, overrides=[f"paths.root_dir={root}", *overrides])
 
 
 def test_a_full_disk_offers_resume_only_to_commands_that_take_it(tmp_path, monkeypatch):

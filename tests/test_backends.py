@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from cli import run_cli
+from helpers import read_jsonl
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import GenerationRequest, LetterRequest, Response, RunContext
@@ -18,10 +19,6 @@ from esgexp.errors import UserError
 
 REFERENCE = Path(__file__).parent / "data" / "smollm2_sample_predictions.jsonl"  # see tests/test_smollm2.py
 PROMPT = "Question: Which GRI disclosure covers Scope 2?\nAnswer:"
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 def tiny_backend(tiny_model_dir, tmp_path, **settings):

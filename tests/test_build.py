@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 from cli import run_cli
-from hydra import compose, initialize_config_dir
+from helpers import composed
 from pdf_factory import write_pdf
 
 from esgexp.builders.run import run_build
 from esgexp.builders.verify import PageTexts, verify_pair
-from esgexp.core.config import CONF_DIR
 from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import Corpus, ingest
 from esgexp.errors import UserError
@@ -59,8 +58,7 @@ def build_cfg(root: Path, *overrides: str):
         "progress=false",
         "trainer.progress_bar=false",
     ]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("build", overrides=[*base, *overrides])
+    return composed("build", overrides=[*base, *overrides])
 
 
 # Budgets that keep SmolLM2's JSON short (about 85 tokens at most) and the test quick.
@@ -113,22 +111,21 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
     assert dataset.read_text() == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
     # evaluated with no conversion step (by the tiny random Llama: what is shown is that the file runs as a job)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"paths.root_dir={tmp_path}",
-                f"paths.output_dir={tmp_path}/eval",
-                "trainer.progress_bar=false",
-                f"paths.request_cache={tmp_path}/requests.sqlite",
-                "experiment=esgbench",
-                f"dataset.path={dataset}",
-                "strategy=zero_context",
-                "model=local",
-                f"model.path={tiny_model_dir}",
-                "scoring.max_new_tokens=8",
-            ],
-        )
+    cfg = composed(
+        "config",
+        overrides=[
+            f"paths.root_dir={tmp_path}",
+            f"paths.output_dir={tmp_path}/eval",
+            "trainer.progress_bar=false",
+            f"paths.request_cache={tmp_path}/requests.sqlite",
+            "experiment=esgbench",
+            f"dataset.path={dataset}",
+            "strategy=zero_context",
+            "model=local",
+            f"model.path={tiny_model_dir}",
+            "scoring.max_new_tokens=8",
+        ],
+    )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows)
     # the evaluation run names where its data came from (the leaderboard's reproducibility card shows it)

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import composed
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -269,7 +270,6 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     """The default model under constrained decoding, on the two real report PDFs: every item has four
     different options with the correct one in its source passage, and evaluates with no conversion step
     (by the tiny random Llama: what is shown there is that the file runs as a job)."""
-    from hydra import compose, initialize_config_dir
 
     from esgexp.builders.run import run_build
     from esgexp.core.run import run_job
@@ -290,8 +290,7 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
         "builder.max_question_chars=100",
         "builder.max_new_tokens=64",
     ]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        dataset = run_build(compose("build", overrides=overrides))
+    dataset = run_build(composed("build", overrides))
     report = json.loads((tmp_path / "built" / "build_report.json").read_text())
     stages = report["stages"]
     assert stages["candidates"]["n_out"] == 2 and stages["generate"]["n_in"] == 2
@@ -308,25 +307,23 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     loaded = ESGeniusCSV(name="built", path=str(dataset)).load()
     assert len(loaded.items) == len(rows) and not loaded.skipped
 
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        run_build(compose("build", overrides=[*overrides, "resume=true"]))
+    run_build(composed("build", [*overrides, "resume=true"]))
     again = json.loads((tmp_path / "built" / "build_report.json").read_text())
     assert again["requests"]["n_requests"] == 0 and again["stages"] == stages and read_rows(dataset) == rows
 
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"paths.root_dir={tmp_path}",
-                f"paths.output_dir={tmp_path}/eval",
-                "trainer.progress_bar=false",
-                f"paths.request_cache={tmp_path}/requests.sqlite",
-                "experiment=esgenius_zero_shot",
-                f"dataset.path={dataset}",
-                "model=local",
-                f"model.path={tiny_model_dir}",
-            ],
-        )
+    cfg = composed(
+        "config",
+        overrides=[
+            f"paths.root_dir={tmp_path}",
+            f"paths.output_dir={tmp_path}/eval",
+            "trainer.progress_bar=false",
+            f"paths.request_cache={tmp_path}/requests.sqlite",
+            "experiment=esgenius_zero_shot",
+            f"dataset.path={dataset}",
+            "model=local",
+            f"model.path={tiny_model_dir}",
+        ],
+    )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows) and 0 <= metrics["accuracy"] <= 1
 

@@ -23,11 +23,10 @@ from pathlib import Path
 import pytest
 from cli import start_cli
 from conftest import REPO
-from hydra import compose, initialize_config_dir
+from helpers import composed
 from pdf_factory import write_pdf
 
 from esgexp.builders.run import run_build
-from esgexp.core.config import CONF_DIR
 from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import ingest
 
@@ -69,8 +68,7 @@ def overrides(root: Path, corpus: Path, model_dir: Path, *more: str) -> list[str
 
 def build(root: Path, corpus: Path, model_dir: Path, *more: str) -> Path:
     """One build in this process; returns its folder."""
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("build", overrides=overrides(root, corpus, model_dir, *more))
+    cfg = composed("build", overrides=overrides(root, corpus, model_dir, *more))
     run_build(cfg)
     return root / "built"
 

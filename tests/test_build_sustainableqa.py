@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import composed
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -281,7 +282,6 @@ REPORT = [
 
 def build_cfg(root: Path, corpus: Path, *overrides: str):
     """A small build: one passage, one factoid pair, no other kinds; the judge keeps every pair it can score."""
-    from hydra import compose, initialize_config_dir
 
     base = [
         f"paths.root_dir={root}",
@@ -299,8 +299,7 @@ def build_cfg(root: Path, corpus: Path, *overrides: str):
         "builder.max_question_chars=60",
         "builder.min_score=1",
     ]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("build", overrides=[*base, *overrides])
+    return composed("build", overrides=[*base, *overrides])
 
 
 def with_store(root: Path, empty_db: Path) -> Path:
@@ -313,7 +312,6 @@ def with_store(root: Path, empty_db: Path) -> Path:
 def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_nothing(
     tmp_path, empty_db, tiny_model_dir
 ):
-    from hydra import compose, initialize_config_dir
     from pdf_factory import write_pdf
 
     from esgexp.builders.run import run_build
@@ -356,21 +354,20 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
     assert before == {name: (dataset / name).read_text() for name in before}
 
     # evaluated with no conversion step (by the tiny random Llama: what is shown is that the files run as a job)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"paths.root_dir={tmp_path}",
-                f"paths.output_dir={tmp_path}/eval",
-                "trainer.progress_bar=false",
-                f"paths.request_cache={tmp_path}/requests.sqlite",
-                "experiment=sustainableqa_factoid",
-                f"dataset.path={dataset}",
-                "model=local",
-                f"model.path={tiny_model_dir}",
-                "scoring.max_new_tokens=8",
-            ],
-        )
+    cfg = composed(
+        "config",
+        overrides=[
+            f"paths.root_dir={tmp_path}",
+            f"paths.output_dir={tmp_path}/eval",
+            "trainer.progress_bar=false",
+            f"paths.request_cache={tmp_path}/requests.sqlite",
+            "experiment=sustainableqa_factoid",
+            f"dataset.path={dataset}",
+            "model=local",
+            f"model.path={tiny_model_dir}",
+            "scoring.max_new_tokens=8",
+        ],
+    )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(loaded.items) and 0 <= metrics["factoid/f1"] <= 1
 

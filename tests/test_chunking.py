@@ -4,10 +4,9 @@ import itertools
 import re
 
 import pytest
-from hydra import compose, initialize_config_dir
+from helpers import composed
 from hydra.utils import instantiate
 
-from esgexp.core.config import CONF_DIR
 from esgexp.data.chunking import CharChunker, MarkdownChunker, SentenceChunker, WindowChunker, sentence_spans
 from esgexp.data.pdf import Page
 from esgexp.errors import UserError
@@ -85,8 +84,7 @@ def test_chars_bounds_are_validated():
 
 
 def test_ingest_defaults_to_paragraph_sized_passages():
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("ingest", overrides=["corpus.name=demo", "corpus.pdf_dir=/x"])
+    cfg = composed("ingest", overrides=["corpus.name=demo", "corpus.pdf_dir=/x"])
     assert cfg.chunker.name == "paragraphs"
 
 
@@ -226,10 +224,9 @@ def test_markdown_sections_crossing_pages_get_both_pages():
     ],
 )
 def test_chunker_configs_build_the_documented_chunkers(name, cls, params):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "ingest", overrides=[f"chunker={name}", "corpus.name=demo", "corpus.pdf_dir=/x", "paths.root_dir=/r"]
-        )
+    cfg = composed(
+        "ingest", overrides=[f"chunker={name}", "corpus.name=demo", "corpus.pdf_dir=/x", "paths.root_dir=/r"]
+    )
     chunker = instantiate(cfg.chunker)
     assert type(chunker) is cls and chunker.name == name
     assert {key: getattr(chunker, key) for key in params} == params

@@ -12,6 +12,7 @@ import mlflow
 import pytest
 from cli import run_cli
 from conftest import compose_config
+from helpers import read_jsonl
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import Backend, Response
@@ -66,10 +67,6 @@ def write_questions(path, golds="ABCD"):
             options = [f"{RIGHT} {n}" if letter == gold else f"wrong {letter}{n}" for letter in "ABCD"]
             writer.writerow([f"q{n}", f"Question {n}?", gold, *options, "Not sure"])
     return path
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 ITEM = MCQItem("q", "Which?", {"A": "alpha", "B": "beta", "C": "gamma", "D": "delta"}, "B", meta={"ref_doc": "GRI 305"})

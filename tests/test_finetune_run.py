@@ -13,6 +13,7 @@ import pytest
 import torch
 from cli import run_cli
 from conftest import build_tiny_llama, compose_config
+from helpers import composed
 
 from esgexp.core.run import run_job
 from esgexp.errors import Interrupted, UserError
@@ -258,18 +259,15 @@ def test_unknown_adapter_is_a_clear_error(tmp_path, tiny_model_dir, spec, messag
 
 
 def test_export_merges_the_adapter_into_a_standalone_model(trained, tiny_model_dir, tmp_path):
-    from hydra import compose, initialize_config_dir
     from transformers import AutoModelForCausalLM
 
     from esgexp.cli.export_adapter import export
-    from esgexp.core.config import CONF_DIR
     from esgexp.models.lora import attach_adapter
 
     root, _, run_dir, _ = trained
     overrides = ["model=local", f"model.path={tiny_model_dir}", f"model.adapter={run_dir}", f"paths.root_dir={root}"]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("export_adapter", overrides=[*overrides, f"out_dir={tmp_path / 'merged'}"])
-        quantised = compose("export_adapter", overrides=[*overrides, "model.load_in_4bit=true"])
+    cfg = composed("export_adapter", overrides=[*overrides, f"out_dir={tmp_path / 'merged'}"])
+    quantised = composed("export_adapter", overrides=[*overrides, "model.load_in_4bit=true"])
     out = export(cfg)
     tokens = torch.tensor([[1, 40, 41, 42, 43]])
     merged = AutoModelForCausalLM.from_pretrained(out).eval()

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from cli import run_cli
+from helpers import read_jsonl
 from pdf_factory import encrypted, pdf_bytes, write_pdf
 
 from esgexp.core.records import Passage, passages_hash
@@ -45,10 +46,6 @@ def parses(monkeypatch):
 
     monkeypatch.setattr(pdf, "read_pages", counting)
     return calls
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def test_ingest_writes_pages_passages_and_a_report_and_skips_unreadable_files(docs, tmp_path, caplog):

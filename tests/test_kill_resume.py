@@ -7,13 +7,13 @@ and compared with the same config run straight through (both in this process: th
 rankings.jsonl once, at the end, so there is nothing half-written to resume.
 """
 
-import json
 import signal
 import time
 
 import pytest
 from cli import start_cli
 from conftest import REPO, compose_config
+from helpers import read_jsonl, read_jsonl_lenient
 
 from esgexp.core.run import run_job
 
@@ -21,10 +21,6 @@ from esgexp.core.run import run_job
 OFFLINE = ("tracking.offline=true",)
 # Values that describe how a run went rather than what it computed.
 RUN_FACTS = {"n_resumed", "n_cached", "n_requested", "train/seconds", "train/tokens_per_s"}
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def kill_when(command, env, ready, timeout=240):
@@ -95,17 +91,6 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path, clean_env, tin
     }
     again = {r["id"]: r["output"] for r in read_jsonl(tmp_path / "straight" / "run" / "predictions.jsonl")}
     assert {r["id"]: r["output"] for r in records} == again
-
-
-def read_jsonl_lenient(path):
-    """The complete lines of a predictions file a kill may have cut in the middle of its last line."""
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
 
 
 def test_kill_9_during_fine_tuning_then_ckpt_path_last_equals_an_uninterrupted_run(tmp_path, clean_env, tiny_model_dir):

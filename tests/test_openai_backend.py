@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli import run_cli, start_cli
+from helpers import read_jsonl
 from omegaconf import OmegaConf
 
 from esgexp.backends.base import GenerationRequest, LetterRequest, RunContext
@@ -22,10 +23,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Every job here logs to a store made in advance: none of these tests is about creating one.
 pytestmark = pytest.mark.usefixtures("made_store")
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 def api(base_url: str, *extra: str) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ import json
 import mlflow
 import pytest
 from conftest import compose_config
+from helpers import read_jsonl
 
 from esgexp.core.records import QAItem
 from esgexp.core.run import run_job
@@ -22,10 +23,6 @@ FACTOID = (
     "dataset.limit=6",
     "scoring.max_new_tokens=4",
 )
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_factoid_job_scores_every_item_and_tracks_the_run(tiny_cfg, tmp_path, capsys):

@@ -6,6 +6,7 @@ import json
 
 import mlflow
 import pytest
+from helpers import read_jsonl
 
 from esgexp.core.config import BUNDLED_DIR
 from esgexp.core.run import run_job
@@ -18,10 +19,6 @@ REQUIRED = ["n_queries", "mrr"] + [
     for k in (5, 10, 15)
     for name in ("recall", "precision", "f1", "macro/recall", "ndcg", "random/recall")
 ]
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.mark.parametrize("retriever", ["bm25", "dense", "hybrid"])

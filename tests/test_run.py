@@ -6,6 +6,7 @@ import signal
 import mlflow
 import pytest
 from conftest import compose_config
+from helpers import read_jsonl
 from omegaconf import OmegaConf
 
 import esgexp.tasks.generation
@@ -16,10 +17,6 @@ from esgexp.leaderboard.board import export
 
 # Jobs log to a store made in advance (tmp_path/mlruns, see conftest made_store); the first test makes its own.
 pytestmark = pytest.mark.usefixtures("made_store")
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_job_writes_run_folder_and_mlflow_run(tiny_cfg, tmp_path, capsys):

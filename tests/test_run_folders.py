@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 
 from cli import run_cli, start_cli
-from hydra import compose, initialize_config_dir
+from helpers import composed
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from esgexp.core.config import CONF_DIR
 from esgexp.core.run_folder import claim_folder
 
 STAMP = re.compile(r"\d{2}-\d{2}-\d{2}\.\d{3}-[0-9a-f]{4}")
@@ -139,8 +138,7 @@ def test_sweeps_started_in_the_same_second_get_a_folder_each_with_joblib_and_sub
 
 
 def hydra_config(*overrides: str):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+    return composed("config", overrides=list(overrides), return_hydra_config=True)
 
 
 def test_a_drawn_name_that_exists_is_drawn_again(tmp_path):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import composed
 from omegaconf import OmegaConf
 from test_full_disk import fill, free, small_disk  # noqa: F401 (a fixture)
 
@@ -48,10 +49,8 @@ def read_only(tmp_path):
 
 def run_folder_error(tmp_path, capsys, root) -> str:
     """The one line the run-folder callback prints, with exit 2, for a job under ``paths.root_dir=root``."""
-    from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"paths.root_dir={root}"], return_hydra_config=True)
+    cfg = composed("config", overrides=[f"paths.root_dir={root}"], return_hydra_config=True)
     with pytest.raises(SystemExit) as stopped:
         RunFolder().on_run_start(cfg)
     assert stopped.value.code == 2
