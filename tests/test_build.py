@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli import run_cli
+from conftest import compose_config
 from helpers import composed
 from pdf_factory import write_pdf
 
@@ -111,20 +112,15 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
     assert dataset.read_text() == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
     # evaluated with no conversion step (by the tiny random Llama: what is shown is that the file runs as a job)
-    cfg = composed(
-        "config",
-        overrides=[
-            f"paths.root_dir={tmp_path}",
-            f"paths.output_dir={tmp_path}/eval",
-            "trainer.progress_bar=false",
-            f"paths.request_cache={tmp_path}/requests.sqlite",
-            "experiment=esgbench",
-            f"dataset.path={dataset}",
-            "strategy=zero_context",
-            "model=local",
-            f"model.path={tiny_model_dir}",
-            "scoring.max_new_tokens=8",
-        ],
+    cfg = compose_config(
+        tmp_path,
+        f"paths.output_dir={tmp_path}/eval",
+        "experiment=esgbench",
+        f"dataset.path={dataset}",
+        "strategy=zero_context",
+        "model=local",
+        f"model.path={tiny_model_dir}",
+        "scoring.max_new_tokens=8",
     )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows)

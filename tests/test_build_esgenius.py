@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import compose_config
 from helpers import composed
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -311,18 +312,13 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     again = json.loads((tmp_path / "built" / "build_report.json").read_text())
     assert again["requests"]["n_requests"] == 0 and again["stages"] == stages and read_rows(dataset) == rows
 
-    cfg = composed(
-        "config",
-        overrides=[
-            f"paths.root_dir={tmp_path}",
-            f"paths.output_dir={tmp_path}/eval",
-            "trainer.progress_bar=false",
-            f"paths.request_cache={tmp_path}/requests.sqlite",
-            "experiment=esgenius_zero_shot",
-            f"dataset.path={dataset}",
-            "model=local",
-            f"model.path={tiny_model_dir}",
-        ],
+    cfg = compose_config(
+        tmp_path,
+        f"paths.output_dir={tmp_path}/eval",
+        "experiment=esgenius_zero_shot",
+        f"dataset.path={dataset}",
+        "model=local",
+        f"model.path={tiny_model_dir}",
     )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows) and 0 <= metrics["accuracy"] <= 1

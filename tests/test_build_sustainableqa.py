@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import compose_config
 from helpers import composed
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
@@ -354,19 +355,14 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
     assert before == {name: (dataset / name).read_text() for name in before}
 
     # evaluated with no conversion step (by the tiny random Llama: what is shown is that the files run as a job)
-    cfg = composed(
-        "config",
-        overrides=[
-            f"paths.root_dir={tmp_path}",
-            f"paths.output_dir={tmp_path}/eval",
-            "trainer.progress_bar=false",
-            f"paths.request_cache={tmp_path}/requests.sqlite",
-            "experiment=sustainableqa_factoid",
-            f"dataset.path={dataset}",
-            "model=local",
-            f"model.path={tiny_model_dir}",
-            "scoring.max_new_tokens=8",
-        ],
+    cfg = compose_config(
+        tmp_path,
+        f"paths.output_dir={tmp_path}/eval",
+        "experiment=sustainableqa_factoid",
+        f"dataset.path={dataset}",
+        "model=local",
+        f"model.path={tiny_model_dir}",
+        "scoring.max_new_tokens=8",
     )
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(loaded.items) and 0 <= metrics["factoid/f1"] <= 1
