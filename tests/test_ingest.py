@@ -40,9 +40,9 @@ def parses(monkeypatch):
     calls = []
     real = pdf.read_pages
 
-    def counting(path):
+    def counting(path, reader="pdfium"):
         calls.append(path.name)
-        return real(path)
+        return real(path, reader)
 
     monkeypatch.setattr(pdf, "read_pages", counting)
     return calls

@@ -77,7 +77,9 @@ def test_ingest_stores_table_passages_beside_the_text_and_reuses_them(report, tm
     calls = {"pages": 0, "tables": 0}
     read_pages, extract = pdf.read_pages, tables_module.TableExtractor.extract
     monkeypatch.setattr(
-        pdf, "read_pages", lambda path: calls.__setitem__("pages", calls["pages"] + 1) or read_pages(path)
+        pdf,
+        "read_pages",
+        lambda path, reader="pdfium": calls.__setitem__("pages", calls["pages"] + 1) or read_pages(path, reader),
     )
     monkeypatch.setattr(
         tables_module.TableExtractor,

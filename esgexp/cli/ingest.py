@@ -35,19 +35,46 @@ def job(cfg: DictConfig) -> None:
         for key in ("tables", "overwrite"):
             if not isinstance(cfg[key], bool):
                 raise UserError(f"{key} must be true or false, got {cfg[key]!r}")
+        reader, workers = checked_reader(cfg), checked_workers(cfg)
         tables = instantiate(cfg.table_extractor) if cfg.tables else None
         pdf_dir = existing_folder(cfg.corpus.pdf_dir, "corpus.pdf_dir", "of .pdf, .md or .txt files")
         with file_lock.exclusive(lock_file(cfg, out_dir)):
             if not cfg.overwrite:
                 check_source(out_dir, pdf_dir)
-            report = ingest(pdf_dir, out_dir, instantiate(cfg.chunker), progress=cfg.progress, tables=tables)
+            chunker = instantiate(cfg.chunker)
+            report = ingest(pdf_dir, out_dir, chunker, cfg.progress, tables, reader=reader, workers=workers)
     with_tables = f" ({report['n_tables']} tables)" if cfg.tables else ""
     print(
         f"{report['n_docs']} documents, {report['n_pages']} pages, {report['n_chunks']} passages{with_tables} "
         f"({report['n_parsed']} read, {report['n_reused']} unchanged, {len(report['skipped'])} skipped) "
         f"in {report['seconds']:.1f} s"
     )
+    blank = report["pages_without_text"]
+    if blank:
+        files = ", ".join(f"{name} ({n})" for name, n in blank.items())
+        print(f"pages without a text layer (scanned? OCR them first; esgexp does not): {files}")
     print(f"corpus: {out_dir}")
+
+
+def checked_reader(cfg: DictConfig) -> str:
+    from esgexp.data.pdf import READERS
+
+    reader = cfg.corpus.get("reader", "pdfium")
+    if reader not in READERS:
+        raise UserError(f"corpus.reader must be one of {', '.join(READERS)}, got {reader!r}")
+    return reader
+
+
+def checked_workers(cfg: DictConfig) -> int:
+    """``workers``: an integer >= 1, or null for every CPU this process may use."""
+    import os
+
+    workers = cfg.get("workers")
+    if workers is None:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise UserError(f"workers must be an integer >= 1 or null (every CPU), got {workers!r}")
+    return workers
 
 
 def corpus_folder(cfg: DictConfig) -> Path:

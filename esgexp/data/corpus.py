@@ -38,10 +38,11 @@ SUFFIXES = (".pdf", ".md", ".txt")
 INGEST_HINT = "build it with: python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=...]"
 
 
-def read_document(path: Path) -> list[Page]:
-    """A PDF's page map, or a ``.md``/``.txt`` file as one page with its line breaks kept."""
+def read_document(path: Path, reader: str = "pdfium") -> list[Page]:
+    """A PDF's page map (read by ``reader``, pdf.READERS), or a ``.md``/``.txt`` file as one page with its line
+    breaks kept."""
     if path.suffix.lower() == ".pdf":
-        return pdf.read_pages(path)
+        return pdf.read_pages(path, reader)
     try:
         text = pdf.clean_text(path.read_text(encoding="utf-8"), keep_lines=True)
     except UnicodeDecodeError as error:
@@ -51,65 +52,96 @@ def read_document(path: Path) -> list[Page]:
     return [Page(1, text)]
 
 
+@dataclass
+class Parsed:
+    """What reading one file gave: its pages, or why it is skipped; its tables, or why they are not there."""
+
+    pages: list[Page] = dataclasses.field(default_factory=list)
+    skipped: str | None = None
+    tables: list[Table] | None = None
+    tables_skipped: str | None = None
+
+
+def parse(path: Path, doc_id: str, reader: str, tables: TableExtractor | None, pages: bool = True) -> Parsed:
+    """Read one file (in a worker process when ``ingest.workers`` > 1): its pages (unless ``pages`` is False:
+    its stored ones are kept) and, with ``tables``, its tables. Nothing it raises stops the other files."""
+    try:
+        parsed = Parsed(read_document(path, reader) if pages else [])
+    except UnreadableDocument as error:
+        return Parsed(skipped=str(error))
+    except Exception as error:  # a bug in a PDF library on one file: that file is skipped, named
+        return Parsed(skipped=f"cannot be read ({type(error).__name__}: {error})")
+    if tables is not None and path.suffix.lower() == ".pdf":
+        try:
+            parsed.tables = tables.extract(path, doc_id)
+        except UnreadableDocument as error:
+            parsed.tables_skipped = str(error)
+    return parsed
+
+
 def ingest(
     pdf_dir: Path | str,
     out_dir: Path | str,
     chunker: Chunker,
     progress: bool = True,
     tables: TableExtractor | None = None,
+    reader: str = "pdfium",
+    workers: int = 1,
 ) -> dict:
-    """Read every PDF/Markdown/text file under ``pdf_dir``, chunk it, and write the corpus to ``out_dir``;
-    with ``tables``, each PDF's tables become passages of kind ``table`` too.
+    """Read every PDF/Markdown/text file under ``pdf_dir`` (PDF page text by ``reader``; ``workers`` files at
+    once, in processes), chunk it, and write the corpus to ``out_dir``; with ``tables``, each PDF's tables
+    become passages of kind ``table`` too. The corpus is the same whatever ``workers``.
 
     A file that cannot be read is skipped with a warning (and listed in the report); an unchanged file
-    (same sha256) reuses its stored pages and, under the same chunker config, its passages (its tables
-    under the same extractor config). Returns the report.
+    (same sha256, same reader) reuses its stored pages and, under the same chunker config, its passages
+    (its tables under the same extractor config). Nothing is written before every file is read, so an
+    interrupted ingest leaves the corpus as it was. Returns the report.
     """
-    from tqdm import tqdm
-
     started = time.perf_counter()
     pdf_dir, out_dir = Path(pdf_dir).resolve(), Path(out_dir)
     files = _find_files(pdf_dir)
     config = chunker.config()
-    stored = _Stored.read(out_dir)
+    stored = _Stored.read(out_dir, reader)
     same_chunker = stored.manifest.get("chunker") == config
     tables_config = tables.config() if tables else None
     same_tables = stored.manifest.get("tables") == tables_config
+    opened = [_open(path, pdf_dir, stored, same_tables or tables is None) for path in files]
+    todo = [(path, entry["doc_id"], not reused) for path, (entry, reused) in zip(files, opened) if entry.get("parse")]
+    parsed = read_all(todo, reader, tables, workers, progress)
     documents, pages, passages, found_tables, skipped = {}, [], [], [], []
-    counts = {"n_parsed": 0, "n_reused": 0}
-    bar = tqdm(files, desc="ingest", unit="doc", disable=not progress)
-    for path in bar:
-        bar.set_postfix_str(path.name)
-        name = path.relative_to(pdf_dir).as_posix()
-        readable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        if readable != name:  # bytes that are not UTF-8 in the name: it could not be written to the corpus files
-            log.warning("skipped: %s: the file name is not valid UTF-8; rename it", readable)
-            skipped.append({"file": readable, "reason": "the file name is not valid UTF-8; rename it"})
-            continue
-        doc_id = document_id(name)
-        entry, doc_pages, reused = _open(path, name, doc_id, documents, stored)
-        if "sha256" in entry:
-            counts["n_reused" if reused else "n_parsed"] += 1
+    counts = {"n_parsed": sum(1 for *_, whole in todo if whole), "n_reused": sum(1 for _, reused in opened if reused)}
+    for path, (entry, reused) in zip(files, opened):
+        doc_id, name = entry.pop("doc_id"), entry["file"]
+        result = parsed.get(path) if entry.pop("parse", False) else None
+        if result is not None and result.skipped:
+            entry["skipped"] = result.skipped
+        if "skipped" not in entry and doc_id in documents:
+            entry = {"file": name, "skipped": f"same document id {doc_id!r} as {documents[doc_id]['file']}"}
         if "skipped" in entry:
             log.warning("skipped: %s: %s", path, entry["skipped"])
             skipped.append({"file": name, "reason": entry["skipped"]})
             documents.setdefault(doc_id, entry)
             continue
+        doc_pages = stored.pages[doc_id] if reused else result.pages
         doc_passages = stored.passages.get(doc_id, []) if reused and same_chunker else chunker.chunk(doc_id, doc_pages)
-        if reused and same_tables:
-            doc_tables = stored.tables.get(doc_id, [])
+        if result is not None:
+            doc_tables = result.tables or []
         else:
-            doc_tables = _tables(tables, path, doc_id, entry)
+            doc_tables = stored.tables.get(doc_id, []) if same_tables else []
+        if result is not None and result.tables_skipped:
+            log.warning("tables skipped: %s: %s", path, result.tables_skipped)
+            entry["tables_skipped"] = result.tables_skipped
+        blank = sum(1 for page in doc_pages if not page.text)
         documents[doc_id] = {
             **entry,
             "n_pages": len(doc_pages),
             "n_chunks": len(doc_passages),
             "n_tables": len(doc_tables),
+            "n_pages_without_text": blank,
         }
         pages += [(doc_id, page) for page in doc_pages]
         passages += doc_passages + [table.passage() for table in doc_tables]
         found_tables += doc_tables
-    bar.close()
     if not pages:
         raise UserError(
             f"no readable document in {pdf_dir}: " + "; ".join(f"{s['file']}: {s['reason']}" for s in skipped)
@@ -121,16 +153,69 @@ def ingest(
         "n_chunks": len(passages),
         "n_tables": len(found_tables),
         "skipped": skipped,
+        "pages_without_text": {
+            entry["file"]: entry["n_pages_without_text"]
+            for entry in documents.values()
+            if entry.get("n_pages_without_text")
+        },
         **counts,
+        "reader": reader_version(reader),
+        "workers": workers,
         "chunker": config,
         "tables": tables_config,
         "corpus_hash": passages_hash(passages),
     }
-    manifest = {"reader": reader_version(), "chunker": config, "tables": tables_config, "documents": documents}
+    manifest = {"reader": reader_version(reader), "chunker": config, "tables": tables_config, "documents": documents}
     _write(out_dir, pages, passages, found_tables, manifest)
     report["seconds"] = round(time.perf_counter() - started, 3)
     write_json(out_dir / "report.json", report)
     return report
+
+
+def read_all(
+    todo: list[tuple[Path, str, bool]], reader: str, tables: TableExtractor | None, workers: int, progress: bool
+) -> dict[Path, Parsed]:
+    """Each file of ``todo`` (path, document id, whether its pages are read) parsed, ``workers`` at a time in processes (in this one for one worker or one
+    file), with a progress bar over the files. Ctrl-C stops the workers at once."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc="ingest", unit="doc", disable=not progress)
+    found: dict[Path, Parsed] = {}
+    try:
+        if workers <= 1 or len(todo) <= 1:
+            for path, doc_id, whole in todo:
+                bar.set_postfix_str(path.name)
+                found[path] = parse(path, doc_id, reader, tables, whole)
+                bar.update()
+            return found
+        import multiprocessing
+
+        pool = multiprocessing.get_context().Pool(min(workers, len(todo)), initializer=_worker_start)
+        try:
+            jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in todo]
+            for (path, *_), result in zip(todo, pool.imap(_parse_job, jobs)):
+                found[path] = result
+                bar.set_postfix_str(path.name)
+                bar.update()
+        except BaseException:
+            pool.terminate()
+            raise
+        pool.close()
+        pool.join()
+        return found
+    finally:
+        bar.close()
+
+
+def _worker_start() -> None:
+    """A worker ignores Ctrl-C: the ingest process gets it and stops the pool."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _parse_job(job: tuple) -> Parsed:
+    return parse(*job)
 
 
 def check_source(out_dir: Path, pdf_dir: Path) -> None:
@@ -147,19 +232,6 @@ def check_source(out_dir: Path, pdf_dir: Path) -> None:
         )
 
 
-def _tables(extractor: TableExtractor | None, path: Path, doc_id: str, entry: dict) -> list[Table]:
-    """A PDF's tables (none without an extractor or for text files); a PDF whose tables cannot be read
-    keeps its text passages, and the reason goes to the log and ``entry["tables_skipped"]``."""
-    if extractor is None or path.suffix.lower() != ".pdf":
-        return []
-    try:
-        return extractor.extract(path, doc_id)
-    except UnreadableDocument as error:
-        log.warning("tables skipped: %s: %s", path, error)
-        entry["tables_skipped"] = str(error)
-        return []
-
-
 def _find_files(pdf_dir: Path) -> list[Path]:
     if not pdf_dir.is_dir():
         raise UserError(f"document folder not found: {pdf_dir}")
@@ -169,11 +241,13 @@ def _find_files(pdf_dir: Path) -> list[Path]:
     return files
 
 
-def reader_version() -> str:
-    """What turned the files into pages: a stored corpus read by another version is read again."""
+def reader_version(reader: str = "pdfium") -> str:
+    """What turned the files into pages (``pdfium 5.15.2, cleaning 1``): a stored corpus read by another
+    reader or version is read again."""
     from importlib.metadata import version
 
-    return f"pypdf {version('pypdf')}, cleaning {pdf.CLEANING_VERSION}"
+    package = "pypdfium2" if reader == "pdfium" else "pypdf"
+    return f"{reader} {version(package)}, cleaning {pdf.CLEANING_VERSION}"
 
 
 def document_id(name: str) -> str:
@@ -181,23 +255,28 @@ def document_id(name: str) -> str:
     return unicodedata.normalize("NFC", name.rsplit(".", 1)[0])
 
 
-def _open(path: Path, name: str, doc_id: str, documents: dict, stored: _Stored) -> tuple[dict, list[Page], bool]:
-    """One file's manifest entry (with ``skipped`` when unusable), its pages, and whether they were reused."""
-    if doc_id in documents:
-        return {"file": name, "skipped": f"same document id {doc_id!r} as {documents[doc_id]['file']}"}, [], False
+def _open(path: Path, pdf_dir: Path, stored: _Stored, same_tables: bool) -> tuple[dict, bool]:
+    """One file's manifest entry (``doc_id``; ``skipped`` when unusable; ``parse`` when it must be read: whole,
+    or only its tables when they were extracted otherwise) and whether its stored pages are reused."""
+    name = path.relative_to(pdf_dir).as_posix()
+    readable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if readable != name:  # bytes that are not UTF-8 in the name: it could not be written to the corpus files
+        return {
+            "file": readable,
+            "doc_id": document_id(readable),
+            "skipped": "the file name is not valid UTF-8; rename it",
+        }, False
+    doc_id = document_id(name)
     try:
-        entry = {"file": name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        entry = {"file": name, "doc_id": doc_id, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     except OSError as error:
-        return {"file": name, "skipped": f"cannot read the file ({error.strerror})"}, [], False
+        return {"file": name, "doc_id": doc_id, "skipped": f"cannot read the file ({error.strerror})"}, False
     old = stored.unchanged(doc_id, entry["sha256"])
+    if old is not None and "skipped" in old:
+        return {**entry, "skipped": old["skipped"]}, True
     if old is not None:
-        if "skipped" in old:
-            return {**entry, "skipped": old["skipped"]}, [], True
-        return entry, stored.pages[doc_id], True
-    try:
-        return entry, read_document(path), False
-    except UnreadableDocument as error:
-        return {**entry, "skipped": str(error)}, [], False
+        return ({**entry, "parse": True} if not same_tables and path.suffix.lower() == ".pdf" else entry), True
+    return {**entry, "parse": True}, False
 
 
 def _write(
@@ -271,7 +350,7 @@ class _Stored:
         self.manifest, self.pages, self.passages, self.tables = manifest, pages, passages, tables
 
     @classmethod
-    def read(cls, out_dir: Path) -> _Stored:
+    def read(cls, out_dir: Path, reader: str) -> _Stored:
         try:
             manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
             pages = _group_pages(_read_jsonl(out_dir / "pages.jsonl"), out_dir / "pages.jsonl")
@@ -287,12 +366,12 @@ class _Stored:
         except (UserError, ValueError) as error:
             log.warning("%s: stored corpus unreadable (%s); every document is read again", out_dir, error)
             return cls({}, {}, {}, {})
-        if manifest.get("reader") != reader_version():
+        if manifest.get("reader") != reader_version(reader):
             log.info(
                 "%s was read by %s; every document is read again with %s",
                 out_dir,
                 manifest.get("reader"),
-                reader_version(),
+                reader_version(reader),
             )
             return cls({}, {}, {}, {})
         return cls(manifest, pages, passages, tables)
