@@ -149,3 +149,20 @@ def test_real_reports_tables(shared_samples):
     (answers,) = TableExtractor().extract(max_automation, "MAX", pages=[29])
     assert answers.header[0].startswith("The company discloses how the target")
     assert answers.rows[0][1].startswith("The Remuneration Report is available on the MAX website")
+
+
+def test_a_header_word_over_a_column_border_stays_whole_on_a_real_taxonomy_table(shared_samples):
+    """Vonovia's EU-Taxonomy KPI table (page 55 of pdfs-large/Vonovia_SE.pdf): column borders taken from the
+    rules below its header used to cut header words (``Tu`` | ``rnover``, ``Capi pen`` | ``tal Exditures``)."""
+    path = shared_samples / "pdfs-large" / "Vonovia_SE.pdf"
+    if not path.is_file():
+        pytest.skip(f"the long sample reports are not present at {path.parent}")
+    table = TableExtractor().extract(path, "vonovia", pages=[55])[0]
+    assert [cell for cell in table.header if cell] == [
+        "EU Taxonomy Criteria",
+        "Activities undertaken by Vonovia",
+        "Turnover",
+        "Capital Expenditures",
+        "Operating Expenses",
+    ]
+    assert table.rows[0][:3] == ("CCM 7.1/CE 3.1", "Construction of new buildings", "Turnover from Development to sell")

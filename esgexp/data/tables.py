@@ -131,7 +131,9 @@ class TableExtractor:
                 number = page.page_number
                 try:
                     extra = self._rule_borders(page) if self.strategy == "rules" else {}
-                    found += [(number, t.bbox, t.extract()) for t in page.find_tables({**settings, **extra})]
+                    tables = page.find_tables({**settings, **extra})
+                    words = page.extract_words() if tables else []
+                    found += [(number, t.bbox, whole_words(page, t, words, self.max_row_height)) for t in tables]
                 except Exception as error:
                     log.warning(
                         "%s page %d: table extraction failed (%s: %s); no tables kept from it",
@@ -203,6 +205,37 @@ class TableExtractor:
         if len(rows) < self.min_rows or len(columns) < self.min_cols:
             return None
         return [tuple(row[j] if j < len(row) else "" for j in columns) for row in rows]
+
+
+def whole_words(page, table, words: list[dict], max_row_height: float) -> list[list[str | None]]:
+    """The table's cells with no word cut in two: where a word crosses a cell border (a header written over
+    two columns, a label running into the next cell, a border taken from a rule below), the cells it
+    spans in that row are read as one, its text in the first and the others left empty. pdfplumber alone
+    shares out a word's characters by position: ``Tu`` | ``rnover``. A row taller than ``max_row_height``
+    (a page read as one cell) is left as it is."""
+    cells = table.extract()
+    for r, row in enumerate(table.rows):
+        if row.bbox[3] - row.bbox[1] > max_row_height:
+            continue
+        boxes = row.cells
+        joined = list(range(len(boxes)))  # each cell's group: the first cell of the run it is joined into
+        for word in words:
+            if word["top"] < row.bbox[1] - 1 or word["bottom"] > row.bbox[3] + 1:
+                continue
+            spanned = [i for i, box in enumerate(boxes) if box and word["x0"] < box[2] - 1 and word["x1"] > box[0] + 1]
+            for i in spanned[1:]:
+                for j in range(spanned[0] + 1, i + 1):
+                    joined[j] = joined[spanned[0]]
+        for first in sorted(set(joined)):
+            run = [i for i, group in enumerate(joined) if group == first]
+            if len(run) < 2:
+                continue
+            real = [boxes[i] for i in run if boxes[i]]
+            bbox = (min(box[0] for box in real), row.bbox[1], max(box[2] for box in real), row.bbox[3])
+            cells[r][run[0]] = page.within_bbox(bbox).extract_text()
+            for i in run[1:]:
+                cells[r][i] = ""
+    return cells
 
 
 def _clusters(values: list[float], gap: float) -> list[float]:
