@@ -493,3 +493,23 @@ def test_fsdp_wraps_each_decoder_layer(make_cfg, tiny_model_dir):
     assert isinstance(strategy, FSDPStrategy) and strategy.kwargs["use_orig_params"] is True
     assert strategy.kwargs["auto_wrap_policy"]._module_classes == {LlamaDecoderLayer}
     assert lightning_strategy(make_cfg("trainer=ddp").trainer, model) == "ddp"
+
+
+def test_any_lightning_trainer_argument_goes_through_trainer_lightning(tmp_path, tiny_model_dir):
+    """``+trainer.lightning.NAME=VALUE`` reaches Lightning's Trainer as it is (a new Trainer setting needs no
+    code); a name the Trainer does not take, or one esgexp sets from its own key, stops before any weights load."""
+    from esgexp.models.training import lightning_arguments
+
+    cfg = finetune_cfg(
+        tmp_path, tiny_model_dir, "+trainer.lightning.limit_val_batches=0.5", "+trainer.lightning.deterministic=true"
+    )
+    assert lightning_arguments(cfg.trainer) == {"limit_val_batches": 0.5, "deterministic": True}
+    metrics = run_job(cfg)
+    assert metrics["train/steps"] >= 1
+    with pytest.raises(
+        UserError,
+        match=r"trainer.lightning.limit_val_batch is not an argument .*did you mean trainer.lightning.limit_val_batches",
+    ):
+        run_job(finetune_cfg(tmp_path / "b", tiny_model_dir, "+trainer.lightning.limit_val_batch=0.5"))
+    with pytest.raises(UserError, match=r"trainer.lightning.max_steps: esgexp sets max_steps itself"):
+        run_job(finetune_cfg(tmp_path / "c", tiny_model_dir, "+trainer.lightning.max_steps=3"))

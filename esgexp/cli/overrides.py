@@ -229,6 +229,10 @@ def read_by_code(name: str) -> bool:
     return re.search(rf"\b{re.escape(name)}\b", package_source()) is not None
 
 
+# Nodes whose keys go as they are to a library that checks them (Lightning's Trainer arguments).
+PASSED_THROUGH = ("trainer.lightning",)
+
+
 def check_added_keys(cfg: DictConfig, overrides: list[str]) -> list[str]:
     """Raise a UserError for an added key a component's constructor does not take; return a warning for
     each added key that no esgexp code reads."""
@@ -245,6 +249,8 @@ def check_added_keys(cfg: DictConfig, overrides: list[str]) -> list[str]:
             problem = not_a_setting(node_key, str(target), parts[i])
             if problem:
                 raise UserError(f"+{key}={value}: {problem}")
+        elif node_key.startswith(PASSED_THROUGH):  # read by its consumer, which checks the names
+            continue
         elif not read_by_code(parts[i]):
             warnings.append(
                 f"+{key}={value}: no config has {'.'.join(parts[: i + 1])} and nothing in esgexp reads it; "

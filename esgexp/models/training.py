@@ -193,6 +193,51 @@ class RunLogger(Logger):
         """Nothing: the job's whole config is already the run's params."""
 
 
+# The Trainer arguments make_trainer sets from esgexp's own settings: not to be given in trainer.lightning.
+SET_HERE = (
+    "accelerator",
+    "devices",
+    "num_nodes",
+    "strategy",
+    "precision",
+    "max_steps",
+    "max_epochs",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "log_every_n_steps",
+    "val_check_interval",
+    "check_val_every_n_epoch",
+    "num_sanity_val_steps",
+    "logger",
+    "callbacks",
+    "enable_progress_bar",
+    "enable_model_summary",
+    "default_root_dir",
+)
+
+
+def lightning_arguments(trainer_cfg: DictConfig) -> dict:
+    """``trainer.lightning``: further Lightning Trainer arguments as given; a name the Trainer does not take,
+    or one esgexp sets itself, is a UserError naming it (with the close Trainer argument)."""
+    import difflib
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    given = OmegaConf.to_container(trainer_cfg.get("lightning") or {}, resolve=True)
+    accepted = [name for name in inspect.signature(L.Trainer.__init__).parameters if name != "self"]
+    for name in given:
+        if name in SET_HERE:
+            raise UserError(
+                f"trainer.lightning.{name}: esgexp sets {name} itself; use its own setting (trainer.*, train.*)"
+            )
+        if name not in accepted:
+            near = difflib.get_close_matches(name, accepted, n=1)
+            hint = f"; did you mean trainer.lightning.{near[0]}?" if near else ""
+            raise UserError(f"trainer.lightning.{name} is not an argument of Lightning's Trainer{hint}")
+    return given
+
+
 def make_trainer(
     cfg: DictConfig, output_dir: Path, precision: str, model, extra_callbacks: list
 ) -> tuple[L.Trainer, ModelCheckpoint]:
@@ -217,6 +262,7 @@ def make_trainer(
     if train.early_stopping_patience:
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=int(train.early_stopping_patience)))
     trainer = L.Trainer(
+        **lightning_arguments(trainer_cfg),
         accelerator=trainer_cfg.accelerator,
         devices=trainer_cfg.devices,
         num_nodes=trainer_cfg.num_nodes,

@@ -125,10 +125,17 @@ def check_before_loading(cfg: DictConfig) -> tuple[bool, str, str | None]:
     ckpt_path = resolve_ckpt_path(cfg)
 
     from esgexp.models.loading import check_quantisation
-    from esgexp.models.training import check_monitor, check_strategy, training_precision, uses_gpu
+    from esgexp.models.training import (
+        check_monitor,
+        check_strategy,
+        lightning_arguments,
+        training_precision,
+        uses_gpu,
+    )
 
     check_monitor(cfg.train)
     check_strategy(cfg.trainer)
+    lightning_arguments(cfg.trainer)
     on_gpu = uses_gpu(cfg.trainer)
     precision = training_precision(cfg.trainer, on_gpu)
     check_quantisation(cfg.model, on_gpu)
