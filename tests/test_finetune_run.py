@@ -500,6 +500,7 @@ def test_any_lightning_trainer_argument_goes_through_trainer_lightning(tmp_path,
     code); a name the Trainer does not take, or one esgexp sets from its own key, stops before any weights load."""
     from esgexp.models.training import lightning_arguments
 
+    assert lightning_arguments(finetune_cfg(tmp_path / "d", tiny_model_dir).trainer) == {}  # the default: none
     cfg = finetune_cfg(
         tmp_path, tiny_model_dir, "+trainer.lightning.limit_val_batches=0.5", "+trainer.lightning.deterministic=true"
     )

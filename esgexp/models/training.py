@@ -224,7 +224,8 @@ def lightning_arguments(trainer_cfg: DictConfig) -> dict:
 
     from omegaconf import OmegaConf
 
-    given = OmegaConf.to_container(trainer_cfg.get("lightning") or {}, resolve=True)
+    node = trainer_cfg.get("lightning")  # {} by default: an empty node, falsy
+    given = OmegaConf.to_container(node, resolve=True) if node else {}
     accepted = [name for name in inspect.signature(L.Trainer.__init__).parameters if name != "self"]
     for name in given:
         if name in SET_HERE:
