@@ -118,7 +118,9 @@ def ingest(
         if "skipped" not in entry and doc_id in documents:
             entry = {"file": name, "skipped": f"same document id {doc_id!r} as {documents[doc_id]['file']}"}
         if "skipped" in entry:
-            log.warning("skipped: %s: %s", path, entry["skipped"])
+            log.warning(
+                "skipped: %s: %s", pdf_dir / name, entry["skipped"]
+            )  # name: printable even when the bytes are not
             skipped.append({"file": name, "reason": entry["skipped"]})
             documents.setdefault(doc_id, entry)
             continue
