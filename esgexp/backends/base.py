@@ -117,6 +117,7 @@ class RunContext:
     cache_dir: str
     tracking_uri: str
     seed: int
+    output_dir: str | None = None  # the run folder (a server the backend starts keeps its log there)
 
 
 class Backend(ABC):

@@ -87,7 +87,16 @@ class OpenAIBackend(Backend):
         # {"type": "json_object", "schema": ...} form that llama-cpp-python's server (0.3.x) reads
         "response_format": Choice(("json_schema", "json_object")),
     }
-    runtime_keys = ("max_concurrency", "timeout_s", "connect_timeout_s", "max_retries", "progress_bar")
+    runtime_keys = (
+        "max_concurrency",
+        "timeout_s",
+        "connect_timeout_s",
+        "max_retries",
+        "progress_bar",
+        "server.host",  # where and how long a started server waits: not what it answers
+        "server.port",
+        "server.startup_timeout_s",
+    )
     packages = ("openai",)
 
     @classmethod
@@ -114,6 +123,7 @@ class OpenAIBackend(Backend):
         progress_bar: bool = True,
         connect_timeout_s: float = 5.0,
         response_format: str = "json_schema",
+        server: DictConfig | None = None,
     ):
         self.response_format = response_format
         if model_cfg.get("adapter"):
@@ -123,9 +133,18 @@ class OpenAIBackend(Backend):
             api_node.get("params") or "standard", api_node.get("reasoning_effort"), api, model_cfg.name
         )
         self.model_cfg = model_cfg
-        self.base_url = str(base_url).rstrip("/")
         self.api = api
         self.served = model or model_cfg.get("hub_id") or model_cfg.name
+        # A server esgexp starts (backend/server=...): its base_url is the one it listens on, and it is known
+        # by its command (its port changes from run to run; the request cache must not).
+        self.server = None
+        self.server_command = [*server["command"], *(server.get("extra_args") or [])] if server else None
+        if server:
+            from esgexp.backends.server import start_server
+
+            self.server = start_server(server, model_cfg, self.served, context.output_dir or context.cache_dir)
+            base_url = self.server.base_url
+        self.base_url = str(base_url).rstrip("/")
         # api, base_url and the numbers are checked with every setting (esgexp/core/settings.py).
         self.max_concurrency = int(max_concurrency)
         self.top_logprobs = int(top_logprobs)
@@ -150,7 +169,8 @@ class OpenAIBackend(Backend):
         self._workers: ThreadPoolExecutor | None = None
 
     def identity(self) -> dict:
-        identity = {"backend": "openai", "base_url": self.base_url, "model": self.served, "api": self.api}
+        where = {"server": self.server_command} if self.server_command else {"base_url": self.base_url}
+        identity = {"backend": "openai", **where, "model": self.served, "api": self.api}
         if self.api_params != "standard":
             identity.update(api_params=self.api_params, reasoning_effort=self.reasoning_effort)
         return identity
@@ -175,6 +195,8 @@ class OpenAIBackend(Backend):
     def close(self) -> None:
         self.stop_workers(join=True)
         self.client.close()
+        if self.server is not None:
+            self.server.stop()
 
     # --- the threads and their connections -------------------------------------------------------
 

@@ -105,7 +105,9 @@ def job_backend(cfg: DictConfig, kind: str):
     from esgexp.backends import make_backend
     from esgexp.backends.base import RunContext
 
-    context = RunContext(cache_dir=cfg.paths.cache_dir, tracking_uri=cfg.tracking.uri, seed=cfg.seed)
+    context = RunContext(
+        cache_dir=cfg.paths.cache_dir, tracking_uri=cfg.tracking.uri, seed=cfg.seed, output_dir=cfg.paths.output_dir
+    )
     backend = make_backend(cfg.backend, cfg.model, context, cfg.paths.request_cache, cfg.cache)
     if not backend.supports(kind):
         backend.close()

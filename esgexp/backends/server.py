@@ -1,0 +1,175 @@
+"""An inference server that esgexp starts before a job and stops after it (``backend=openai`` with a
+``backend/server=llama_cpp|vllm|vllm_dp|sglang`` node): vLLM with data or tensor parallelism, SGLang or
+llama.cpp, each behind the OpenAI-compatible client esgexp already has.
+
+In: the ``server`` node (``command`` and ``extra_args``, lists whose items may hold ``{python}``, ``{host}``, ``{port}``,
+``{served}`` (the model name the client asks for), ``{model_path}`` (``model.path`` or ``model.hub_id``) and
+``{model_gguf}`` (the model's packaged GGUF file); ``host``; ``port``, null for a free one;
+``health_path``; ``startup_timeout_s``; ``env``) and the folder its log goes to. Out: a running process and
+its ``base_url`` (and ``server.json``, its command and pid, beside its log). It is stopped by ``stop()`` (the backend's ``close``), at interpreter exit (Ctrl-C,
+SIGTERM, an error) and, on Linux, when the esgexp process dies (kill -9): no server outlives its job.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from esgexp.errors import UserError
+
+RUNNING: list[ManagedServer] = []
+LOG_TAIL = 15
+
+
+class ManagedServer:
+    """One server process: ``start()`` waits until ``health_path`` answers 200, ``stop()`` ends it."""
+
+    def __init__(self, command: list[str], host: str, port: int, health_path: str, timeout_s: float, log_path: Path):
+        self.command, self.host, self.port = command, host, port
+        self.health_url = f"http://{host}:{port}{health_path}"
+        self.timeout_s, self.log_path = timeout_s, log_path
+        self.base_url = f"http://{host}:{port}/v1"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, env: dict[str, str]) -> ManagedServer:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:  # a file, not a pipe nobody reads: a full pipe blocks the server
+            try:
+                self.process = subprocess.Popen(
+                    self.command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+                    start_new_session=True,  # its own process group: stopped whole, spared our Ctrl-C
+                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                )
+            except OSError as error:
+                raise UserError(
+                    f"backend.server.command {self.command[0]!r} cannot be started: {error.strerror}"
+                ) from error
+        RUNNING.append(self)
+        record = {
+            "command": self.command,
+            "pid": self.process.pid,
+            "base_url": self.base_url,
+            "log": str(self.log_path),
+        }
+        (self.log_path.parent / "server.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        deadline = time.monotonic() + self.timeout_s
+        while not self.healthy():
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                self.stop()
+                raise UserError(f"the server exited (status {code}) before it answered{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise UserError(
+                    f"the server did not answer {self.health_url} within backend.server.startup_timeout_s="
+                    f"{self.timeout_s:g}{self.log_tail()}"
+                )
+            time.sleep(0.25)
+        return self
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.health_url, timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """End the server's process group: SIGTERM, then SIGKILL after ``grace_s``."""
+        if self in RUNNING:
+            RUNNING.remove(self)
+        if self.process is None or self.process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def log_tail(self) -> str:
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL:]
+        except OSError:
+            return ""
+        shown = " | ".join(line.strip() for line in lines if line.strip()) or "(nothing)"
+        return f"; its log ({self.log_path}) ends: {shown}"
+
+
+def start_server(node, model_cfg, served: str, log_dir: str | Path) -> ManagedServer:
+    """The server the ``server`` node describes, started for ``model_cfg`` and answering."""
+    host = str(node.get("host") or "127.0.0.1")
+    port = int(node.get("port") or free_port(host))
+    values = {"python": sys.executable, "host": host, "port": str(port), "served": served}
+    values.update(model_files(model_cfg))
+    command = [fill(str(part), values) for part in [*node["command"], *(node.get("extra_args") or [])]]
+    env = {str(k): fill(str(v), values) for k, v in (node.get("env") or {}).items()}
+    server = ManagedServer(
+        command,
+        host,
+        port,
+        str(node.get("health_path") or "/v1/models"),
+        float(node["startup_timeout_s"]),
+        Path(log_dir) / "server.log",
+    )
+    return server.start(env)
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """``text`` with its ``{name}`` placeholders filled; a placeholder with no value is a UserError."""
+    try:
+        return text.format(**values)
+    except KeyError as error:
+        raise UserError(
+            f"backend.server.command: no value for {{{error.args[0]}}} (the placeholders: {', '.join(sorted(values))})"
+        ) from None
+
+
+def model_files(model_cfg) -> dict[str, str]:
+    """``model_path`` (a folder or a hub id) and ``model_gguf`` (a packaged GGUF file) where the model has them."""
+    from esgexp.models.loading import find_package_file
+
+    found = {}
+    if model_cfg.get("path") or model_cfg.get("hub_id"):
+        found["model_path"] = str(model_cfg.get("path") or model_cfg.hub_id)
+    if model_cfg.get("gguf"):
+        found["model_gguf"] = str(find_package_file(model_cfg.gguf.package, model_cfg.gguf.file))
+    return found
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the server's process: SIGTERM when the esgexp process ends, however it ends (Linux prctl)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@atexit.register
+def stop_all() -> None:
+    """Every server still running when the interpreter exits (Ctrl-C, SIGTERM, an error) is stopped."""
+    for server in list(RUNNING):
+        server.stop()

@@ -1,0 +1,87 @@
+"""backend=openai with backend/server=...: esgexp starts the inference server, the job runs against it, and
+the server is gone afterwards, also when it exits at once, never answers, or the job is stopped with Ctrl-C.
+Tested for real with llama-cpp-python's server on the packaged SmolLM2 GGUF."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from cli import start_cli
+from conftest import compose_config
+from openai_server import missing_server_modules
+
+from esgexp.core.run import run_job
+from esgexp.errors import UserError
+
+LLAMA = ("backend=openai", "backend/server=llama_cpp", "backend.max_concurrency=1", "tracking.offline=true")
+ONE_THREAD = "+backend.server.extra_args=[--n_threads,1,--n_threads_batch,1]"
+
+
+@pytest.fixture
+def llama_cpp():
+    missing = missing_server_modules()
+    if missing:
+        pytest.skip(f"llama-cpp-python[server] is not installed (cannot import {', '.join(missing)})")
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_job_starts_its_server_answers_and_stops_it(llama_cpp, tmp_path):
+    metrics = run_job(compose_config(tmp_path, *LLAMA, ONE_THREAD, "dataset.limit=3"))
+    assert metrics["n_items"] == 3 and metrics["n_failed"] == 0
+    started = json.loads((tmp_path / "run" / "server.json").read_text())
+    assert started["command"][1:3] == ["-m", "llama_cpp.server"] and started["base_url"].startswith("http://127.0.0.1:")
+    assert "llama" in (tmp_path / "run" / "server.log").read_text(errors="replace").lower()
+    assert gone(started["pid"])
+    # the request cache knows the server by its command, not its port: a second run asks nothing
+    again = run_job(
+        compose_config(
+            tmp_path / "again", *LLAMA, ONE_THREAD, "dataset.limit=3", f"paths.request_cache={tmp_path}/requests.sqlite"
+        )
+    )
+    assert again["n_cached"] == 3
+
+
+def test_a_server_that_exits_at_once_is_one_error_with_its_log(tmp_path):
+    command = """backend.server.command=['{python}',-c,'print("no GPU here"); raise SystemExit(3)']"""
+    started = time.monotonic()
+    with pytest.raises(UserError, match=r"the server exited \(status 3\) before it answered.*no GPU here"):
+        run_job(compose_config(tmp_path, *LLAMA, command, "dataset.limit=1"))
+    assert time.monotonic() - started < 30
+
+
+def test_a_server_that_never_answers_is_stopped_at_its_timeout(tmp_path):
+    command = "backend.server.command=['{python}',-c,'import time; time.sleep(120)']"
+    started = time.monotonic()
+    with pytest.raises(
+        UserError, match=r"did not answer http://127.0.0.1:\d+/v1/models within backend.server.startup_timeout_s=2"
+    ):
+        run_job(compose_config(tmp_path, *LLAMA, command, "backend.server.startup_timeout_s=2", "dataset.limit=1"))
+    assert time.monotonic() - started < 20
+    assert gone(json.loads((tmp_path / "run" / "server.json").read_text())["pid"])
+
+
+def test_ctrl_c_during_the_job_leaves_no_server_behind(llama_cpp, tmp_path, clean_env):
+    args = [*LLAMA, ONE_THREAD, "dataset.limit=40", f"paths.root_dir={tmp_path}", "trainer.progress_bar=false"]
+    process = start_cli("esgexp", *args, cwd=tmp_path, env=clean_env)
+    deadline = time.monotonic() + 120
+    record = None
+    while time.monotonic() < deadline and process.poll() is None:
+        found = list(tmp_path.glob("runs/**/predictions.jsonl"))
+        if found and found[0].read_text().count("\n") >= 1:
+            record = json.loads((found[0].parent / "server.json").read_text())
+            break
+        time.sleep(0.1)
+    assert record is not None, process.communicate()[1][-2000:]
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-2000:]
+    assert gone(record["pid"])
