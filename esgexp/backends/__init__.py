@@ -7,6 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from esgexp.backends.base import Backend, RunContext
 from esgexp.backends.cache import CachedBackend, RequestCache
+from esgexp.errors import UserError
 
 
 def backend_class(target: str) -> type[Backend]:
@@ -35,6 +36,10 @@ def make_backend(
     stay optional), for ``model_cfg``, answering from the request cache at ``cache_path`` first."""
     settings = OmegaConf.to_container(backend_cfg, resolve=True)
     settings.pop("name", None)
-    backend = backend_class(settings.pop("_target_"))(model_cfg=model_cfg, context=context, **settings)
+    cls = backend_class(settings.pop("_target_"))
+    missing = cls.missing_requirements()
+    if missing:
+        raise UserError(missing[0])
+    backend = cls(model_cfg=model_cfg, context=context, **settings)
     cache = RequestCache(cache_path, cache_mode)
     return CachedBackend(backend, cache) if cache_mode != "off" else backend

@@ -131,6 +131,15 @@ class Backend(ABC):
     runtime_keys: tuple[str, ...] = ()  # settings that change how fast, not what: outside a run's identity
     packages: tuple[str, ...] = ()  # the packages whose version can change its outputs (a run's ``versions`` tag)
     serves_on_gpu: bool = False  # an engine that holds the model on GPUs, its KV cache paged in advance (vLLM)
+    requires: ClassVar[dict[str, str]] = {}  # optional modules it imports -> the message naming what to install
+
+    @classmethod
+    def missing_requirements(cls) -> list[str]:
+        """The message of each optional module of ``requires`` not installed here (make_backend raises the
+        first; the paper grid's dry run lists them)."""
+        from esgexp.core.requirements import missing
+
+        return missing(cls.requires)
 
     @classmethod
     def preflight(cls, backend_cfg, model_cfg, cache_dir: str) -> list[str]:

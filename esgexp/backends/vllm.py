@@ -8,7 +8,6 @@ of the first generated token, the letters looked up by token id), prefix caching
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Sequence
 from typing import ClassVar
@@ -18,7 +17,6 @@ from omegaconf import DictConfig
 from esgexp.backends.base import OnResults, Request, Response, RunContext
 from esgexp.backends.local import LocalModelBackend, template_opening
 from esgexp.core.rules import Choice, Integer, Number
-from esgexp.errors import UserError
 
 
 class VLLMBackend(LocalModelBackend):
@@ -36,6 +34,9 @@ class VLLMBackend(LocalModelBackend):
     runtime_keys = ("batch_size", "gpu_memory_utilization")
     packages = ("torch", "transformers", "vllm")
     serves_on_gpu = True
+    requires: ClassVar[dict] = {
+        "vllm": 'backend=vllm needs the vllm package: pip install -e ".[vllm]" (on a machine with a CUDA GPU)'
+    }
 
     def __init__(
         self,
@@ -48,10 +49,6 @@ class VLLMBackend(LocalModelBackend):
         max_logprobs: int = 20,
         batch_size: int = 256,
     ):
-        if importlib.util.find_spec("vllm") is None:
-            raise UserError(
-                'backend=vllm needs the vllm package: pip install -e ".[vllm]" (on a machine with a CUDA GPU)'
-            )
         super().__init__(model_cfg, context)
         self.settings = {
             "dtype": dtype,

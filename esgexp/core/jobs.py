@@ -123,7 +123,7 @@ def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
         "config_hash": job_identity(cfg)[:16],
         "git_commit": tracking.git_commit(cfg.paths.root_dir),
         "run_dir": str(output_dir),
-        "versions": package_versions(OmegaConf.select(cfg, "backend._target_", default=None)),
+        "versions": package_versions(OmegaConf.select(cfg, "backend._target_", default=None), cfg.get("retriever")),
     }
     digest = data_sha256(cfg.dataset.get("path"))
     if digest:
@@ -136,20 +136,25 @@ def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
 
 
 # The packages whose version can change any run's outputs (shown on the leaderboard's reproducibility card),
-# beside those its backend declares (``packages`` of the backend class).
+# beside those its backend and retriever declare (``packages`` of their classes). bm25s and
+# sentence-transformers (the bm25 and dense retrievers') are named for every run, as they always were.
 VERSIONED_PACKAGES = ("esgexp", "torch", "transformers", "peft", "lightning", "bm25s", "sentence-transformers")
 TOOL_PACKAGES = ("mlflow", "hydra-core")
 
 
-def package_versions(backend_target: str | None = None) -> str:
+def package_versions(backend_target: str | None = None, retriever=None) -> str:
     """``python 3.11.2, torch 2.13.0, ...`` for Python and each installed package of VERSIONED_PACKAGES, the
-    backend's ``packages`` and TOOL_PACKAGES."""
+    backend's ``packages``, those of the classes of a ``retriever`` node, and TOOL_PACKAGES."""
     import platform
     from importlib import metadata
 
     from esgexp.backends import backend_class
 
     backend = backend_class(backend_target).packages if backend_target else ()
+    if retriever:
+        from esgexp.retrieval.factory import packages
+
+        backend += packages(retriever)
     versions = [f"python {platform.python_version()}"]
     for name in dict.fromkeys(VERSIONED_PACKAGES + backend + TOOL_PACKAGES):
         try:

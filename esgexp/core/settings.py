@@ -68,8 +68,6 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "retrieval.threshold": Integer(1, 3),
     "recall_k": Integer(1),
     "metrics.numeric": Choice(NUMERIC_RULES),
-    # a second stage after any retriever (esgexp/retrieval/factory.py); a retriever's own keys: its class's rules
-    "retriever.rerank_depth": Integer(1),
     "model.dtype": Choice(MODEL_DTYPES),
     "model.load_in_4bit": Flag(),
     "model.generation.max_new_tokens": Integer(1),
@@ -118,8 +116,14 @@ _ABSENT = object()
 
 def component_rules(cfg: DictConfig) -> dict[str, Rule]:
     """The rules the chosen components' classes declare (``backend.<key>``, ``retriever.<key>``, a hybrid's
-    ``retriever.bm25.<key>``...)."""
-    return {**declared_rules(cfg.get("backend"), "backend."), **declared_rules(cfg.get("retriever"), "retriever.")}
+    ``retriever.bm25.<key>``, a second stage's ``retriever.rerank_depth``)."""
+    from esgexp.retrieval.factory import retriever_rules
+
+    retriever = cfg.get("retriever")
+    return {
+        **declared_rules(cfg.get("backend"), "backend."),
+        **(retriever_rules(retriever) if isinstance(retriever, DictConfig) else {}),
+    }
 
 
 def problems(cfg: DictConfig) -> list[str]:

@@ -289,29 +289,19 @@ def job_problems(cfg: DictConfig) -> list[str]:
     if kind.uses_model(cfg):
         problems += model_problems(cfg)
     if kind.retrieves:
-        problems += retriever_problems(cfg.retriever)
+        from esgexp.retrieval.factory import preflight
+
+        problems += preflight(cfg.retriever)
     return problems
 
 
 def model_problems(cfg: DictConfig) -> list[str]:
-    """Why the job's backend could not answer for its model here (its class's ``preflight``: weights, a key)."""
+    """Why the job's backend could not answer for its model here (its class's optional modules and
+    ``preflight``: weights, a key)."""
     from esgexp.backends import backend_class
 
-    return backend_class(cfg.backend._target_).preflight(cfg.backend, cfg.model, cfg.paths.cache_dir)
-
-
-def retriever_problems(node: DictConfig) -> list[str]:
-    """Why the retriever could not run here (its class's ``preflight``, and that of each node nested in it
-    that names a class: a hybrid's halves)."""
-    from hydra.utils import get_class
-
-    problems = []
-    if node.get("_target_"):
-        problems += get_class(str(node._target_)).preflight(node)
-    for _, child in node.items_ex(resolve=False):
-        if isinstance(child, DictConfig):
-            problems += retriever_problems(child)
-    return problems
+    backend = backend_class(cfg.backend._target_)
+    return backend.missing_requirements() + backend.preflight(cfg.backend, cfg.model, cfg.paths.cache_dir)
 
 
 def sweeps(jobs: list[Job]) -> list[tuple[list[Job], list[str], list[str]]]:

@@ -59,13 +59,28 @@ class Retriever(ABC):
     #: True when ``search`` needs ``gold=`` (the oracle).
     needs_gold: bool = False
 
+    # What the class declares for the rest of esgexp (its YAML's keys are its constructor's arguments):
     rules: ClassVar[dict] = {}  # its settings' rules (esgexp/core/rules.py), checked before any job starts
+    packages: tuple[str, ...] = ()  # the packages whose version can change its rankings (a run's ``versions`` tag)
+    requires: ClassVar[dict[str, str]] = {}  # optional modules it imports -> the message naming what to install
 
     @classmethod
     def preflight(cls, node) -> list[str]:
         """Why a retriever of config ``node`` could not run here now (an encoder not on disk, a key not set);
         nothing is loaded or sent. The paper grid's dry run asks it of every retrieval job."""
         return []
+
+    @classmethod
+    def missing_requirements(cls) -> list[str]:
+        """The message of each optional module of ``requires`` not installed here."""
+        from esgexp.core.requirements import missing
+
+        return missing(cls.requires)
+
+    @classmethod
+    def encoder_label(cls, node) -> str | None:
+        """The encoder a retriever of config ``node`` embeds with (a run's ``encoder`` tag); None: none (bm25)."""
+        return None
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -30,6 +30,7 @@ class BM25Retriever(Retriever):
         "stemmer": Choice(("english",), optional=True),
         "stopwords": Choice(("english",), optional=True),
     }
+    packages = ("bm25s",)
 
     def __init__(
         self,

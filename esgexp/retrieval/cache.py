@@ -1,4 +1,6 @@
-"""Indexes saved on disk, keyed by corpus and retriever settings (the retriever factory: factory.py)."""
+"""Indexes saved on disk, keyed by corpus and retriever settings (the retriever factory: factory.py).
+
+It knows a retriever only by the ``Indexed`` protocol below, so it imports no retriever module."""
 
 from __future__ import annotations
 
@@ -8,17 +10,27 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from esgexp.errors import UserError
-
-if TYPE_CHECKING:
-    from esgexp.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
 
 # Bump when a saved index's layout changes: every old entry then misses.
 FORMAT = 1
+
+
+class Indexed(Protocol):
+    """What the cache reads of a retriever (esgexp/retrieval/base.py): its name, passages, index settings,
+    and how it builds, saves and loads its index."""
+
+    name: str
+    passages: list
+
+    def settings(self) -> dict[str, Any] | None: ...
+    def build_index(self, passages: list) -> None: ...
+    def save_index(self, directory: Path) -> None: ...
+    def load_index(self, directory: Path) -> None: ...
 
 
 class IndexCache:
@@ -34,7 +46,7 @@ class IndexCache:
         self.root = Path(cache_dir) / "retrieval"
         self.corpus_hash = corpus_hash
 
-    def directory(self, retriever: Retriever) -> Path:
+    def directory(self, retriever: Indexed) -> Path:
         cls = type(retriever)
         spec = {
             "format": FORMAT,
@@ -45,7 +57,7 @@ class IndexCache:
         key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:16]
         return self.root / f"{retriever.name}-{key}"
 
-    def load_or_build(self, retriever: Retriever) -> None:
+    def load_or_build(self, retriever: Indexed) -> None:
         """Load ``retriever``'s saved index, or build and save it."""
         path = self.directory(retriever)
         ids = [p.id for p in retriever.passages]

@@ -106,6 +106,21 @@ def encoder_problems(node, keys: tuple[str, ...]) -> list[str]:
     return found
 
 
+# The encoder a retriever whose ``model`` is null embeds with (``default_model_path``).
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+
+
+def model_label(node) -> str:
+    """The encoder ``node`` names, as a run's ``encoder`` tag shows it: its ``model`` (a hub id, or a folder's
+    name; null: the packaged default), ``query_model`` after it when separate."""
+
+    def shown(source: str) -> str:
+        return Path(source).name if Path(source).is_absolute() else source
+
+    name = shown(str(node.model)) if node.get("model") else DEFAULT_ENCODER
+    return f"{name}, query: {shown(str(node.query_model))}" if node.get("query_model") else name
+
+
 def in_hub_cache(repo_id: str) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
@@ -124,6 +139,10 @@ class VectorRetriever(Retriever):
     """
 
     rules: ClassVar[dict] = {"backend": Choice(("numpy", "faiss")), "batch_size": Integer(1), "normalize": Flag()}
+
+    @classmethod
+    def encoder_label(cls, node) -> str | None:
+        return model_label(node)
 
     def __init__(self, name: str, backend: str = "numpy") -> None:
         super().__init__(name)
@@ -206,6 +225,7 @@ class DenseRetriever(VectorRetriever):
         "device": DEVICES,
         "pooling": Choice(("cls", "mean", "max", "lasttoken", "weightedmean"), optional=True),
     }
+    packages = ("sentence-transformers",)
 
     @classmethod
     def preflight(cls, node) -> list[str]:

@@ -41,7 +41,14 @@ class HybridRetriever(Retriever):
     The two parts are indexed (and cached) as themselves, so a hybrid run reuses their indexes.
     """
 
-    rules: ClassVar[dict] = {"rrf_k": Number(0), "depth": Integer(1)}
+    rules: ClassVar[dict] = {"rrf_k": Number(0), "depth": Integer(1)}  # its halves' own: their classes'
+
+    @classmethod
+    def encoder_label(cls, node) -> str | None:
+        """Its dense half's encoder."""
+        from hydra.utils import get_class
+
+        return get_class(str(node.dense._target_)).encoder_label(node.dense)
 
     def __init__(
         self, bm25: BM25Retriever, dense: DenseRetriever, name: str = "hybrid", rrf_k: float = 60, depth: int = 100

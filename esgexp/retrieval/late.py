@@ -25,7 +25,15 @@ import numpy as np
 from esgexp.core.records import Passage
 from esgexp.core.rules import Integer
 from esgexp.retrieval.base import Hit, Retriever, top_k
-from esgexp.retrieval.dense import DEVICES, encoder_problems, hub_offline, pick_device, resolve_source, source_stamp
+from esgexp.retrieval.dense import (
+    DEVICES,
+    encoder_problems,
+    hub_offline,
+    model_label,
+    pick_device,
+    resolve_source,
+    source_stamp,
+)
 
 #: Passages and queries whose token vectors are multiplied at once (bounds one similarity block: about
 #: 8 x 32 query tokens x 256 x 180 passage tokens).
@@ -130,6 +138,10 @@ class ColBERTRetriever(Retriever):
     @classmethod
     def preflight(cls, node) -> list[str]:
         return encoder_problems(node, ("model",))
+
+    @classmethod
+    def encoder_label(cls, node) -> str | None:
+        return model_label(node)
 
     def __init__(
         self,

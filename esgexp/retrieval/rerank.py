@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from esgexp.core.records import Passage
+from esgexp.core.rules import Integer
 from esgexp.retrieval.base import Hit, Retriever, top_k
-from esgexp.retrieval.dense import hub_offline, pick_device, resolve_source
+from esgexp.retrieval.dense import encoder_problems, hub_offline, pick_device, resolve_source
 
 if TYPE_CHECKING:
     from esgexp.retrieval.cache import IndexCache
@@ -27,7 +28,28 @@ def load_cross_encoder(source: str, device: str) -> Any:
 class RerankedRetriever(Retriever):
     """``first`` ranks ``max(k, depth)`` passages per query (its index cached as itself); the cross-encoder
     ``model`` (a hub id from the local Hugging Face cache, or a folder) scores each (query, passage) pair,
-    and the ``k`` best by that score come back, with it. Takes the first stage's name."""
+    and the ``k`` best by that score come back, with it. Takes the first stage's name.
+
+    Its own keys sit in the first stage's node (``retriever.rerank``, ``retriever.rerank_depth``): ``from_node``
+    builds it from them, ``rules`` and ``preflight`` check them."""
+
+    keys = ("rerank", "rerank_depth")
+    rules: ClassVar[dict] = {"rerank_depth": Integer(1)}
+    packages = ("sentence-transformers",)
+
+    @classmethod
+    def applies(cls, node) -> bool:
+        """Whether a retriever ``node`` asks for this second stage (sets ``rerank``)."""
+        return bool(node.get("rerank"))
+
+    @classmethod
+    def preflight(cls, node) -> list[str]:
+        return encoder_problems(node, ("rerank",))
+
+    @classmethod
+    def from_node(cls, first: Retriever, node) -> RerankedRetriever:
+        """``first`` reranked as its ``node`` says: ``rerank`` (the model), ``rerank_depth`` (default 50), ``device``."""
+        return cls(first, node["rerank"], depth=node.get("rerank_depth", 50), device=node.get("device", "auto"))
 
     def __init__(
         self, first: Retriever, model: str, depth: int = 50, batch_size: int = 32, device: str = "auto"

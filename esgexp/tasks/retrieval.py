@@ -8,7 +8,6 @@ scoped to their report, Recall@K of the gold 0-based page among the retrieved ch
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -80,22 +79,16 @@ class RetrievalJob(Job):
         return f"{self.cfg.dataset.name} | {self.cfg.retriever.name} | query={self.cfg.query.name}", rows
 
 
-# The encoder of a dense retriever whose ``model`` is null (conf/retriever/dense.yaml).
-DEFAULT_ENCODER = "all-MiniLM-L6-v2"
-
-
 def encoder_name(node) -> str | None:
-    """The encoder a retriever (a hybrid: its dense half) embeds with: its ``model`` (a hub id, or a folder's
-    name; null: the packaged default), ``query_model`` after it when separate; None for one without (bm25)."""
-    dense = node.get("dense") or node
-    if "model" not in dense:
+    """The encoder a retriever of config ``node`` embeds with, as its class says (``encoder_label``: a hybrid
+    its dense half's); None for one without (bm25) or whose class this esgexp lacks."""
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(str(node._target_))
+    except (ImportError, AttributeError, ValueError):  # a class an older esgexp had
         return None
-
-    def shown(source: str) -> str:
-        return Path(source).name if Path(source).is_absolute() else source
-
-    name = shown(str(dense.model)) if dense.get("model") else DEFAULT_ENCODER
-    return f"{name}, query: {shown(str(dense.query_model))}" if dense.get("query_model") else name
+    return cls.encoder_label(node)
 
 
 # Where an informed explanation's examples come from (tag query_examples): never the report being searched.
