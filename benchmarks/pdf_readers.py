@@ -27,10 +27,11 @@ import platform
 import re
 import shutil
 import tempfile
-import time
 from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
+
+from ingestion import best_time  # benchmarks/ingestion.py: the best of N timed runs
 
 from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import ingest
@@ -42,15 +43,6 @@ DEFAULT_JSON = ROOT / "benchmarks" / "pdf_readers.json"
 PARAGRAPHS = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # the default chunker
 WORD = re.compile(r"\w+")
 SENTENCE = re.compile(r"[^.!?]{40,}[.!?]")
-
-
-def best_time(repeats: int, work) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = work()
-        best = min(best, time.perf_counter() - started)
-    return best, result
 
 
 def overlap(ours: list[str], theirs: list[str]) -> float:
