@@ -34,6 +34,18 @@ def test_pdfium_and_pypdf_give_the_same_cleaned_page_text(tmp_path):
     assert by_pdfium[0].text == "Scope 1 emissions fell by 12% in 2023. The sustainability report covers water."
 
 
+def test_pdfium_line_end_hyphen_markers_of_old_and_new_builds_read_as_a_hyphen(monkeypatch, tmp_path):
+    """PDFium writes U+FFFE for a hyphen it found at a line end (older builds U+0002 and a line break);
+    both are a line-end hyphen for the cleaning, so a broken word is joined and a compound keeps its hyphen."""
+    import pypdfium2
+
+    raw = ["Our sustain\ufffeability and Non\ufffeFinancial", "expla\x02\r\nnations of CO2\r\ne"]
+    pages = iter(raw)
+    monkeypatch.setattr(pypdfium2.PdfTextPage, "get_text_range", lambda self, *a, **k: next(pages))
+    texts = [page.text for page in pdf.read_pages(write_pdf(tmp_path / "a.pdf", [["x"], ["y"]]), "pdfium")]
+    assert texts == ["Our sustainability and Non-Financial", "explanations of CO2e"]
+
+
 def test_both_readers_open_an_empty_password_and_name_a_real_one(tmp_path):
     opened = tmp_path / "open.pdf"
     opened.write_bytes(encrypted(pdf_bytes([["Opened with the empty password."]]), ""))
