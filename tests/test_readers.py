@@ -68,6 +68,35 @@ def test_two_workers_write_the_corpus_one_worker_writes(folder, tmp_path):
     assert two["reader"].startswith("pdfium ")
 
 
+def test_ctrl_c_during_a_parallel_ingest_leaves_the_stored_corpus_as_it_was(folder, tmp_path, monkeypatch):
+    import multiprocessing
+    from multiprocessing.pool import Pool
+
+    import tqdm
+
+    out = tmp_path / "corpus"
+    ingest(folder, out, CharChunker(), progress=False, workers=1)
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    for n in range(2):  # two changed files: read again, in two workers
+        write_pdf(folder / f"report{n}.pdf", [[f"A new report {n}."]])
+    terminated, real_terminate = [], Pool.terminate
+
+    def terminate(pool):
+        terminated.append(pool)
+        real_terminate(pool)
+
+    monkeypatch.setattr(Pool, "terminate", terminate)
+
+    def interrupt(self, n=1):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tqdm.tqdm, "update", interrupt)  # Ctrl-C once the first file is read
+    with pytest.raises(KeyboardInterrupt):
+        ingest(folder, out, CharChunker(), progress=False, workers=2)
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    assert terminated and not multiprocessing.active_children()  # the pool was stopped at once
+
+
 def test_a_changed_reader_reads_every_document_again(folder, tmp_path):
     out = tmp_path / "corpus"
     first = ingest(folder, out, CharChunker(), progress=False)
@@ -83,7 +112,10 @@ def test_the_command_names_pages_without_text_and_refuses_bad_settings(folder, t
     assert done.returncode == 0, done.stderr[-2000:]
     assert "pages without a text layer (scanned? OCR them first; esgexp does not): mixed.pdf (1)" in done.stdout
     bad = run_cli("esgexp.ingest", *args, "workers=0", "corpus.reader=fitz", cwd=tmp_path, env=clean_env)
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: corpus.reader must be one of")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "error: corpus.reader must be one of pdfium, pypdf, got 'fitz'; workers must be an integer >= 1 or null, got 0"
+    )
 
 
 def test_on_the_shared_reports_pdfium_keeps_the_words_pypdf_reads(shared_samples):

@@ -175,8 +175,10 @@ def ingest(
 def read_all(
     todo: list[tuple[Path, str, bool]], reader: str, tables: TableExtractor | None, workers: int, progress: bool
 ) -> dict[Path, Parsed]:
-    """Each file of ``todo`` (path, document id, whether its pages are read) parsed, ``workers`` at a time in processes (in this one for one worker or one
-    file), with a progress bar over the files. Ctrl-C stops the workers at once."""
+    """Each file of ``todo`` (path, document id, whether its pages are read) parsed, ``workers`` at a time in
+    processes (in this one for one worker or one file), with a progress bar over the files. The largest
+    files go first, so that one long report started last does not keep the others waiting; the results
+    are keyed by path, so the order they come in does not matter. Ctrl-C stops the workers at once."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), desc="ingest", unit="doc", disable=not progress)
@@ -192,8 +194,9 @@ def read_all(
 
         pool = multiprocessing.get_context().Pool(min(workers, len(todo)), initializer=_worker_start)
         try:
-            jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in todo]
-            for (path, *_), result in zip(todo, pool.imap(_parse_job, jobs)):
+            largest_first = sorted(todo, key=lambda job: -_size(job[0]))
+            jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in largest_first]
+            for path, result in pool.imap_unordered(_parse_job, jobs):
                 found[path] = result
                 bar.set_postfix_str(path.name)
                 bar.update()
@@ -214,8 +217,16 @@ def _worker_start() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _parse_job(job: tuple) -> Parsed:
-    return parse(*job)
+def _size(path: Path) -> int:
+    """A file's size in bytes (0 when it cannot be read: its parse then says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _parse_job(job: tuple) -> tuple[Path, Parsed]:
+    return job[0], parse(*job)
 
 
 def check_source(out_dir: Path, pdf_dir: Path) -> None:
