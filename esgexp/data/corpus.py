@@ -175,46 +175,80 @@ def ingest(
 def read_all(
     todo: list[tuple[Path, str, bool]], reader: str, tables: TableExtractor | None, workers: int, progress: bool
 ) -> dict[Path, Parsed]:
-    """Each file of ``todo`` (path, document id, whether its pages are read) parsed, ``workers`` at a time in
-    processes (in this one for one worker or one file), with a progress bar over the files. The largest
-    files go first, so that one long report started last does not keep the others waiting; the results
-    are keyed by path, so the order they come in does not matter. Ctrl-C stops the workers at once."""
+    """Each file of ``todo`` (path, document id, whether its pages are read) parsed, with a progress bar over
+    the files: in this process for one worker or one file, else each file in a process of its own, ``workers``
+    at a time, the largest first (one long report started last would keep the others waiting). A file whose
+    process dies without an answer (a PDF library crashing on it, out of memory) is skipped, named; Ctrl-C
+    stops the processes at once. The results are keyed by path: the order they come in does not matter."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), desc="ingest", unit="doc", disable=not progress)
-    found: dict[Path, Parsed] = {}
+    jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in todo]
     try:
-        if workers <= 1 or len(todo) <= 1:
-            for path, doc_id, whole in todo:
-                bar.set_postfix_str(path.name)
-                found[path] = parse(path, doc_id, reader, tables, whole)
+        if workers <= 1 or len(jobs) <= 1:
+            found = {}
+            for job in jobs:
+                bar.set_postfix_str(job[0].name)
+                found[job[0]] = parse(*job)
                 bar.update()
             return found
-        import multiprocessing
-
-        pool = multiprocessing.get_context().Pool(min(workers, len(todo)), initializer=_worker_start)
-        try:
-            largest_first = sorted(todo, key=lambda job: -_size(job[0]))
-            jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in largest_first]
-            for path, result in pool.imap_unordered(_parse_job, jobs):
-                found[path] = result
-                bar.set_postfix_str(path.name)
-                bar.update()
-        except BaseException:
-            pool.terminate()
-            raise
-        pool.close()
-        pool.join()
-        return found
+        return _in_processes(sorted(jobs, key=lambda job: -_size(job[0])), workers, bar)
     finally:
         bar.close()
 
 
-def _worker_start() -> None:
-    """A worker ignores Ctrl-C: the ingest process gets it and stops the pool."""
+def _in_processes(jobs: list[tuple], workers: int, bar) -> dict[Path, Parsed]:
+    """``parse(*job)`` of each job in a process of its own, ``workers`` at a time, in the order given."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    context = multiprocessing.get_context()
+    waiting, running, found = list(reversed(jobs)), {}, {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < workers:
+                job = waiting.pop()
+                answer, send = context.Pipe(duplex=False)
+                process = context.Process(target=_parse_into, args=(send, job), daemon=True)
+                process.start()
+                send.close()  # only the child writes: its end closing without an answer is a crash
+                running[answer] = (job[0], process)
+            for answer in wait(list(running)):
+                path, process = running.pop(answer)
+                try:
+                    found[path] = answer.recv()
+                except EOFError:
+                    process.join()
+                    found[path] = Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})")
+                answer.close()
+                process.join()
+                bar.set_postfix_str(path.name)
+                bar.update()
+    except BaseException:
+        for _, process in running.values():
+            process.terminate()
+        for _, process in running.values():
+            process.join()
+        raise
+    return found
+
+
+def _ended(exitcode: int | None) -> str:
+    """How a process ended: ``killed by SIGSEGV`` or ``exit code 1``."""
+    import signal
+
+    if exitcode is not None and exitcode < 0:
+        return f"killed by {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
+
+
+def _parse_into(send, job: tuple) -> None:
+    """A worker process: ``parse(*job)`` sent back. It ignores Ctrl-C: the ingest process gets it and stops it."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    send.send(parse(*job))
+    send.close()
 
 
 def _size(path: Path) -> int:
@@ -223,10 +257,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _parse_job(job: tuple) -> tuple[Path, Parsed]:
-    return job[0], parse(*job)
 
 
 def check_source(out_dir: Path, pdf_dir: Path) -> None:
