@@ -13,6 +13,7 @@ that evidence is checked against, and the table passage adds the table's structu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -176,10 +177,10 @@ def read_all(
     todo: list[tuple[Path, str, bool]], reader: str, tables: TableExtractor | None, workers: int, progress: bool
 ) -> dict[Path, Parsed]:
     """Each file of ``todo`` (path, document id, whether its pages are read) parsed, with a progress bar over
-    the files: in this process for one worker or one file, else each file in a process of its own, ``workers``
-    at a time, the largest first (one long report started last would keep the others waiting). A file whose
-    process dies without an answer (a PDF library crashing on it, out of memory) is skipped, named; Ctrl-C
-    stops the processes at once. The results are keyed by path: the order they come in does not matter."""
+    the files: in this process for one worker or one file, else by ``workers`` worker processes, one file
+    each at a time, the largest first (one long report started last would keep the others waiting). A file
+    whose worker dies on it (a PDF library crashing, out of memory) is skipped, named; Ctrl-C stops the
+    workers at once. The results are keyed by path: the order they come in does not matter."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), desc="ingest", unit="doc", disable=not progress)
@@ -198,39 +199,51 @@ def read_all(
 
 
 def _in_processes(jobs: list[tuple], workers: int, bar) -> dict[Path, Parsed]:
-    """``parse(*job)`` of each job in a process of its own, ``workers`` at a time, in the order given."""
+    """``parse(*job)`` of each job, in the order given, by ``workers`` worker processes holding one job each
+    at a time: a worker that dies is known by its job, which is skipped, and another worker takes its place."""
     import multiprocessing
     from multiprocessing.connection import wait
 
     context = multiprocessing.get_context()
-    waiting, running, found = list(reversed(jobs)), {}, {}
+    waiting, found, busy, idle = list(reversed(jobs)), {}, {}, []  # busy: connection -> (process, path)
     try:
-        while waiting or running:
-            while waiting and len(running) < workers:
+        while waiting or busy:
+            while waiting and len(busy) < workers:
+                connection, process = idle.pop() if idle else _start_worker(context)
                 job = waiting.pop()
-                answer, send = context.Pipe(duplex=False)
-                process = context.Process(target=_parse_into, args=(send, job), daemon=True)
-                process.start()
-                send.close()  # only the child writes: its end closing without an answer is a crash
-                running[answer] = (job[0], process)
-            for answer in wait(list(running)):
-                path, process = running.pop(answer)
+                connection.send(job)
+                busy[connection] = (process, job[0])
+            for connection in wait(list(busy)):
+                process, path = busy.pop(connection)
                 try:
-                    found[path] = answer.recv()
-                except EOFError:
+                    found[path] = connection.recv()
+                    idle.append((connection, process))
+                except EOFError:  # the worker died on this file
                     process.join()
+                    connection.close()
                     found[path] = Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})")
-                answer.close()
-                process.join()
                 bar.set_postfix_str(path.name)
                 bar.update()
     except BaseException:
-        for _, process in running.values():
+        for process, _ in busy.values():
             process.terminate()
-        for _, process in running.values():
-            process.join()
         raise
+    finally:
+        for connection, _ in idle:
+            with contextlib.suppress(OSError):
+                connection.send(None)  # done: the worker returns
+        for process in [process for _, process in idle] + [process for process, _ in busy.values()]:
+            process.join()
     return found
+
+
+def _start_worker(context) -> tuple:
+    """A worker process and the connection to it."""
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_work, args=(theirs,), daemon=True)
+    process.start()
+    theirs.close()  # only the worker holds its end: that end closing without an answer is a crash
+    return ours, process
 
 
 def _ended(exitcode: int | None) -> str:
@@ -242,13 +255,14 @@ def _ended(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def _parse_into(send, job: tuple) -> None:
-    """A worker process: ``parse(*job)`` sent back. It ignores Ctrl-C: the ingest process gets it and stops it."""
+def _work(connection) -> None:
+    """A worker process: ``parse(*job)`` of each job it is sent, answered, until it is sent None. It ignores
+    Ctrl-C: the ingest process gets it and stops the workers."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    send.send(parse(*job))
-    send.close()
+    while (job := connection.recv()) is not None:
+        connection.send(parse(*job))
 
 
 def _size(path: Path) -> int:
