@@ -110,6 +110,9 @@ def test_a_worker_that_crashes_on_a_file_skips_that_file_only(folder, tmp_path, 
         "report2.pdf"
     ] == "reading it crashed (killed by SIGKILL)"
     assert report["n_docs"] == 4 and len(report["skipped"]) == 3
+    monkeypatch.setattr(pdf, "read_pages", read)  # it may have been out of memory: the next ingest tries again
+    again = ingest(folder, tmp_path / "corpus", CharChunker(), progress=False, workers=2)
+    assert (again["n_docs"], again["n_parsed"], again["n_reused"]) == (5, 1, 6)
 
 
 def test_a_changed_reader_reads_every_document_again(folder, tmp_path):

@@ -55,10 +55,12 @@ def read_document(path: Path, reader: str = "pdfium") -> list[Page]:
 
 @dataclass
 class Parsed:
-    """What reading one file gave: its pages, or why it is skipped; its tables, or why they are not there."""
+    """What reading one file gave: its pages, or why it is skipped (``crashed``: its worker died on it, which
+    the next ingest tries again); its tables, or why they are not there."""
 
     pages: list[Page] = dataclasses.field(default_factory=list)
     skipped: str | None = None
+    crashed: bool = False
     tables: list[Table] | None = None
     tables_skipped: str | None = None
 
@@ -115,7 +117,7 @@ def ingest(
         doc_id, name = entry.pop("doc_id"), entry["file"]
         result = parsed.get(path) if entry.pop("parse", False) else None
         if result is not None and result.skipped:
-            entry["skipped"] = result.skipped
+            entry.update({"skipped": result.skipped, **({"crashed": True} if result.crashed else {})})
         if "skipped" not in entry and doc_id in documents:
             entry = {"file": name, "skipped": f"same document id {doc_id!r} as {documents[doc_id]['file']}"}
         if "skipped" in entry:
@@ -221,7 +223,7 @@ def _in_processes(jobs: list[tuple], workers: int, bar) -> dict[Path, Parsed]:
                 except EOFError:  # the worker died on this file
                     process.join()
                     connection.close()
-                    found[path] = Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})")
+                    found[path] = Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})", crashed=True)
                 bar.set_postfix_str(path.name)
                 bar.update()
     except BaseException:
@@ -432,9 +434,10 @@ class _Stored:
         return cls(manifest, pages, passages, tables)
 
     def unchanged(self, doc_id: str, sha256: str) -> dict | None:
-        """The stored manifest entry of a document with these bytes, if its stored records are complete."""
+        """The stored manifest entry of a document with these bytes, if its stored records are complete (a file
+        its worker died on is read again)."""
         entry = self.manifest.get("documents", {}).get(doc_id)
-        if not entry or entry.get("sha256") != sha256:
+        if not entry or entry.get("sha256") != sha256 or entry.get("crashed"):
             return None
         complete = (
             len(self.pages.get(doc_id, [])) == entry.get("n_pages")
