@@ -1,8 +1,9 @@
 """PDF ingestion speed: pages per second on the two real sample reports, per stage and per chunker.
 
-* parse:   ``esgexp.data.pdf.read_pages`` (pypdf text extraction and cleaning) per PDF.
+* parse:   ``esgexp.data.pdf.read_pages`` (text extraction by --reader, pdfium or pypdf, and cleaning) per PDF.
 * chunk:   each chunker on the pages already in memory (both PDFs).
-* ingest:  ``esgexp.data.corpus.ingest`` into an empty folder (hash, parse, chunk, write).
+* ingest:  ``esgexp.data.corpus.ingest`` into an empty folder (hash, parse, chunk, write), --workers files at
+  once.
 * reingest: the same folder again with nothing changed (hashes checked, stored results reused).
 * tables:  ``esgexp.data.tables.TableExtractor.found`` (pdfplumber's table finder) per PDF and strategy
   (``rules``, the default: drawn grids and underlined rows; ``lines``: drawn grids, pdfplumber's default;
@@ -12,7 +13,7 @@
 
 Each time is the best of --repeats runs (table extraction: --table-repeats, default 1: it is slow). Run from the repository root on an otherwise idle machine:
 
-    .venv/bin/python benchmarks/ingestion.py [--pdfs ../shared/data/samples/pdfs] [--repeats 3]
+    .venv/bin/python benchmarks/ingestion.py [--pdfs ../shared/data/samples/pdfs] [--repeats 3] [--reader pypdf] [--workers 2]
 
 Writes benchmarks/ingestion.json (--json PATH). This is a benchmark, not a test.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from esgexp.data.chunking import CharChunker, MarkdownChunker, SentenceChunker, WindowChunker
 from esgexp.data.corpus import ingest
-from esgexp.data.pdf import read_pages
+from esgexp.data.pdf import READERS, read_pages
 from esgexp.data.tables import TableExtractor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,16 +97,18 @@ def chunk_all(chunker, pages: dict) -> list:
     return [p for name in FILES for p in chunker.chunk(name, pages[name])]
 
 
-def ingest_into(folder: Path, out_dirs: Iterator[Path], chunker) -> dict:
+def ingest_into(folder: Path, out_dirs: Iterator[Path], chunker, reader: str, workers: int) -> dict:
     """``ingest`` of ``folder`` into the next folder of ``out_dirs``, without a progress bar."""
-    return ingest(folder, next(out_dirs), chunker, progress=False)
+    return ingest(folder, next(out_dirs), chunker, progress=False, reader=reader, workers=workers)
 
 
-def measure(pdf_dir: Path, repeats: int, table_repeats: int = 0) -> list[dict]:
+def measure(
+    pdf_dir: Path, repeats: int, table_repeats: int = 0, reader: str = "pdfium", workers: int = 1
+) -> list[dict]:
     """Every stage's rows; the table stages only with ``table_repeats`` >= 1."""
     rows, pages = [], {}
     for name in FILES:
-        seconds, pages[name] = best_time(repeats, partial(read_pages, pdf_dir / name))
+        seconds, pages[name] = best_time(repeats, partial(read_pages, pdf_dir / name, reader))
         rows.append(row("parse", name, len(pages[name]), seconds))
     total = sum(len(p) for p in pages.values())
     with tempfile.TemporaryDirectory() as scratch:
@@ -117,10 +120,11 @@ def measure(pdf_dir: Path, repeats: int, table_repeats: int = 0) -> list[dict]:
             seconds, passages = best_time(repeats, partial(chunk_all, chunker, pages))
             rows.append(row("chunk", chunker.name, total, seconds, len(passages)))
             fresh = (Path(scratch) / f"{chunker.name}-{n}" for n in range(repeats))
-            seconds, report = best_time(repeats, partial(ingest_into, folder, fresh, chunker))
+            seconds, report = best_time(repeats, partial(ingest_into, folder, fresh, chunker, reader, workers))
             rows.append(row("ingest", chunker.name, total, seconds, report["n_chunks"]))
             seconds, report = best_time(
-                repeats, partial(ingest_into, folder, repeat(Path(scratch) / f"{chunker.name}-0"), chunker)
+                repeats,
+                partial(ingest_into, folder, repeat(Path(scratch) / f"{chunker.name}-0"), chunker, reader, workers),
             )
             assert report["n_parsed"] == 0, "re-ingest parsed a file"
             rows.append(row("reingest", chunker.name, total, seconds, report["n_chunks"]))
@@ -131,7 +135,13 @@ def measure(pdf_dir: Path, repeats: int, table_repeats: int = 0) -> list[dict]:
         seconds, report = best_time(
             table_repeats,
             lambda: ingest(
-                folder, Path(scratch) / f"tables-{next(fresh)}", PARAGRAPHS, progress=False, tables=TableExtractor()
+                folder,
+                Path(scratch) / f"tables-{next(fresh)}",
+                PARAGRAPHS,
+                progress=False,
+                tables=TableExtractor(),
+                reader=reader,
+                workers=workers,
             ),
         )
         rows.append(
@@ -160,10 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pdfs", default=str(DEFAULT_PDFS), help="folder holding the two sample PDFs")
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best counts")
     parser.add_argument("--table-repeats", type=int, default=1, help="runs per table-extraction measurement")
+    parser.add_argument("--reader", default="pdfium", choices=READERS, help="PDF page text reader")
+    parser.add_argument("--workers", type=int, default=1, help="files an ingest reads at once")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the numbers")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
-    rows = measure(Path(args.pdfs).resolve(), args.repeats, args.table_repeats)
+    rows = measure(Path(args.pdfs).resolve(), args.repeats, args.table_repeats, args.reader, args.workers)
     print(table(rows))
     result = {
         "date": datetime.date.today().isoformat(),
@@ -172,7 +184,11 @@ def main(argv: list[str] | None = None) -> None:
             "load_avg_1min_at_start": round(load, 2),
             "python": platform.python_version(),
         },
+        "reader": args.reader,
+        "workers": args.workers,
+        "load_avg_1min_at_end": round(os.getloadavg()[0], 2),
         "pypdf": version("pypdf"),
+        "pypdfium2": version("pypdfium2"),
         "pdfplumber": version("pdfplumber"),
         "repeats": args.repeats,
         "rows": rows,

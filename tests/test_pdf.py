@@ -41,6 +41,11 @@ def test_words_broken_at_line_ends_are_joined_and_real_hyphens_kept(tmp_path):
         ("line one\nline two\n\n\nnext paragraph", "line one line two\n\nnext paragraph"),
         ("\uf0b7 bullet \uf020x", "• bullet x"),
         ("ﬁnance CO₂", "finance CO2"),
+        (
+            "sustain\u00ad\r\nability, Deutsche\u00ad \nWohnen",
+            "sustainability, DeutscheWohnen",
+        ),  # soft hyphen at a line end
+        ("Windows\r\nline ends\rand old Mac ones", "Windows line ends and old Mac ones"),
     ],
 )
 def test_clean_text(raw, expected):

@@ -2,6 +2,7 @@
 corpus whatever the number of workers, every unreadable file named, pages without a text layer counted."""
 
 import json
+import multiprocessing
 import random
 
 import pytest
@@ -34,6 +35,18 @@ def test_pdfium_and_pypdf_give_the_same_cleaned_page_text(tmp_path):
     assert by_pdfium[0].text == "Scope 1 emissions fell by 12% in 2023. The sustainability report covers water."
 
 
+def test_pdfium_line_end_hyphen_markers_of_old_and_new_builds_read_as_a_hyphen(monkeypatch, tmp_path):
+    """PDFium writes U+FFFE for a hyphen it found at a line end (older builds U+0002 and a line break);
+    both are a line-end hyphen for the cleaning, so a broken word is joined and a compound keeps its hyphen."""
+    import pypdfium2
+
+    raw = ["Our sustain\ufffeability and Non\ufffeFinancial", "expla\x02\r\nnations of CO2\r\ne"]
+    pages = iter(raw)
+    monkeypatch.setattr(pypdfium2.PdfTextPage, "get_text_range", lambda self, *a, **k: next(pages))
+    texts = [page.text for page in pdf.read_pages(write_pdf(tmp_path / "a.pdf", [["x"], ["y"]]), "pdfium")]
+    assert texts == ["Our sustainability and Non-Financial", "explanations of CO2e"]
+
+
 def test_both_readers_open_an_empty_password_and_name_a_real_one(tmp_path):
     opened = tmp_path / "open.pdf"
     opened.write_bytes(encrypted(pdf_bytes([["Opened with the empty password."]]), ""))
@@ -56,6 +69,52 @@ def test_two_workers_write_the_corpus_one_worker_writes(folder, tmp_path):
     assert two["reader"].startswith("pdfium ")
 
 
+def test_ctrl_c_during_a_parallel_ingest_leaves_the_stored_corpus_as_it_was(folder, tmp_path, monkeypatch):
+    import multiprocessing
+
+    import tqdm
+
+    out = tmp_path / "corpus"
+    ingest(folder, out, CharChunker(), progress=False, workers=1)
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    for n in range(3):  # three changed files: read again, two at a time
+        write_pdf(folder / f"report{n}.pdf", [[f"A new report {n}."]])
+
+    def interrupt(self, n=1):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tqdm.tqdm, "update", interrupt)  # Ctrl-C once the first file is read
+    with pytest.raises(KeyboardInterrupt):
+        ingest(folder, out, CharChunker(), progress=False, workers=2)
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    assert not multiprocessing.active_children()  # the file still being read was stopped
+
+
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="the crash is patched in before the fork")
+def test_a_worker_that_crashes_on_a_file_skips_that_file_only(folder, tmp_path, monkeypatch):
+    """A process killed while reading one file (a PDF library segfaulting, the OOM killer) costs that file,
+    named, not the ingest."""
+    import os
+    import signal
+
+    read = pdf.read_pages
+
+    def crash_on_report2(path, reader="pdfium"):
+        if path.name == "report2.pdf":
+            os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does; a segfault: SIGSEGV
+        return read(path, reader)
+
+    monkeypatch.setattr(pdf, "read_pages", crash_on_report2)
+    report = ingest(folder, tmp_path / "corpus", CharChunker(), progress=False, workers=2)
+    assert {s["file"]: s["reason"] for s in report["skipped"]}[
+        "report2.pdf"
+    ] == "reading it crashed (killed by SIGKILL)"
+    assert report["n_docs"] == 4 and len(report["skipped"]) == 3
+    monkeypatch.setattr(pdf, "read_pages", read)  # it may have been out of memory: the next ingest tries again
+    again = ingest(folder, tmp_path / "corpus", CharChunker(), progress=False, workers=2)
+    assert (again["n_docs"], again["n_parsed"], again["n_reused"]) == (5, 1, 6)
+
+
 def test_a_changed_reader_reads_every_document_again(folder, tmp_path):
     out = tmp_path / "corpus"
     first = ingest(folder, out, CharChunker(), progress=False)
@@ -71,7 +130,10 @@ def test_the_command_names_pages_without_text_and_refuses_bad_settings(folder, t
     assert done.returncode == 0, done.stderr[-2000:]
     assert "pages without a text layer (scanned? OCR them first; esgexp does not): mixed.pdf (1)" in done.stdout
     bad = run_cli("esgexp.ingest", *args, "workers=0", "corpus.reader=fitz", cwd=tmp_path, env=clean_env)
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: corpus.reader must be one of")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "error: corpus.reader must be one of pdfium, pypdf, got 'fitz'; workers must be an integer >= 1 or null, got 0"
+    )
 
 
 def test_on_the_shared_reports_pdfium_keeps_the_words_pypdf_reads(shared_samples):

@@ -26,6 +26,7 @@ def job(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
     from esgexp.core import file_lock
+    from esgexp.core.settings import check_settings
     from esgexp.data.corpus import check_source, ingest
     from esgexp.data.text_files import existing_folder
 
@@ -35,7 +36,8 @@ def job(cfg: DictConfig) -> None:
         for key in ("tables", "overwrite"):
             if not isinstance(cfg[key], bool):
                 raise UserError(f"{key} must be true or false, got {cfg[key]!r}")
-        reader, workers = checked_reader(cfg), checked_workers(cfg)
+        check_settings(cfg)  # corpus.reader, workers
+        reader, workers = cfg.corpus.reader, cpus() if cfg.workers is None else cfg.workers
         tables = instantiate(cfg.table_extractor) if cfg.tables else None
         pdf_dir = existing_folder(cfg.corpus.pdf_dir, "corpus.pdf_dir", "of .pdf, .md or .txt files")
         with file_lock.exclusive(lock_file(cfg, out_dir)):
@@ -56,25 +58,11 @@ def job(cfg: DictConfig) -> None:
     print(f"corpus: {out_dir}")
 
 
-def checked_reader(cfg: DictConfig) -> str:
-    from esgexp.data.pdf import READERS
-
-    reader = cfg.corpus.get("reader", "pdfium")
-    if reader not in READERS:
-        raise UserError(f"corpus.reader must be one of {', '.join(READERS)}, got {reader!r}")
-    return reader
-
-
-def checked_workers(cfg: DictConfig) -> int:
-    """``workers``: an integer >= 1, or null for every CPU this process may use."""
+def cpus() -> int:
+    """The CPUs this process may use (``workers=null``)."""
     import os
 
-    workers = cfg.get("workers")
-    if workers is None:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise UserError(f"workers must be an integer >= 1 or null (every CPU), got {workers!r}")
-    return workers
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def corpus_folder(cfg: DictConfig) -> Path:

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from esgexp.backends.cache import CACHE_MODES
 from esgexp.core.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
+from esgexp.data.pdf import READERS
 from esgexp.errors import UserError
 from esgexp.tasks.kinds import KINDS
 
@@ -109,6 +110,8 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "tracking.connect_timeout_s": Number(0, above=True),
     "tracking.http_timeout_s": Integer(1),
     "tracking.http_max_retries": Integer(0),
+    "corpus.reader": Choice(READERS),  # python -m esgexp.ingest
+    "workers": Integer(1, optional=True),  # ingest: files read at once; null: every CPU
 }
 
 _ABSENT = object()

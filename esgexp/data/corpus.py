@@ -13,6 +13,7 @@ that evidence is checked against, and the table passage adds the table's structu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -54,10 +55,12 @@ def read_document(path: Path, reader: str = "pdfium") -> list[Page]:
 
 @dataclass
 class Parsed:
-    """What reading one file gave: its pages, or why it is skipped; its tables, or why they are not there."""
+    """What reading one file gave: its pages, or why it is skipped (``crashed``: its worker died on it, which
+    the next ingest tries again); its tables, or why they are not there."""
 
     pages: list[Page] = dataclasses.field(default_factory=list)
     skipped: str | None = None
+    crashed: bool = False
     tables: list[Table] | None = None
     tables_skipped: str | None = None
 
@@ -114,7 +117,7 @@ def ingest(
         doc_id, name = entry.pop("doc_id"), entry["file"]
         result = parsed.get(path) if entry.pop("parse", False) else None
         if result is not None and result.skipped:
-            entry["skipped"] = result.skipped
+            entry.update({"skipped": result.skipped, **({"crashed": True} if result.crashed else {})})
         if "skipped" not in entry and doc_id in documents:
             entry = {"file": name, "skipped": f"same document id {doc_id!r} as {documents[doc_id]['file']}"}
         if "skipped" in entry:
@@ -177,47 +180,101 @@ def ingest(
 def read_all(
     todo: list[tuple[Path, str, bool]], reader: str, tables: TableExtractor | None, workers: int, progress: bool
 ) -> dict[Path, Parsed]:
-    """Each file of ``todo`` (path, document id, whether its pages are read) parsed, ``workers`` at a time in processes (in this one for one worker or one
-    file), with a progress bar over the files. Ctrl-C stops the workers at once."""
+    """Each file of ``todo`` (path, document id, whether its pages are read) parsed, with a progress bar over
+    the files: in this process for one worker or one file, else by ``workers`` worker processes, one file
+    each at a time, the largest first (one long report started last would keep the others waiting). A file
+    whose worker dies on it (a PDF library crashing, out of memory) is skipped, named; Ctrl-C stops the
+    workers at once. The results are keyed by path: the order they come in does not matter."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), desc="ingest", unit="doc", disable=not progress)
-    found: dict[Path, Parsed] = {}
+    jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in todo]
     try:
-        if workers <= 1 or len(todo) <= 1:
-            for path, doc_id, whole in todo:
-                bar.set_postfix_str(path.name)
-                found[path] = parse(path, doc_id, reader, tables, whole)
+        if workers <= 1 or len(jobs) <= 1:
+            found = {}
+            for job in jobs:
+                bar.set_postfix_str(job[0].name)
+                found[job[0]] = parse(*job)
                 bar.update()
             return found
-        import multiprocessing
-
-        pool = multiprocessing.get_context().Pool(min(workers, len(todo)), initializer=_worker_start)
-        try:
-            jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in todo]
-            for (path, *_), result in zip(todo, pool.imap(_parse_job, jobs)):
-                found[path] = result
-                bar.set_postfix_str(path.name)
-                bar.update()
-        except BaseException:
-            pool.terminate()
-            raise
-        pool.close()
-        pool.join()
-        return found
+        return _in_processes(sorted(jobs, key=lambda job: -_size(job[0])), workers, bar)
     finally:
         bar.close()
 
 
-def _worker_start() -> None:
-    """A worker ignores Ctrl-C: the ingest process gets it and stops the pool."""
+def _in_processes(jobs: list[tuple], workers: int, bar) -> dict[Path, Parsed]:
+    """``parse(*job)`` of each job, in the order given, by ``workers`` worker processes holding one job each
+    at a time: a worker that dies is known by its job, which is skipped, and another worker takes its place."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    context = multiprocessing.get_context()
+    waiting, found, busy, idle = list(reversed(jobs)), {}, {}, []  # busy: connection -> (process, path)
+    try:
+        while waiting or busy:
+            while waiting and len(busy) < workers:
+                connection, process = idle.pop() if idle else _start_worker(context)
+                job = waiting.pop()
+                connection.send(job)
+                busy[connection] = (process, job[0])
+            for connection in wait(list(busy)):
+                process, path = busy.pop(connection)
+                try:
+                    found[path] = connection.recv()
+                    idle.append((connection, process))
+                except EOFError:  # the worker died on this file
+                    process.join()
+                    connection.close()
+                    found[path] = Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})", crashed=True)
+                bar.set_postfix_str(path.name)
+                bar.update()
+    except BaseException:
+        for process, _ in busy.values():
+            process.terminate()
+        raise
+    finally:
+        for connection, _ in idle:
+            with contextlib.suppress(OSError):
+                connection.send(None)  # done: the worker returns
+        for process in [process for _, process in idle] + [process for process, _ in busy.values()]:
+            process.join()
+    return found
+
+
+def _start_worker(context) -> tuple:
+    """A worker process and the connection to it."""
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_work, args=(theirs,), daemon=True)
+    process.start()
+    theirs.close()  # only the worker holds its end: that end closing without an answer is a crash
+    return ours, process
+
+
+def _ended(exitcode: int | None) -> str:
+    """How a process ended: ``killed by SIGSEGV`` or ``exit code 1``."""
+    import signal
+
+    if exitcode is not None and exitcode < 0:
+        return f"killed by {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
+
+
+def _work(connection) -> None:
+    """A worker process: ``parse(*job)`` of each job it is sent, answered, until it is sent None. It ignores
+    Ctrl-C: the ingest process gets it and stops the workers."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while (job := connection.recv()) is not None:
+        connection.send(parse(*job))
 
 
-def _parse_job(job: tuple) -> Parsed:
-    return parse(*job)
+def _size(path: Path) -> int:
+    """A file's size in bytes (0 when it cannot be read: its parse then says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def check_source(out_dir: Path, pdf_dir: Path) -> None:
@@ -379,9 +436,10 @@ class _Stored:
         return cls(manifest, pages, passages, tables)
 
     def unchanged(self, doc_id: str, sha256: str) -> dict | None:
-        """The stored manifest entry of a document with these bytes, if its stored records are complete."""
+        """The stored manifest entry of a document with these bytes, if its stored records are complete (a file
+        its worker died on is read again)."""
         entry = self.manifest.get("documents", {}).get(doc_id)
-        if not entry or entry.get("sha256") != sha256:
+        if not entry or entry.get("sha256") != sha256 or entry.get("crashed"):
             return None
         complete = (
             len(self.pages.get(doc_id, [])) == entry.get("n_pages")

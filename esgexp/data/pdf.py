@@ -11,7 +11,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # Bump when the text cleaning changes: corpora ingested before are then read again.
-CLEANING_VERSION = 1
+CLEANING_VERSION = 2
 
 
 class UnreadableDocument(Exception):
@@ -35,27 +35,32 @@ class Page:
 # whitespace, and private-use glyphs (symbol-font bullets): dropped, except the common bullet U+F0B7.
 _INVISIBLE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u2060\ufeff\ue000-\uf8ff]")
 _SYMBOL_BULLET = "\uf0b7"
+# A soft hyphen (U+00AD) at a line end marks a word the typesetter broke there: joined whatever the case.
+_SOFT_BREAK = re.compile(r"\u00ad[ \t]*\r?\n[ \t]*")
 # A word broken at a line end: "sustain-\nability", or pypdf's "sus -\ntainability"; " - \n" is a dash.
-_HYPHEN_BREAK = re.compile(r"(\w[\w-]*?)(?: -|-[ \t]*)\n[ \t]*(\w+)")
-_COMPOUND = re.compile(r"\w+(?:-\w+)+")
+# Each starts where no word character is before it: the same matches, found without trying every letter.
+_HYPHEN_BREAK = re.compile(r"(?<!\w)(\w[\w-]*?)(?: -|-[ \t]*)\n[ \t]*(\w+)")
+_COMPOUND = re.compile(r"(?<!\w)\w+(?:-\w+)+")
 
 
 def hyphenated_words(text: str) -> frozenset[str]:
     """Lowercased hyphenated words written on one line (``co2-equivalent``): real hyphens to keep."""
-    return frozenset(word.lower() for word in _COMPOUND.findall(text))
+    return frozenset(word.lower() for token in text.split() if "-" in token for word in _COMPOUND.findall(token))
 
 
 def clean_text(text: str, keep_lines: bool = False, compounds: frozenset[str] = frozenset()) -> str:
     """Normalise extracted text for chunking and search.
 
     NFKC (ligatures, subscripts), invisible and control characters dropped, a word broken at a line
-    end joined (``sustain-\\nability`` -> ``sustainability``) unless a capital or digit is next to the
-    hyphen or ``compounds`` holds the hyphenated form (then only the line break goes), spaces collapsed.
+    end by a soft hyphen joined, one broken by a hyphen joined too (``sustain-\\nability`` ->
+    ``sustainability``) unless a capital or digit is next to the hyphen or ``compounds`` holds the
+    hyphenated form (then only the line break goes), spaces collapsed.
     Lines are joined into paragraphs separated by a blank line; ``keep_lines`` keeps every line break
     (for Markdown/plain text, where lines carry structure).
     """
     text = unicodedata.normalize("NFKC", text.replace(_SYMBOL_BULLET, "•"))
-    text = _INVISIBLE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = _SOFT_BREAK.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = _INVISIBLE.sub("", text)
 
     def join(match: re.Match) -> str:
         head, tail = match.group(1), match.group(2)
@@ -65,8 +70,7 @@ def clean_text(text: str, keep_lines: bool = False, compounds: frozenset[str] = 
         return hyphenated
 
     text = _HYPHEN_BREAK.sub(join, text)
-    text = re.sub(r"[^\S\n]+", " ", text)
-    text = re.sub(r" ?\n ?", "\n", text)
+    text = "\n".join(" ".join(line.split()) for line in text.split("\n"))
     if keep_lines:
         return re.sub(r"\n{3,}", "\n\n", text).strip()
     paragraphs = re.split(r"\n{2,}", text.strip())
@@ -93,8 +97,9 @@ def read_pages(path: Path, reader: str = "pdfium") -> list[Page]:
     return pages
 
 
-# PDFium marks a word hyphenated at a line end with U+FFFE in place of the hyphen and the line break.
-_PDFIUM_LINE_HYPHEN = "\ufffe"
+# PDFium marks a word hyphenated at a line end with U+FFFE in place of the hyphen and the line break (older
+# builds: U+0002, then the line break).
+_PDFIUM_LINE_HYPHEN = re.compile(r"[\ufffe\x02](?:\r?\n)?")
 # PDFium breaks the line after a lowered subscript: "CO2\r\ne", "CO2 -neutral" for CO₂e, CO₂-neutral.
 _SUBSCRIPT_GAP = re.compile(r"\b((?:CO|CH|N|SF|NF|HFC|PFC)[\d\u2080-\u2089]+)(?:\r?\n| )(?=e\b|-\w)")
 
@@ -115,7 +120,7 @@ def pdfium_texts(path: Path) -> list[str]:
         texts = [_pdfium_page(document, index, path) for index in range(len(document))]
     finally:
         document.close()
-    return [_SUBSCRIPT_GAP.sub(r"\1", text.replace(_PDFIUM_LINE_HYPHEN, "-\n")) for text in texts]
+    return [_SUBSCRIPT_GAP.sub(r"\1", _PDFIUM_LINE_HYPHEN.sub("-\n", text)) for text in texts]
 
 
 def _pdfium_page(document, index: int, path: Path) -> str:
