@@ -28,15 +28,15 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+from ingestion import PARAGRAPHS  # benchmarks/ingestion.py: the default chunker
+
 from esgexp.builders.verify import PageTexts
-from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import Corpus, document_id, ingest
 from esgexp.data.pdf import READERS
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT.parent / "shared" / "data" / "samples"
 DEFAULT_JSON = ROOT / "benchmarks" / "evidence_verbatim.json"
-PARAGRAPHS = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # the default chunker
 KINDS = ("line", "passage")
 
 

@@ -31,16 +31,14 @@ from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
 
-from ingestion import best_time  # benchmarks/ingestion.py: the best of N timed runs
+from ingestion import PARAGRAPHS, best_time  # benchmarks/ingestion.py: the default chunker, best of N runs
 
-from esgexp.data.chunking import CharChunker
 from esgexp.data.corpus import ingest
 from esgexp.data.pdf import READERS, read_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT.parent / "shared" / "data" / "samples"
 DEFAULT_JSON = ROOT / "benchmarks" / "pdf_readers.json"
-PARAGRAPHS = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # the default chunker
 WORD = re.compile(r"\w+")
 SENTENCE = re.compile(r"[^.!?]{40,}[.!?]")
 

@@ -17,18 +17,6 @@ def backend_class(target: str) -> type[Backend]:
     return get_class(target)
 
 
-def backend_classes() -> dict[str, type[Backend]]:
-    """Every backend a ``backend=NAME`` option builds, by NAME (conf/backend/*.yaml)."""
-    from esgexp.core.config import CONF_DIR
-
-    found = {}
-    for path in sorted((CONF_DIR / "backend").glob("*.yaml")):
-        target = OmegaConf.load(path).get("_target_")
-        if target:
-            found[path.stem] = backend_class(str(target))
-    return found
-
-
 def make_backend(
     backend_cfg: DictConfig, model_cfg: DictConfig, context: RunContext, cache_path: str, cache_mode: str
 ) -> Backend:
