@@ -56,10 +56,7 @@ def test_every_model_file_has_the_model_keys(tmp_path, model):
             {"base_url", "api", "api_key_env"},
             {"base_url", "api", "api_key_env", "params", "reasoning_effort"},
         )
-        assert set(raw.pop("price")) == {
-            "prompt",
-            "completion",
-        }
+        assert set(raw.pop("price")) in ({"prompt", "completion"}, {"prompt", "completion", "batch_discount"})
     assert set(raw) == MODEL_KEYS and raw["name"] == model
     assert raw["dtype"] in ("auto", "float32", "bfloat16", "float16")
     assert sum(bool(raw[k]) for k in ("hub_id", "path", "gguf")) == 1

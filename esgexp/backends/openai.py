@@ -44,11 +44,13 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import suppress
+from pathlib import Path
 from typing import ClassVar
 
 from omegaconf import DictConfig
 
 from esgexp.backends.base import Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
+from esgexp.backends.batch import FAILED_CHOICES, MAX_REQUESTS, BatchRun, BatchSettings
 from esgexp.backends.openai_client import (
     ContextOverflow,
     Interrupted,
@@ -58,7 +60,7 @@ from esgexp.backends.openai_client import (
     ServerGone,
 )
 from esgexp.backends.sigint import deferred_sigint
-from esgexp.core.rules import URL, Choice, Integer, Number
+from esgexp.core.rules import URL, Choice, Flag, Integer, Number
 from esgexp.errors import UserError
 from esgexp.eval.mcq import REASONING_OPEN
 
@@ -86,6 +88,10 @@ class OpenAIBackend(Backend):
         # how a request's JSON Schema is sent: OpenAI's form (also vLLM serve, llama.cpp's llama-server), or the
         # {"type": "json_object", "schema": ...} form that llama-cpp-python's server (0.3.x) reads
         "response_format": Choice(("json_schema", "json_object")),
+        "batch": Flag(),
+        "batch_poll_s": Number(0, above=True),
+        "batch_failed": Choice(FAILED_CHOICES),
+        "batch_max_requests": Integer(1),
     }
     runtime_keys = (
         "max_concurrency",
@@ -96,6 +102,13 @@ class OpenAIBackend(Backend):
         "server.host",  # where and how long a started server waits: not what it answers
         "server.port",
         "server.startup_timeout_s",
+        # batch or live, the answers are the same model's: a run moves from one to the other and resumes
+        "batch",
+        "batch_window",
+        "batch_poll_s",
+        "batch_failed",
+        "batch_output",
+        "batch_max_requests",
     )
     packages = ("openai",)
 
@@ -124,6 +137,12 @@ class OpenAIBackend(Backend):
         connect_timeout_s: float = 5.0,
         response_format: str = "json_schema",
         server: DictConfig | None = None,
+        batch: bool = False,
+        batch_window: str = "24h",
+        batch_poll_s: float = 30.0,
+        batch_failed: str = "live",
+        batch_output: str | None = None,
+        batch_max_requests: int = MAX_REQUESTS,
     ):
         self.response_format = response_format
         if model_cfg.get("adapter"):
@@ -167,6 +186,12 @@ class OpenAIBackend(Backend):
         self._warned: set[str] = set()
         self._answered = 0  # items the server answered (for the message when it stops answering)
         self._workers: ThreadPoolExecutor | None = None
+        self.batch = BatchSettings(
+            bool(batch), str(batch_window), float(batch_poll_s), batch_failed, batch_output, int(batch_max_requests)
+        )
+        self.batch_errors: dict[str, str] = {}  # custom id -> why its batch did not answer it
+        self.batch_counts = {"n_batches_submitted": 0, "n_batch_answers": 0}
+        self.context = context  # where batch mode keeps its files (the run folder, the cache folder's registry)
 
     def identity(self) -> dict:
         where = {"server": self.server_command} if self.server_command else {"base_url": self.base_url}
@@ -190,7 +215,8 @@ class OpenAIBackend(Backend):
         return list(request.messages) if request.messages is not None else [("user", request.prompt)]
 
     def stats(self) -> dict[str, int]:
-        return {**self.client.stats(), "n_letters_missing": self._letters_missing}
+        batch = self.batch_counts if self.batch.enabled or self.batch.output else {}
+        return {**self.client.stats(), "n_letters_missing": self._letters_missing, **batch}
 
     def close(self) -> None:
         self.stop_workers(join=True)
@@ -236,6 +262,19 @@ class OpenAIBackend(Backend):
     # --- the run -------------------------------------------------------------------------------
 
     def run(self, requests: Sequence[Request], on_results: OnResults) -> None:
+        """Every request through a batch (``batch`` or ``batch_output`` set; esgexp/backends/batch.py), then
+        what the batch left through the live path."""
+        if not requests:
+            return
+        if self.batch.enabled or self.batch.output:
+            first = len(self._letter_answers)
+            folder, registry = Path(self.context.output_dir or self.context.cache_dir), Path(self.context.cache_dir)
+            runner = BatchRun(self, self.batch, folder, registry / "batches", self.progress_bar)
+            requests = runner.run(requests, on_results)
+            self.check_letters(first, final=True)  # the batch's letter answers, as the live path checks its own
+        self.run_live(requests, on_results)
+
+    def run_live(self, requests: Sequence[Request], on_results: OnResults) -> None:
         """Every request through a pool of ``max_concurrency`` threads; each answer handed over as it arrives.
         logprob: the first LETTER_PROBE answers come first and must hold a letter (else a UserError)."""
         if not requests:
@@ -431,6 +470,10 @@ class OpenAIBackend(Backend):
                     "or backend=hf"
                 ) from None
             raise
+        return self.generation_response(request, data, retries)
+
+    def generation_response(self, request: GenerationRequest, data: dict, retries: int = 0) -> Response:
+        """The answer in the server's reply ``data`` to ``request``'s generation body."""
         choice, usage = first_choice(data), usage_of(data)
         text = final_content(choice, usage) if self.api == "chat" else choice.get("text") or ""
         return Response(id=request.id, output=text, usage=usage, info={"retries": retries} if retries else {})
@@ -444,6 +487,10 @@ class OpenAIBackend(Backend):
 
     def answer_letters(self, request: LetterRequest, probe_only: bool = False) -> Response:
         """The letters' log-probabilities among the top tokens of the answer's first token."""
+        data, retries = self.post(*self.letters_body(request))
+        return self.letters_response(request, data, retries, probe_only)
+
+    def letters_body(self, request: LetterRequest) -> tuple[str, dict]:
         body: dict = {"model": self.served, "max_tokens": 1, "temperature": 0}
         if self.api == "chat":
             body.update(
@@ -451,19 +498,24 @@ class OpenAIBackend(Backend):
                 top_logprobs=self.top_logprobs,
                 messages=[{"role": role, "content": content} for role, content in self.messages(request)],
             )
-            data, retries = self.post("/chat/completions", body)
-            choice = first_choice(data)
-            logprobs = choice.get("logprobs")
+            return "/chat/completions", body
+        body.update(prompt=request.prompt, logprobs=self.top_logprobs)
+        return "/completions", body
+
+    def letters_response(
+        self, request: LetterRequest, data: dict, retries: int = 0, probe_only: bool = False
+    ) -> Response:
+        """The letter scores in the server's reply ``data`` to ``request``'s letters body (counted unless
+        ``probe_only``)."""
+        choice = first_choice(data)
+        logprobs = choice.get("logprobs")
+        if self.api == "chat":
             content = (logprobs or {}).get("content") or []
             top = (
                 {entry["token"]: entry["logprob"] for entry in content[0].get("top_logprobs") or []} if content else {}
             )
             text = choice["message"].get("content") or ""
         else:
-            body.update(prompt=request.prompt, logprobs=self.top_logprobs)
-            data, retries = self.post("/completions", body)
-            choice = first_choice(data)
-            logprobs = choice.get("logprobs")
             top = ((logprobs or {}).get("top_logprobs") or [{}])[0] or {}
             text = choice.get("text") or ""
         if not isinstance(logprobs, dict):
@@ -486,6 +538,16 @@ class OpenAIBackend(Backend):
         if missing == len(scores):
             response.output = text  # no letter among the top tokens: the answer is parsed from the text
         return response
+
+    def request_body(self, request: Request) -> tuple[str, dict]:
+        """The path and JSON body that ask ``request`` (the live path sends it; a batch file holds it)."""
+        return self.letters_body(request) if request.kind == "logprob" else self.generation_body(request)
+
+    def response_of(self, request: Request, data: dict) -> Response:
+        """``request``'s answer from the server's reply ``data`` to ``request_body(request)``."""
+        if request.kind == "logprob":
+            return self.letters_response(request, data)
+        return self.generation_response(request, data)
 
     def post(self, path: str, body: dict) -> tuple[dict, int]:
         """The JSON answer to ``body`` at ``path`` and how many retries it took (see OpenAIClient.post)."""

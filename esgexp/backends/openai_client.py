@@ -36,6 +36,7 @@ import threading
 import time
 import urllib.parse
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from esgexp.errors import UserError
 
@@ -49,6 +50,18 @@ LONG_WAIT_S = 10.0
 MAX_TIMEOUT_FACTOR = 16
 #: This many connections lost in a row (refused or reset, any request) make the client look at the server.
 DOWN_AFTER = 3
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request to the server: ``method``, ``path`` after the base URL, the body and its content type,
+    and whether the reply is wanted as bytes (``raw``) rather than parsed JSON."""
+
+    method: str
+    path: str
+    body: bytes | None = None
+    content_type: str = "application/json"
+    raw: bool = False
 
 
 class RetryableError(Exception):
@@ -189,8 +202,28 @@ class OpenAIClient:
     def post(self, path: str, body: dict) -> tuple[dict, int]:
         """The parsed JSON reply to ``body`` POSTed at ``base_url + path``, and how many retries it took.
         Raises ``RetryableError`` when the retries run out, ``RequestFailed`` on a reply not worth retrying."""
+        return self.send(Call("POST", path, json.dumps(body).encode()))
+
+    def get(self, path: str) -> dict:
+        """The parsed JSON reply to a GET of ``base_url + path`` (retried as ``post`` is)."""
+        return self.send(Call("GET", path))[0]
+
+    def download(self, path: str) -> bytes:
+        """The body of a GET of ``base_url + path`` as it is (a file's content; retried as ``post`` is)."""
+        return self.send(Call("GET", path, raw=True))[0]
+
+    def upload(self, path: str, fields: dict) -> dict:
+        """The parsed JSON reply to a multipart form POSTed at ``base_url + path``: ``fields`` maps a name to a
+        text value or to a ``(file name, bytes, content type)`` file (OpenAI's ``/files``)."""
+        import urllib3
+
+        body, content_type = urllib3.encode_multipart_formdata(fields)
+        return self.send(Call("POST", path, body, content_type))[0]
+
+    def send(self, call: Call) -> tuple:
+        """``call``'s reply (parsed JSON, or bytes when ``raw``) and its retries; a failure is counted and raised."""
         try:
-            return self._post_with_retries(path, body)
+            return self._with_retries(call)
         except (RetryableError, RequestFailed) as error:
             self.count("n_failed_requests")
             error.counted = True
@@ -240,7 +273,7 @@ class OpenAIClient:
         except Interrupted:
             raise self._halted() from None
 
-    def _post_with_retries(self, path: str, body: dict) -> tuple[dict, int]:
+    def _with_retries(self, call: Call) -> tuple:
         own_timeouts = 0
         for attempt in range(self.max_retries + 1):
             self._sleep(self._resume_at - time.monotonic())
@@ -250,7 +283,7 @@ class OpenAIClient:
                 max(self.gate.timeout_s, self.timeout_s * 4**own_timeouts), self.timeout_s * MAX_TIMEOUT_FACTOR
             )
             try:
-                reply = self.post_once(path, body, timeout_s=timeout_s)
+                reply = self.send_once(call, timeout_s=timeout_s)
                 self.gate.leave(round_)
                 return reply, attempt
             except RetryableError as error:
@@ -272,7 +305,7 @@ class OpenAIClient:
                     wait = 0.0
                 else:
                     wait = self.backoff_s * 2**attempt * (0.5 + random.random())
-                log.debug("retrying %s in %.1f s: %s", path, wait, error)
+                log.debug("retrying %s in %.1f s: %s", call.path, wait, error)
                 self._sleep(min(wait, self.max_wait_s))
             except BaseException:
                 self.gate.leave(round_)
@@ -339,9 +372,9 @@ class OpenAIClient:
                 capped,
             )
 
-    def post_once(self, path: str, body: dict, timeout_s: float | None = None) -> dict:
-        """One try (``timeout_s``: this try's read timeout, default ``timeout_s``): the parsed reply, or
-        ``RetryableError`` / ``RequestFailed``."""
+    def send_once(self, call: Call, timeout_s: float | None = None):
+        """One try (``timeout_s``: this try's read timeout, default ``timeout_s``): the parsed reply (bytes for
+        a ``raw`` call), or ``RetryableError`` / ``RequestFailed``."""
         import urllib3
         from urllib3.exceptions import (
             ConnectTimeoutError,
@@ -354,10 +387,10 @@ class OpenAIClient:
         timeout_s = timeout_s or self.timeout_s
         try:
             reply = self.pool().urlopen(
-                "POST",
-                self._base_path + path,
-                body=json.dumps(body).encode(),
-                headers=self._headers,
+                call.method,
+                self._base_path + call.path,
+                body=call.body,
+                headers={**self._headers, "Content-Type": call.content_type} if call.body else self._headers,
                 timeout=urllib3.Timeout(connect=self.connect_timeout_s, read=timeout_s),
                 retries=False,
                 redirect=False,
@@ -388,10 +421,11 @@ class OpenAIClient:
             ) from None
         finally:
             reply.release_conn()
-        return self.parsed(reply.status, data, reply.headers.get("Retry-After"))
+        return self.parsed(reply.status, data, reply.headers.get("Retry-After"), call.raw)
 
-    def parsed(self, status: int, data: bytes, wait: str | None) -> dict:
-        """A reply's JSON, or why not: ``RetryableError`` (429, 5xx, not JSON) or ``RequestFailed`` (other 4xx)."""
+    def parsed(self, status: int, data: bytes, wait: str | None, raw: bool = False):
+        """A reply's JSON (``raw``: its bytes), or why not: ``RetryableError`` (429, 5xx, not JSON) or
+        ``RequestFailed`` (other 4xx)."""
         text = data.decode("utf-8", errors="replace")
         if status == 429 or status >= 500:
             raise RetryableError(f"HTTP {status}: {server_message(text)}", retry_after(wait), status=status)
@@ -404,6 +438,8 @@ class OpenAIClient:
                 head = self.base_url.partition("/v1/")[0]  # a pasted endpoint (.../v1/chat/completions)
                 refused += f" (OpenAI-compatible servers answer under /v1: try {self.url_setting}={head}/v1)"
             raise RequestFailed(refused, status=status)
+        if raw:
+            return data
         try:
             return json.loads(data)
         except ValueError:

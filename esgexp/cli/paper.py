@@ -57,7 +57,7 @@ def dry_run(grid: Grid) -> str:
     from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
 
     loaded: dict = {}
-    lines, requests, cost, priced, unknown = [], 0, 0.0, 0, 0
+    lines, requests, cost, batch_cost, priced, unknown = [], 0, 0.0, 0.0, 0, 0
     for job in grid.jobs:
         extra = ""
         if job.missing_data:
@@ -68,9 +68,11 @@ def dry_run(grid: Grid) -> str:
             requests += found.requests
             extra = f"  [{found.requests} requests, ~{found.prompt_tokens} prompt tokens"
             if found.cost is not None:
-                prompt_cost = found.prompt_tokens * float(job.cfg.model.price.prompt) / 1e6
-                extra += f", at most {dollars(found.cost)} (prompt {dollars(prompt_cost)})"
+                extra += f", at most {dollars(found.cost)} live (prompt {dollars(found.prompt_cost)})"
+                if found.batch_cost is not None:
+                    extra += f", {dollars(found.batch_cost)} batch"
                 cost += found.cost
+                batch_cost += found.cost if found.batch_cost is None else found.batch_cost
                 priced += 1
             extra += f"{'; ' + found.note if found.note else ''}]"
         lines.append(job_line(job, extra))
@@ -82,8 +84,9 @@ def dry_run(grid: Grid) -> str:
     tail = "dry run: nothing sent."
     if estimated:
         tail += (
-            f" {requests} model requests from {estimated} job(s); {priced} priced jobs at most {dollars(cost)} "
-            f"(prompt tokens estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's budget)"
+            f" {requests} model requests from {estimated} job(s); {priced} priced jobs at most {dollars(cost)} live, "
+            f"{dollars(batch_cost)} with backend.batch=true where the provider has a batch price (prompt tokens "
+            f"estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's budget)"
         )
     if unknown:
         tail += f"{';' if estimated else ''} {unknown} job(s) not estimated: data missing (requests and cost unknown)"

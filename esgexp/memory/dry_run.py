@@ -2,7 +2,8 @@
 
 In: the composed config of a fine-tuning (task=finetune) or evaluation (task=mcq|qa) job. Out: the plan
 on stdout and in ``memory_plan.json`` in the run folder; no weights, no torch, no data, no MLflow run
-(a plan is not a result, so nothing reaches the tracking server or the leaderboard). The model's shape
+(a plan is not a result, so nothing reaches the tracking server or the leaderboard). For a model with
+prices (``model.price``: an API model) the questions are read to price the job, live and as a batch. The model's shape
 comes from its config.json (model.path, or the Hugging Face cache for model.hub_id), else from the
 transcribed table esgexp/models/architectures.py, else only its parameter count (model.size_b).
 """
@@ -63,18 +64,38 @@ def dry_run(cfg: DictConfig) -> dict:
     devices = device_sizes(cfg, on_gpu)
     report = {"model": cfg.model.name, "task": cfg.task, "shape_source": source, "on_gpu": on_gpu, "plans": []}
     lines = [f"memory plan: {cfg.model.name}, task={cfg.task} (shape: {source}); nothing was loaded"]
-    if shape is None:
+    if shape is None and cfg.model.get("price") and not cfg.model.get("size_b") and not finetune:
+        lines.append(f"memory: none here, the model is served by its API ({cfg.backend.get('base_url')})")
+    elif shape is None:
         lines += weights_only(cfg, on_gpu, devices, report)
     elif finetune:
         lines += plan_training(cfg, shape, on_gpu, devices, report)
     else:
         lines += plan_serving(cfg, shape, on_gpu, devices, report)
+    if cfg.model.get("price") and not finetune:
+        lines.append(price_line(cfg, report))
     print("\n".join(lines))
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     write_json(output_dir / "memory_plan.json", report)
     print(f"plan written: {output_dir / 'memory_plan.json'} (dry run: no MLflow run)")
     return report
+
+
+def price_line(cfg: DictConfig, report: dict) -> str:
+    """The job's requests and cost at the model's prices, live and (with ``price.batch_discount``) as a batch."""
+    from esgexp.cli.paper import dollars
+    from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
+
+    found = estimate(cfg, {})
+    if found.cost is None:
+        return f"cost: not estimated ({found.note})"
+    report["cost"] = {"requests": found.requests, "prompt_tokens": found.prompt_tokens, "live": found.cost}
+    line = f"cost: {found.requests} requests, ~{found.prompt_tokens} prompt tokens: at most {dollars(found.cost)} live"
+    if found.batch_cost is not None:
+        report["cost"]["batch"] = found.batch_cost
+        line += f", {dollars(found.batch_cost)} with backend.batch=true"
+    return line + f" (tokens estimated at {CHARS_PER_TOKEN} characters each, completions at their full budget)"
 
 
 def find_shape(model_cfg: DictConfig, cache_dir: str) -> tuple[Shape | None, str]:

@@ -2,7 +2,9 @@
 (one per asked item, as ``run.make_requests`` builds them), their prompt tokens and, with the model
 config's list prices (``model.price``, US dollars per million tokens, as ``run.usage_metrics`` reads them),
 the cost: prompt tokens at the prompt price plus every request's completion budget at the completion
-price (an upper bound: answers are usually shorter).
+price (an upper bound: answers are usually shorter). With ``model.price.batch_discount`` (the share a
+provider's Batch API takes off, 0.5 at OpenAI) the same requests are also priced as a batch
+(``backend.batch=true``).
 
 Tokens are estimated at 4 characters per token (OpenAI's rule of thumb for English); a run records
 the real counts (``usage/*`` in metrics.json)."""
@@ -31,6 +33,8 @@ class Estimate:
     completion_budget: int = 0
     cost: float | None = None
     note: str = ""
+    batch_cost: float | None = None  # the cost through the provider's Batch API (None: no batch price)
+    prompt_cost: float | None = None
 
 
 def tokens(text: str) -> int:
@@ -80,9 +84,17 @@ def explanation_estimate(cfg: DictConfig, data) -> Estimate:
 
 
 def priced(cfg: DictConfig, requests: int, prompt_tokens: int, budget: int) -> Estimate:
-    """The estimate with its cost at the model's list prices (None without prices)."""
+    """The estimate with its cost at the model's list prices, and at its batch price where it has one (None
+    without prices)."""
+    from esgexp.tasks.generation import token_cost
+
+    found = Estimate(requests, prompt_tokens, budget)
     price = cfg.model.get("price")
-    cost = None
     if price:
-        cost = prompt_tokens * float(price.prompt) / 1e6 + budget * float(price.get("completion", 0)) / 1e6
-    return Estimate(requests, prompt_tokens, budget, cost)
+        found.cost = token_cost({"prompt_tokens": prompt_tokens, "completion_tokens": budget}, price)
+        found.prompt_cost = token_cost({"prompt_tokens": prompt_tokens}, price)
+        if price.get("batch_discount") is not None:
+            found.batch_cost = token_cost(
+                {"batch_prompt_tokens": prompt_tokens, "batch_completion_tokens": budget}, price
+            )
+    return found

@@ -222,13 +222,24 @@ def predict(
 
 
 def usage_metrics(usage: dict[str, int], price) -> dict[str, float]:
-    """``usage/<kind>_tokens`` sums and, with the model's prices per million tokens, ``usage/cost``."""
+    """``usage/<kind>_tokens`` sums (``batch_<kind>_tokens``: answered by a batch) and, with the model's prices
+    per million tokens, ``usage/cost``: batch tokens at ``price.batch_discount`` off the list price."""
     metrics = {f"usage/{key}": value for key, value in sorted(usage.items())}
     if price and usage:
-        metrics["usage/cost"] = sum(
-            usage.get(f"{kind}_tokens", 0) * float(per_million) / 1e6 for kind, per_million in price.items()
-        )
+        metrics["usage/cost"] = token_cost(usage, price)
     return metrics
+
+
+def token_cost(usage: dict[str, int], price) -> float:
+    """US dollars for ``usage``'s prompt and completion tokens, live and batch, at ``price`` (per million)."""
+    batch_share = 1.0 - float(price.get("batch_discount") or 0.0)
+    cost = 0.0
+    for kind in ("prompt", "completion"):
+        per_token = float(price.get(kind) or 0.0) / 1e6
+        cost += (
+            usage.get(f"{kind}_tokens", 0) * per_token + usage.get(f"batch_{kind}_tokens", 0) * per_token * batch_share
+        )
+    return cost
 
 
 def latest_records(predictions: PredictionLog, items: list) -> list[dict]:
