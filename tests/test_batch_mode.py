@@ -77,6 +77,22 @@ def test_a_job_goes_through_the_batch_api_at_the_batch_price_and_a_rerun_sends_n
         assert metrics_of(run_folder(tmp_path))["n_cached"] == 8
 
 
+def test_a_finished_batch_is_read_again_and_one_whose_output_is_gone_is_submitted_anew(fake, tmp_path, clean_env):
+    """Without the request cache a rerun reads the earlier batch's output again (nothing submitted); once the
+    provider has deleted that file, the requests go into a new batch, not the live API."""
+    with FakeBatchAPI(fake.base_url) as api:
+        args = batch_args(api.base_url, tmp_path, "cache=off")
+        assert run_cli("esgexp", *args, cwd=REPO, env=clean_env).returncode == 0
+        again = run_cli("esgexp", *args, cwd=REPO, env=clean_env)
+        assert again.returncode == 0 and api.created == ["batch_1"] and api.live == 0, again.stderr[-3000:]
+        assert metrics_of(run_folder(tmp_path))["n_batch_answers"] == 8
+        del api.files[api.batches["batch_1"]["output_file_id"]]
+        gone = run_cli("esgexp", *args, cwd=REPO, env=clean_env)
+        assert gone.returncode == 0, gone.stderr[-3000:]
+        assert api.created == ["batch_1", "batch_2"] and api.live == 0
+        assert "of batch batch_1 is gone (HTTP 404" in said(gone)
+
+
 def test_letter_log_probabilities_through_a_batch(fake, tmp_path, clean_env):
     with FakeBatchAPI(fake.base_url) as api:
         done = run_cli("esgexp", *batch_args(api.base_url, tmp_path, "scoring=logprob"), cwd=REPO, env=clean_env)
@@ -201,3 +217,22 @@ def test_batch_answers_of_the_real_server_are_the_live_answers(llama_server, tmp
         for side in ("batch", "live")
     ]
     assert outputs[0] == outputs[1] and len(outputs[0]) == 6
+
+
+def test_a_server_without_a_batch_api_is_one_clear_error(llama_server, tmp_path, clean_env):
+    done = run_cli("esgexp", *batch_args(llama_server, tmp_path), cwd=REPO, env=clean_env)
+    assert done.returncode == 2
+    assert "refused a batch file upload (POST /files): HTTP 404" in said(done)
+    assert "needs a server with OpenAI's Batch API" in said(done) and "vllm run-batch" in said(done)
+
+
+def test_bad_batch_settings_and_files_are_named(tmp_path, clean_env):
+    done = run_cli(
+        "esgexp", *batch_args("http://127.0.0.1:9/v1", tmp_path, "backend.batch_failed=later"), cwd=REPO, env=clean_env
+    )
+    assert done.returncode == 2 and "backend.batch_failed" in said(done) and "live, resume" in said(done)
+    output = tmp_path / "answers.jsonl"
+    output.write_text('{"custom_id": "1.abc", "response": {"status_code": 200, "body": {}}}\nnot json\n')
+    args = batch_args("http://127.0.0.1:9/v1", tmp_path, f"backend.batch_output={output}")
+    done = run_cli("esgexp", *args, cwd=REPO, env=clean_env)
+    assert done.returncode == 2 and f"{output}, line 2: not a batch output line ('not json')" in said(done)

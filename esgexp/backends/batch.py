@@ -136,27 +136,33 @@ class BatchRun:
 
     def run(self, requests: Sequence[Request], on_results: OnResults) -> list[Request]:
         """Answer ``requests`` through batches, handing answers over as each batch is read; return those to
-        ask live (``batch_failed=live``) — the rest of the unanswered are handed over as failed."""
+        ask live (``batch_failed=live``), else hand the unanswered over as failed. Batches an earlier run
+        submitted come first: a finished one is read again (a file gone from the server: its requests are
+        submitted anew), a running one is waited for."""
         identity = self.backend.identity()
         by_custom = {custom_id(r, cache_key(identity, self.backend.rendered(r), r)): r for r in requests}
         if self.settings.output:
             return self.imported(by_custom, on_results)
+        handed: set[str] = set()
         records = self.earlier(by_custom)
-        covered = {cid for record in records for cid in self.covers(record)}
-        todo = [cid for cid in by_custom if cid not in covered]
+        for record in [r for r in records if r.status in ENDED]:  # answered before: read again
+            wanted = [c for c in record.answered if c in by_custom and c not in handed]
+            handed |= self.collect(record, wanted, by_custom, on_results)
+        running = [r for r in records if r.status not in ENDED]
+        waiting = {cid for record in running for cid in record.custom_ids} & set(by_custom)
         if records:
             log.info(
                 "%d request(s) are in %d batch(es) submitted before (%s): not submitted again",
-                len(covered & set(by_custom)),
+                len(handed | waiting),
                 len(records),
                 ", ".join(r.batch_id for r in records),
             )
-        for chunk in self.chunks(todo, by_custom):
-            records.append(self.submit(chunk, by_custom))
-        left: list[str] = []
-        for record in records:
-            left += self.collect(record, by_custom, on_results)
-        return self.unanswered(left, by_custom, on_results)
+        todo = [cid for cid in by_custom if cid not in handed and cid not in waiting]
+        running += [self.submit(chunk, by_custom) for chunk in self.chunks(todo, by_custom)]
+        for record in running:
+            wanted = [c for c in record.custom_ids if c in by_custom and c not in handed]
+            handed |= self.collect(record, wanted, by_custom, on_results)
+        return self.unanswered([cid for cid in by_custom if cid not in handed], by_custom, on_results)
 
     # --- finding and submitting ------------------------------------------------------------------
 
@@ -200,10 +206,20 @@ class BatchRun:
         input_file = self.folder / f"{number}.input.jsonl"
         write_atomic(input_file, "".join(line + "\n" for _, line in lines))
         endpoint = "/v1" + self.backend.request_body(by_custom[lines[0][0]])[0]
-        with self.client.reporting("a batch file upload (POST /files)"):
-            uploaded = self.client.upload(
-                "/files", {"purpose": "batch", "file": (input_file.name, input_file.read_bytes(), "application/jsonl")}
-            )
+        try:
+            with self.client.reporting("a batch file upload (POST /files)"):
+                uploaded = self.client.upload(
+                    "/files",
+                    {"purpose": "batch", "file": (input_file.name, input_file.read_bytes(), "application/jsonl")},
+                )
+        except UserError as error:
+            if "HTTP 404" not in str(error):
+                raise
+            raise UserError(
+                f"{error}: backend.batch=true needs a server with OpenAI's Batch API (/files, /batches: OpenAI, Qwen's "
+                "Model Studio); for a model you serve, run the batch file through `vllm run-batch` "
+                "(backend.batch_output=FILE), or leave backend.batch=false"
+            ) from None
         with self.client.reporting("a batch (POST /batches)"):
             created, _ = self.client.post(
                 "/batches",
@@ -242,30 +258,27 @@ class BatchRun:
 
     # --- waiting and reading ---------------------------------------------------------------------
 
-    def collect(self, record: BatchRecord, by_custom: dict[str, Request], on_results: OnResults) -> list[str]:
-        """Wait for the batch to end, hand over its answers to these requests; return the custom ids of these
-        requests it did not answer."""
-        mine = [cid for cid in record.custom_ids if cid in by_custom]
+    def collect(
+        self, record: BatchRecord, wanted: list[str], by_custom: dict[str, Request], on_results: OnResults
+    ) -> set[str]:
+        """Wait for the batch to end, hand over its answers to the ``wanted`` custom ids; return those handed."""
         if record.status not in ENDED:
-            self.wait(record, len(mine))
+            self.wait(record, len(wanted))
         answers = self.read_files(record)
         record.answered = sorted(cid for cid, entry in answers.items() if line_error(entry) is None)
         self.save(record)
-        responses, left = [], []
-        for cid in mine:
+        responses = []
+        for cid in wanted:
             entry = answers.get(cid)
-            error = line_error(entry) if entry else None
-            if entry is None or error is not None:
-                left.append(cid)
-                self.backend.batch_errors[cid] = f"batch {record.batch_id} ({record.status}): " + (
-                    error or "no answer in its output"
-                )
-                continue
-            responses.append(self.response(by_custom[cid], entry["response"]["body"]))
+            error = line_error(entry) if entry else "no answer in its output"
+            if error is None:
+                responses.append(self.response(by_custom[cid], entry["response"]["body"]))
+            else:
+                self.backend.batch_errors[cid] = f"batch {record.batch_id} ({record.status}): {error}"
         self.backend.batch_counts["n_batch_answers"] += len(responses)
         if responses:
             on_results(responses)
-        return left
+        return {cid for cid in wanted if cid in answers and line_error(answers[cid]) is None}
 
     def response(self, request: Request, body: dict) -> Response:
         """``request``'s answer from a batch line's body: as the live path reads it, its token counts as batch
@@ -335,7 +348,18 @@ class BatchRun:
             if not file_id:
                 continue
             with self.client.reporting(f"the download of file {file_id} of batch {record.batch_id}"):
-                text = self.client.download(f"/files/{file_id}/content").decode("utf-8")
+                try:
+                    text = self.client.download(f"/files/{file_id}/content").decode("utf-8")
+                except RequestFailed as error:
+                    if error.status != 404:
+                        raise
+                    log.warning(
+                        "file %s of batch %s is gone (%s): its requests are asked again",
+                        file_id,
+                        record.batch_id,
+                        error,
+                    )
+                    continue
             found.update(read_lines(text, f"file {file_id} of batch {record.batch_id}"))
         return found
 
@@ -352,7 +376,14 @@ class BatchRun:
             "%d request(s) the batches did not answer are left for resume=true (batch_failed=resume)", len(left)
         )
         on_results(
-            [Response(id=by_custom[cid].id, failed=True, error=self.backend.batch_errors[cid][:500]) for cid in left]
+            [
+                Response(
+                    id=by_custom[cid].id,
+                    failed=True,
+                    error=self.backend.batch_errors.get(cid, "no batch answered it")[:500],
+                )
+                for cid in left
+            ]
         )
         return []
 
