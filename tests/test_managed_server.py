@@ -85,3 +85,17 @@ def test_ctrl_c_during_the_job_leaves_no_server_behind(llama_cpp, tmp_path, clea
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr[-2000:]
     assert gone(record["pid"])
+
+
+def test_a_shared_server_serves_every_job_of_a_sweep_and_stops_at_its_end(llama_cpp, tmp_path, clean_env):
+    """-m over two datasets sizes with backend.server.shared=true: one server (one pid, one log, in the first
+    job's folder) answers both jobs, and is gone when the sweep's process ends."""
+    from cli import run_cli
+
+    args = [*LLAMA, ONE_THREAD, "backend.server.shared=true", "dataset.limit=2,3", f"paths.root_dir={tmp_path}"]
+    done = run_cli("esgexp", "-m", *args, "trainer.progress_bar=false", cwd=tmp_path, env=clean_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("**/server.json"), key=lambda p: p.parent.name)]
+    assert len(records) == 2 and records[0] == records[1]
+    assert len(list(tmp_path.glob("**/server.log"))) == 1
+    assert gone(records[0]["pid"])

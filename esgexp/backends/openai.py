@@ -102,6 +102,7 @@ class OpenAIBackend(Backend):
         "server.host",  # where and how long a started server waits: not what it answers
         "server.port",
         "server.startup_timeout_s",
+        "server.shared",
         # batch or live, the answers are the same model's: a run moves from one to the other and resumes
         "batch",
         "batch_window",
@@ -157,6 +158,7 @@ class OpenAIBackend(Backend):
         # A server esgexp starts (backend/server=...): its base_url is the one it listens on, and it is known
         # by its command (its port changes from run to run; the request cache must not).
         self.server = None
+        self.server_shared = bool(server and server.get("shared"))  # left running for the sweep's next job
         self.server_command = [*server["command"], *(server.get("extra_args") or [])] if server else None
         if server:
             from esgexp.backends.server import start_server
@@ -221,7 +223,7 @@ class OpenAIBackend(Backend):
     def close(self) -> None:
         self.stop_workers(join=True)
         self.client.close()
-        if self.server is not None:
+        if self.server is not None and not self.server_shared:
             self.server.stop()
 
     # --- the threads and their connections -------------------------------------------------------

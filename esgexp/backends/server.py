@@ -6,8 +6,10 @@ In: the ``server`` node (``command`` and ``extra_args``, lists whose items may h
 ``{served}`` (the model name the client asks for), ``{model_path}`` (``model.path`` or ``model.hub_id``) and
 ``{model_gguf}`` (the model's packaged GGUF file); ``host``; ``port``, null for a free one;
 ``health_path``; ``startup_timeout_s``; ``env``) and the folder its log goes to. Out: a running process and
-its ``base_url`` (and ``server.json``, its command and pid, beside its log). It is stopped by ``stop()`` (the backend's ``close``), at interpreter exit (Ctrl-C,
-SIGTERM, an error) and, on Linux, when the esgexp process dies (kill -9): no server outlives its job.
+its ``base_url`` (and ``server.json``, its command and pid, beside its log). It is stopped by ``stop()`` (the
+backend's ``close``; with ``shared: true``, when the next job of the sweep needs another server), at
+interpreter exit (Ctrl-C, SIGTERM, an error, the end of a sweep) and, on Linux, when the esgexp process
+dies (kill -9): no server outlives its job, or with ``shared``, its sweep.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pathlib import Path
 from esgexp.errors import UserError
 
 RUNNING: list[ManagedServer] = []
+#: The server a job left running for the next jobs of its sweep (``backend.server.shared``), by what it serves.
+KEPT: dict[str, ManagedServer] = {}
 LOG_TAIL = 15
 
 
@@ -58,13 +62,7 @@ class ManagedServer:
                     f"backend.server.command {self.command[0]!r} cannot be started: {error.strerror}"
                 ) from error
         RUNNING.append(self)
-        record = {
-            "command": self.command,
-            "pid": self.process.pid,
-            "base_url": self.base_url,
-            "log": str(self.log_path),
-        }
-        (self.log_path.parent / "server.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        self.record(self.log_path.parent / "server.json")
         deadline = time.monotonic() + self.timeout_s
         while not self.healthy():
             if self.process.poll() is not None:
@@ -79,6 +77,17 @@ class ManagedServer:
                 )
             time.sleep(0.25)
         return self
+
+    def record(self, path: Path) -> None:
+        """Its command, pid, base URL and log, as JSON at ``path`` (every run folder it serves has one)."""
+        record = {
+            "command": self.command,
+            "pid": self.process.pid,
+            "base_url": self.base_url,
+            "log": str(self.log_path),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     def healthy(self) -> bool:
         try:
@@ -114,22 +123,41 @@ class ManagedServer:
 
 
 def start_server(node, model_cfg, served: str, log_dir: str | Path) -> ManagedServer:
-    """The server the ``server`` node describes, started for ``model_cfg`` and answering."""
+    """The server the ``server`` node describes, started for ``model_cfg`` and answering. ``shared``: the
+    server an earlier job of this process (a sweep) left for it is used when it serves the same command and
+    still answers; a server for something else is stopped first (it holds the GPUs)."""
     host = str(node.get("host") or "127.0.0.1")
-    port = int(node.get("port") or free_port(host))
-    values = {"python": sys.executable, "host": host, "port": str(port), "served": served}
-    values.update(model_files(model_cfg))
-    command = [fill(str(part), values) for part in [*node["command"], *(node.get("extra_args") or [])]]
-    env = {str(k): fill(str(v), values) for k, v in (node.get("env") or {}).items()}
+    values = {"python": sys.executable, "host": host, "served": served, **model_files(model_cfg)}
+    parts = [*node["command"], *(node.get("extra_args") or [])]
+    env_node = {str(k): str(v) for k, v in (node.get("env") or {}).items()}
+    key = json.dumps([parts, env_node, values, node.get("port")], sort_keys=True)
+    shared = bool(node.get("shared"))
+    if shared:
+        kept = KEPT.get(key)
+        if kept is not None and kept.process.poll() is None and kept.healthy():
+            kept.record(Path(log_dir) / "server.json")
+            return kept
+        stop_kept()
+    values["port"] = str(int(node.get("port") or free_port(host)))
+    command = [fill(str(part), values) for part in parts]
+    env = {name: fill(value, values) for name, value in env_node.items()}
     server = ManagedServer(
         command,
         host,
-        port,
+        int(values["port"]),
         str(node.get("health_path") or "/v1/models"),
         float(node["startup_timeout_s"]),
         Path(log_dir) / "server.log",
-    )
-    return server.start(env)
+    ).start(env)
+    if shared:
+        KEPT[key] = server
+    return server
+
+
+def stop_kept() -> None:
+    """Stop the server kept for a sweep's next job, if any."""
+    for key in list(KEPT):
+        KEPT.pop(key).stop()
 
 
 def fill(text: str, values: dict[str, str]) -> str:
