@@ -60,6 +60,10 @@ class GenerationJob(Job):
             "template": cfg.template.name,
             "retriever": cfg.retriever.name if cfg.strategy.name == "rag" else None,
         }
+        if cfg.get("judge"):
+            from esgexp.eval.judge import judge_tags
+
+            tags.update(judge_tags(cfg))
         if cfg.model.adapter:
             from esgexp.models.lora import adapter_tags
 
@@ -81,6 +85,10 @@ class GenerationJob(Job):
         finally:
             self.backend.close()
         self.records, metrics, info = self.task.score(items, latest_records(predictions, items))
+        if cfg.get("judge"):  # an LLM judge beside the string metrics (task=qa only: esgexp/core/settings.py)
+            from esgexp.eval.judge import run_judge
+
+            metrics.update(run_judge(cfg, items, self.records))
         predictions.rewrite(self.records)
         for name, report in self.task.reports.items():
             write_json(self.output_dir / name, report)
