@@ -148,7 +148,7 @@ def kappa(a: Sequence[bool], b: Sequence[bool]) -> float | None:
     observed = sum(x == y for x, y in zip(a, b)) / n
     pa, pb = sum(a) / n, sum(b) / n
     chance = pa * pb + (1 - pa) * (1 - pb)
-    return None if chance >= 1 else (observed - chance) / (1 - chance)
+    return None if chance >= 1 else (observed - chance) / (1 - chance) + 0.0  # + 0.0: never -0.0
 
 
 def agreement_metrics(records: list[dict]) -> dict:
