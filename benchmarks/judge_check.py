@@ -106,19 +106,20 @@ def main() -> None:
     for index, (dataset, question, answer, expected, kind) in enumerate(CASES):
         item = dataclasses.replace(items[question], id=f"case{index:02d}")
         values = scorer.score([answer], [item.answers]).per_item[0]
-        cases.append((item, expected, kind))
+        cases.append((item, expected, kind, dataset))
         records.append(
             {"id": item.id, "qtype": item.qtype, "answer": answer, "metrics": {"em": values["em"], "f1": values["f1"]}}
         )
-    metrics = run_judge(cfg, [item for item, _, _ in cases], records)
+    metrics = run_judge(cfg, [item for item, *_ in cases], records)
 
     rows = []
     print(f"judge {cfg.judge.model} ({cfg.judge.prompt_version}) on {len(cases)} answers with known verdicts\n")
     print(f"| case | tests | gold | answer | known | judge | F1 | EM | judge agrees |\n|{'---|' * 9}")
-    for (item, expected, kind), record in zip(cases, records):
+    for (item, expected, kind, dataset), record in zip(cases, records):
         verdict = record["judge"]["verdict"]
         row = {
             "case": item.id,
+            "dataset": dataset,
             "tests": kind,
             "question": item.question,
             "gold": item.answers[0],
