@@ -158,11 +158,14 @@ def test_judge_is_part_of_the_identity_and_refused_outside_open_qa(make_cfg):
     ]
 
 
-def test_an_unknown_judge_model_is_named(make_cfg):
-    cfg = make_cfg(*FACTOID, "judge=default", "judge.model=no-such-model")
-    records = [{"id": "a", "qtype": "factoid", "answer": "x", "metrics": {}}]
+@pytest.mark.usefixtures("made_store")
+def test_an_unknown_judge_model_is_named_before_any_answer(tiny_cfg, tmp_path):
+    from esgexp.core.run import run_job
+
+    cfg = tiny_cfg(*FACTOID, "dataset.limit=2", "judge=default", "judge.model=no-such-model")
     with pytest.raises(UserError, match=r"judge.model: no model config 'no-such-model' .*known: .*smollm2-135m"):
-        run_judge(cfg, [QAItem("a", "Q?", ("x",), "factoid")], records)
+        run_job(cfg)
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()
 
 
 def test_unanswered_items_are_not_asked_and_replies_cut_off_count_as_invalid(make_cfg):

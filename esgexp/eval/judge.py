@@ -237,12 +237,24 @@ def judge_model_config(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
     return backend, model
 
 
-def make_judge_backend(cfg: DictConfig):
-    """The judge model's backend, behind the run's request cache (``cache`` mode)."""
+def check_judge(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
+    """The judge's (backend node, model node), checked before a run asks anything: its model config exists and
+    its backend's optional packages are installed (a UserError names what is missing)."""
+    from esgexp.backends import backend_class
+
+    backend_cfg, model_cfg = judge_model_config(cfg)
+    missing = backend_class(backend_cfg._target_).missing_requirements()
+    if missing:
+        raise UserError(f"judge: {missing[0]}")
+    return backend_cfg, model_cfg
+
+
+def make_judge_backend(cfg: DictConfig, config: tuple[DictConfig, DictConfig] | None = None):
+    """The judge model's backend (``config``: what :func:`check_judge` returned), behind the run's request cache."""
     from esgexp.backends import make_backend
     from esgexp.backends.base import RunContext
 
-    backend_cfg, model_cfg = judge_model_config(cfg)
+    backend_cfg, model_cfg = config or judge_model_config(cfg)
     context = RunContext(
         cache_dir=cfg.paths.cache_dir, tracking_uri=cfg.tracking.uri, seed=cfg.seed, output_dir=cfg.paths.output_dir
     )
@@ -259,11 +271,12 @@ def judge_tags(cfg: DictConfig) -> dict[str, str]:
     return {"judge_model": cfg.judge.model, "judge_backend": backend, "judge_prompt": cfg.judge.prompt_version}
 
 
-def run_judge(cfg: DictConfig, items: list, records: list[dict], backend=None) -> dict:
+def run_judge(cfg: DictConfig, items: list, records: list[dict], backend=None, config=None) -> dict:
     """Ask the judge about every answered item of ``records`` (one per item of ``items``, in order), write
     each verdict into its record (``record["judge"]``, ``record["metrics"]["judge_accuracy"|"judge_credit"]``)
     and return the judge metrics with the judge backend's counts (``judge/n_cached``, ``judge/n_requests``).
-    ``backend``: the judge's backend (made from ``cfg.judge`` when None; closed here either way)."""
+    ``backend``: the judge's backend (made from ``config``, :func:`check_judge`'s, or else from ``cfg.judge``
+    when None; closed here either way)."""
     by_id = {item.id: item for item in items}
     asked = {}
     for record in records:
@@ -273,7 +286,7 @@ def run_judge(cfg: DictConfig, items: list, records: list[dict], backend=None) -
         else:
             asked[record["id"]] = judge_request(by_id[record["id"]], record["answer"], cfg.judge)
     replies: dict = {}
-    backend = backend or (make_judge_backend(cfg) if asked else None)
+    backend = backend or (make_judge_backend(cfg, config) if asked else None)
     try:
         if asked:
             log.info("judge %s grades %d answers", cfg.judge.model, len(asked))
