@@ -141,9 +141,9 @@ def test_leaderboard_lists_every_finished_run(tiny_cfg, tmp_path):
     csv_lines = (tmp_path / "board" / "leaderboard.csv").read_text().splitlines()
     assert csv_lines[0] == (
         "dataset,task,model,backend,finetuned_from,family,size_b,instruct,strategy,retriever,query,scoring,encoder,"
-        "predictions,n,unanswered,items,variant,headline,value,ci_low,ci_high,stderr,not_worse,p_vs_best,ci_note,"
-        "accuracy,invalid_rate,"
-        "factoid_f1,nonfactoid_rouge_l,nonfactoid_bertscore,table_rouge_l,esgbench_numeric_acc,recall@10,run_id"
+        "predictions,judge,judge_prompt,n,unanswered,items,variant,headline,value,ci_low,ci_high,stderr,not_worse,"
+        "p_vs_best,ci_note,accuracy,invalid_rate,factoid_f1,nonfactoid_rouge_l,nonfactoid_bertscore,table_rouge_l,"
+        "esgbench_numeric_acc,recall@10,judge_accuracy,judge_credit,run_id"
     )
     rows = [dict(zip(csv_lines[0].split(","), line.split(","))) for line in csv_lines[1:]]
     assert len(rows) == 2

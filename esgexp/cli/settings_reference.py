@@ -25,6 +25,7 @@ GROUPS = (
     "template",
     "scoring",
     "metrics",
+    "judge",
     "retriever",
     "query",
     "trainer",

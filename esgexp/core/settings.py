@@ -15,6 +15,7 @@ from esgexp.backends.cache import CACHE_MODES
 from esgexp.core.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
 from esgexp.data.pdf import READERS
 from esgexp.errors import UserError
+from esgexp.eval.judge import PROMPTS as JUDGE_PROMPTS
 from esgexp.tasks.kinds import KINDS
 
 TASKS = tuple(KINDS)  # the registered task kinds (esgexp/tasks/kinds.py)
@@ -25,6 +26,7 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 MCQ_CONTEXTS = ("full", "best_line")
 QA_CONTEXTS = ("full",)
 NUMERIC_RULES = ("unit_aware", "esgbench")  # metrics.numeric: esgbench_metrics.NUMERIC_RULES
+JUDGE_BACKENDS = ("hf", "openai", "vllm")  # judge.backend: a conf/backend/ option for the judge model
 
 
 def _context_rule(cfg: DictConfig) -> Rule | None:
@@ -69,6 +71,10 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "retrieval.threshold": Integer(1, 3),
     "recall_k": Integer(1),
     "metrics.numeric": Choice(NUMERIC_RULES),
+    "judge.backend": Choice(JUDGE_BACKENDS, optional=True),
+    "judge.prompt_version": Choice(tuple(JUDGE_PROMPTS)),
+    "judge.evidence": Flag(),
+    "judge.max_new_tokens": Integer(1),
     "model.dtype": Choice(MODEL_DTYPES),
     "model.load_in_4bit": Flag(),
     "model.generation.max_new_tokens": Integer(1),
@@ -147,6 +153,9 @@ def problems(cfg: DictConfig) -> list[str]:
             found.append(f"{key} must be {expected}, got {'null' if value is None else repr(value)}")
     if trains(OmegaConf.select(cfg, "task")) and not cfg.trainer.get("max_steps") and not cfg.trainer.get("max_epochs"):
         found.append("trainer.max_steps or trainer.max_epochs must be set for fine-tuning")
+    task = OmegaConf.select(cfg, "task")
+    if cfg.get("judge") is not None and task in KINDS and task != "qa":
+        found.append(f"judge grades open answers (task=qa); task={task} has none: drop judge=... (or set judge=null)")
     return found
 
 

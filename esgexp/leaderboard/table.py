@@ -29,6 +29,8 @@ RUN_COLUMNS = [
     ("scoring", ("tags.scoring",)),
     ("encoder", ("tags.encoder",)),
     ("predictions", ("tags.predictions",)),
+    ("judge", ("tags.judge_model",)),  # judge=...: the judge model and its prompt version (esgexp/eval/judge.py)
+    ("judge_prompt", ("tags.judge_prompt",)),
     ("n", ("metrics.n_items", "metrics.n_queries")),
     ("unanswered", ("metrics.n_failed",)),
 ]
@@ -41,6 +43,8 @@ METRIC_COLUMNS = [
     ("table_rouge_l", ("metrics.table/rougeL",)),
     ("esgbench_numeric_acc", ("metrics.esgbench/numeric_accuracy", "metrics.numeric_accuracy")),
     ("recall@10", ("metrics.recall_at_10",)),
+    ("judge_accuracy", ("metrics.judge/accuracy",)),
+    ("judge_credit", ("metrics.judge/credit",)),
 ]
 # The headline metric, its 95% interval and standard error, and the comparison with the best run.
 # ``ci_note``: why there is no interval (one cluster); ``items``: the item set the run's table ranks it in;

@@ -40,7 +40,13 @@ class GenerationJob(Job):
             raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(self.loaded.skipped)})")
         # The questions to ask (MCQ with scoring.circular: one per option rotation).
         self.items = self.task.prepare(self.loaded.items)
-        # The model comes before any retrieval index: a wrong model config fails in seconds.
+        # The judge's config (judge=...) and then the model come before any retrieval index or answer: a wrong
+        # model config fails in seconds.
+        self.judge = None
+        if cfg.get("judge"):
+            from esgexp.eval.judge import check_judge
+
+            self.judge = check_judge(cfg)
         self.backend = job_backend(cfg, cfg.scoring.name)
         passages, self.retrieval = retrieve(cfg, self.items)
         self.prompts = {item.id: self.task.prompt(item, passages.get(item.id)) for item in self.items}
@@ -60,6 +66,10 @@ class GenerationJob(Job):
             "template": cfg.template.name,
             "retriever": cfg.retriever.name if cfg.strategy.name == "rag" else None,
         }
+        if cfg.get("judge"):
+            from esgexp.eval.judge import judge_tags
+
+            tags.update(judge_tags(cfg))
         if cfg.model.adapter:
             from esgexp.models.lora import adapter_tags
 
@@ -81,6 +91,10 @@ class GenerationJob(Job):
         finally:
             self.backend.close()
         self.records, metrics, info = self.task.score(items, latest_records(predictions, items))
+        if cfg.get("judge"):  # an LLM judge beside the string metrics (task=qa only: esgexp/core/settings.py)
+            from esgexp.eval.judge import run_judge
+
+            metrics.update(run_judge(cfg, items, self.records, config=self.judge))
         predictions.rewrite(self.records)
         for name, report in self.task.reports.items():
             write_json(self.output_dir / name, report)

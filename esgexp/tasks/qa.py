@@ -197,11 +197,19 @@ class QATask:
                 continue
             if key in ("headline_metric", "higher_is_better"):
                 continue
+            if key.startswith("judge/") and key.rsplit("/", 1)[-1].startswith("n_") and key not in JUDGE_PROBLEMS:
+                continue
             rows.append((key, with_interval(metrics, key) if isinstance(value, float) else str(value)))
         return rows
 
 
 INTERVAL_SUFFIXES = ("/ci_low", "/ci_high", "/stderr", "/ci_method", "/ci_note")
+# The judge's counts worth a summary row (the others are in metrics.json).
+JUDGE_PROBLEMS = ("judge/n_invalid", "judge/n_failed")
+# judge=...: ``judge/<value>`` is over every item, from the per-item ``judge_<value>`` (esgexp/eval/judge.py);
+# ``judge_accuracy`` is a 0/1 outcome.
+JUDGE = "judge"
+JUDGE_PROPORTIONS = ("judge_accuracy",)
 
 
 def is_run_value(key: str) -> bool:
@@ -218,13 +226,17 @@ def item_scores(records: list[dict], key: str, config) -> ItemScores | None:
     differs), 0/1 outcomes when the value is among ``proportions`` of the run's ``metrics`` config; None if absent."""
     metrics_cfg = config.get("metrics") or {}
     qtype, _, name = key.partition("/")
+    if qtype == JUDGE:
+        name = f"judge_{name}"
     name = (metrics_cfg.get("item_values") or {}).get(name, name)
     chosen = [
-        r for r in records if r.get("qtype") == qtype and isinstance(r.get("metrics", {}).get(name), (int, float))
+        r
+        for r in records
+        if (qtype == JUDGE or r.get("qtype") == qtype) and isinstance(r.get("metrics", {}).get(name), (int, float))
     ]
     if not chosen:
         return None
-    kind = "proportion" if name in (metrics_cfg.get("proportions") or ()) else "mean"
+    kind = "proportion" if name in (*(metrics_cfg.get("proportions") or ()), *JUDGE_PROPORTIONS) else "mean"
     values = [float(r["metrics"][name]) for r in chosen]
     return ItemScores([r["id"] for r in chosen], values, kind, clusters=record_clusters(chosen))
 
