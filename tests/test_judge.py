@@ -148,6 +148,12 @@ def test_judge_is_part_of_the_identity_and_refused_outside_open_qa(make_cfg):
     assert "judge" not in plain  # runs made before judges existed keep their config_hash
     assert job_identity(plain) != job_identity(judged_cfg) != job_identity(make_cfg(*FACTOID, "judge=gpt-4o"))
     assert job_identity(judged_cfg) != job_identity(make_cfg(*FACTOID, "judge=default", "judge.evidence=false"))
+    # the judge's speed settings are not: how many requests at a time, batch or live
+    faster = make_cfg(*FACTOID, "judge=default", "+judge.backend_overrides={max_concurrency: 32, batch: true}")
+    assert job_identity(judged_cfg) == job_identity(faster)
+    assert job_identity(judged_cfg) != job_identity(
+        make_cfg(*FACTOID, "judge=default", "+judge.backend_overrides.api=completions")
+    )
     assert problems(judged_cfg) == []
     assert problems(make_cfg("judge=default")) == [
         "judge grades open answers (task=qa); task=mcq has none: drop judge=... (or set judge=null)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cache
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -41,9 +42,23 @@ NOT_IDENTITY = (
 
 
 def ignored(key: str, backend_runtime: tuple[str, ...] = ()) -> bool:
-    """Whether the dotted ``key`` is outside the identity (NOT_IDENTITY, or ``backend.<a runtime key>``)."""
-    outside = NOT_IDENTITY + tuple(f"backend.{name}" for name in backend_runtime)
+    """Whether the dotted ``key`` is outside the identity (NOT_IDENTITY, ``backend.<a runtime key>``, or
+    ``judge.backend_overrides.<a runtime key of any backend>``: the judge's backend is its model's)."""
+    outside = (
+        NOT_IDENTITY
+        + tuple(f"backend.{name}" for name in backend_runtime)
+        + tuple(f"judge.backend_overrides.{name}" for name in every_backend_runtime_key())
+    )
     return any(key == name or key.startswith(name + ".") for name in outside)
+
+
+@cache
+def every_backend_runtime_key() -> tuple[str, ...]:
+    """The speed settings of every backend of conf/backend/."""
+    from esgexp.core.config import CONF_DIR
+
+    targets = {OmegaConf.load(path).get("_target_") for path in sorted((CONF_DIR / "backend").glob("*.yaml"))}
+    return tuple(sorted({key for target in targets if target for key in backend_runtime_keys({"_target_": target})}))
 
 
 def backend_runtime_keys(backend) -> tuple[str, ...]:
