@@ -234,3 +234,17 @@ def test_a_paired_test_over_one_cluster_has_no_p_value():
     found = paired_bootstrap([1, 1, 0, 0], [0, 0, 0, 0], ["r"] * 4, SETTINGS)
     assert found.difference == pytest.approx(-0.5) and found.note == "one cluster"
     assert math.isnan(found.p_value) and math.isnan(found.low) and found.method == "none"
+
+
+def test_a_clustered_share_of_0_or_1_gets_a_wilson_interval_over_its_clusters():
+    """Resampling all-equal hits has nothing to vary ([1, 1] would claim certainty from 5 items): Wilson over
+    the 5 clusters instead; one cluster stays without an interval."""
+    from esgexp.analysis.stats import StatsSettings, proportion_interval, wilson
+
+    settings = StatsSettings()
+    found = proportion_interval([1.0] * 8, ["a", "a", "b", "c", "c", "d", "e", "e"], settings)
+    expected = wilson(5, 5)
+    assert (found.estimate, found.low, found.high, found.method) == (1.0, expected.low, 1.0, "cluster_wilson")
+    assert round(found.low, 3) == 0.566
+    assert proportion_interval([0.0] * 4, ["a"] * 4, settings).method == "none"
+    assert proportion_interval([0.0, 1.0, 1.0], ["a", "b", "c"], settings).method == "cluster_bootstrap"

@@ -48,7 +48,7 @@ class StatsSettings:
 @dataclass(frozen=True)
 class Interval:
     """A point estimate with its interval, standard error and how the interval was computed
-    (``wilson``, ``bootstrap``, ``cluster_bootstrap``, or ``none`` with the reason in ``note``)."""
+    (``wilson``, ``bootstrap``, ``cluster_bootstrap``, ``cluster_wilson``, or ``none`` with the reason in ``note``)."""
 
     estimate: float
     low: float
@@ -211,10 +211,17 @@ def mean_interval(values: Sequence[float], clusters: Sequence | None, settings: 
 
 
 def proportion_interval(hits: Sequence[float], clusters: Sequence | None, settings: StatsSettings) -> Interval:
-    """Share of 0/1 ``hits``: Wilson without clusters, the cluster bootstrap (clustered SE) with them."""
+    """Share of 0/1 ``hits``: Wilson without clusters, the cluster bootstrap (clustered SE) with them. When
+    every hit is the same (a share of 0 or 1) resampling has nothing to vary and would say [0, 0] or [1, 1]:
+    then Wilson over the clusters, each counted once (``cluster_wilson``: as if only the clusters were
+    independent, the cautious reading)."""
     x = np.asarray(hits, dtype=float)
     if clusters is None:
         return wilson(int(x.sum()), len(x), settings.confidence)
+    if len(x) and x.min() == x.max() and not too_few_units(len(x), clusters):
+        n = len({str(c) for c in clusters})
+        found = wilson(int(x[0]) * n, n, settings.confidence)
+        return Interval(found.estimate, found.low, found.high, found.stderr, "cluster_wilson")
     return mean_interval(x, clusters, settings)
 
 
