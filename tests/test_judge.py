@@ -234,11 +234,14 @@ def test_a_run_with_a_judge_logs_verdicts_and_a_rerun_asks_the_judge_nothing(tmp
     run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
     assert run.data.tags["judge_model"] == "smollm2-135m" and run.data.tags["judge_prompt"] == "esg-judge-v1"
     assert run.data.metrics["judge/accuracy"] == pytest.approx(metrics["judge/accuracy"])
-    export(f"sqlite:///{tmp_path}/mlruns/mlflow.db", tmp_path / "board")
+    export(f"sqlite:///{tmp_path}/mlruns/mlflow.db", tmp_path / "board", formats=("csv", "html"))
     lines = (tmp_path / "board" / "leaderboard.csv").read_text().splitlines()
     rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
     assert rows and all(r["judge"] == "smollm2-135m" and r["judge_prompt"] == "esg-judge-v1" for r in rows)
     assert all(r["judge_accuracy"] == f"{metrics['judge/accuracy']:.4f}" for r in rows)
+    page = (tmp_path / "board" / "index.html").read_text()
+    assert "<th>judge</th>" in page and "smollm2-135m (esg-judge-v1)</td>" in page
+    assert f">{metrics['judge/accuracy']:.3f} [" in page  # judge/accuracy with its interval
 
 
 def test_a_judge_behind_an_openai_compatible_server(make_cfg, llama_server):

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from html import escape
 
-from esgexp.analysis.stats import interval_na
+from esgexp.analysis.stats import interval_na, with_interval
 from esgexp.core.tracking import metric_name
 from esgexp.leaderboard import figures
 from esgexp.leaderboard.assets import PAGE_CSS, PAGE_JS
@@ -46,6 +46,17 @@ def headline_cell(run: Run, named: bool) -> str:
     elif interval_note(run):
         text += f" [{interval_na(interval_note(run))}]"
     return cell(escape(text), sort=values["value"], css="num", title=f"{values['headline']}: 95% interval")
+
+
+def judge_cells(run: Run) -> list[str]:
+    """The judge's model and prompt version, and ``judge/accuracy`` with its interval (empty without a judge)."""
+    if not run.tags.get("judge_model"):
+        return [cell(""), cell("")]
+    accuracy = run.metrics.get("judge/accuracy")
+    return [
+        cell(escape(f"{run.tags['judge_model']} ({run.tags.get('judge_prompt', '')})")),
+        cell(escape(with_interval(run.metrics, "judge/accuracy")), sort=accuracy, css="num"),
+    ]
 
 
 def baselines(run: Run) -> str:
@@ -94,6 +105,8 @@ def board_table(table_id: str, runs: list[Run], marks: dict[str, Mark]) -> str:
         "never answered",
         f"{one or 'headline'} ± 95% CI",
         "invalid rate",
+        "judge",
+        "judge accuracy [95% CI]",
         "baselines",
         "not worse than best",
         "run",
@@ -118,6 +131,7 @@ def board_table(table_id: str, runs: list[Run], marks: dict[str, Mark]) -> str:
                 cell(str(int(failed)), sort=failed, css="num") if failed else cell(""),
                 headline_cell(run, named=one is None),
                 cell(number(run.metrics.get("invalid_rate")), sort=run.metrics.get("invalid_rate"), css="num"),
+                *judge_cells(run),
                 cell(escape(baselines(run))),
                 mark_cell(marks.get(run.run_id)),
                 cell(f'<a href="#card-{run.run_id}"><code>{run.run_id[:8]}</code></a>', sort=run.run_id),
