@@ -183,6 +183,27 @@ def test_a_run_killed_after_submitting_resumes_and_never_submits_twice(fake, tmp
         assert len(records) == 8 and not any(r.get("failed") for r in records)
 
 
+def test_batch_wait_false_submits_and_ends_and_resume_collects(fake, tmp_path, clean_env):
+    """A table's worth of batches submitted in minutes: the job submits, looks once, and ends without an answer
+    (nothing asked live); the next day resume=true collects the same batch."""
+    with FakeBatchAPI(fake.base_url) as api:
+        args = batch_args(api.base_url, tmp_path, "backend.batch_wait=false")
+        first = run_cli("esgexp", *args, cwd=REPO, env=clean_env)
+        assert first.returncode == 2, first.stderr[-3000:]
+        pending = f"pending in batch batch_1 (in_progress) at {api.base_url}: resume=true collects it"
+        assert f"every item failed (e.g. {pending};" in said(first)
+        assert "8 request(s) wait in batch(es) still running" in said(first)
+        assert api.created == ["batch_1"] and api.live == 0 and api.statuses == ["in_progress"]
+        records = read_jsonl(run_folder(tmp_path) / "predictions.jsonl")
+        assert len(records) == 8 and all(r["error"] == pending for r in records)
+        done = run_cli("esgexp", *args, "resume=true", cwd=REPO, env=clean_env)  # looks once more: finalizing
+        assert done.returncode == 2 and api.created == ["batch_1"], done.stderr[-3000:]
+        done = run_cli("esgexp", *args, "resume=true", cwd=REPO, env=clean_env)  # completed: collected
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (api.uploads, api.created, api.live) == (1, ["batch_1"], 0)
+        assert metrics_of(run_folder(tmp_path))["n_batch_answers"] == 8
+
+
 def test_a_batch_file_run_elsewhere_is_read_back_and_nothing_is_sent(fake, tmp_path, clean_env):
     """backend.batch_output: the job writes the batch file and says how to run it; once the output exists (here
     made as `vllm run-batch` makes it, against the stand-in API) the same command reads it back; the base URL

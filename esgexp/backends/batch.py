@@ -16,6 +16,9 @@ answers of the live path are. The ids are saved the moment they exist, in the ru
 the same requests (``resume=true``, or the same command after Ctrl-C, kill -9 or a closed laptop) finds an
 unfinished batch there and waits for it, or downloads a finished one again, and never submits it twice.
 
+With ``batch_wait=false`` the job submits, looks once and ends: the items of a batch still running are
+failed as ``pending in batch ID`` (never asked live), and ``resume=true`` collects them later.
+
 An item a batch failed (an error line, a status other than 200) or never reached (``expired``,
 ``cancelled``, ``failed``) is asked on the live API at once (``batch_failed=live``) or left failed for
 ``resume=true`` (``batch_failed=resume``). An answer's token counts come back as ``batch_prompt_tokens``,
@@ -57,6 +60,7 @@ class BatchSettings:
     failed: str = "live"
     output: str | None = None
     max_requests: int = MAX_REQUESTS
+    wait: bool = True  # false: submit, look once, and leave a batch still running for resume=true
 
 
 @dataclass
@@ -133,6 +137,8 @@ class BatchRun:
         self.registry = registry
         self.progress = progress
         self.client: OpenAIClient = backend.client
+        self.pending: set[str] = set()  # custom ids in batches still running (batch_wait=false)
+        self.seen: dict[str, bool] = {}  # batch ids looked at in this run (the first look is logged)
 
     def run(self, requests: Sequence[Request], on_results: OnResults) -> list[Request]:
         """Answer ``requests`` through batches, handing answers over as each batch is read; return those to
@@ -263,7 +269,17 @@ class BatchRun:
     ) -> set[str]:
         """Wait for the batch to end, hand over its answers to the ``wanted`` custom ids; return those handed."""
         if record.status not in ENDED:
-            self.wait(record, len(wanted))
+            if not self.settings.wait:
+                self.look(record)
+            else:
+                self.wait(record, len(wanted))
+        if record.status not in ENDED:  # batch_wait=false: it runs on at the provider
+            for cid in wanted:
+                self.backend.batch_errors[cid] = (
+                    f"pending in batch {record.batch_id} ({record.status}) at {record.base_url}: resume=true collects it"
+                )
+            self.pending.update(wanted)
+            return set()
         answers = self.read_files(record)
         record.answered = sorted(cid for cid, entry in answers.items() if line_error(entry) is None)
         self.save(record)
@@ -291,43 +307,22 @@ class BatchRun:
         return response
 
     def wait(self, record: BatchRecord, n_mine: int) -> None:
-        """Poll the batch every ``poll_s`` until it ends, with a progress bar and a log line per change of status.
-        A server that does not answer a poll is asked again at the next (the batch runs on without us)."""
+        """Look at the batch every ``poll_s`` until it ends, with a progress bar. A server that does not answer
+        a look is asked again at the next (the batch runs on without us)."""
         from tqdm.auto import tqdm
 
-        started, last = time.monotonic(), None
         bar = tqdm(total=n_mine, desc=f"batch {record.batch_id}", disable=not self.progress)
         try:
             while True:
                 try:
-                    state = self.client.get(f"/batches/{record.batch_id}")
+                    counts = self.look(record)
                 except RetryableError as error:
-                    log.warning("batch %s: no answer to a poll (%s); asking again", record.batch_id, error)
+                    log.warning("batch %s: no answer to a look (%s); asking again", record.batch_id, error)
                     time.sleep(self.settings.poll_s)
                     continue
-                except RequestFailed as error:
-                    raise UserError(f"batch {record.batch_id} on {record.base_url}: {error}") from None
-                counts = state.get("request_counts") or {}
                 bar.n = min(n_mine, int(counts.get("completed") or 0) + int(counts.get("failed") or 0))
                 bar.refresh()
-                record.status = state.get("status", record.status)
-                record.output_file_id = state.get("output_file_id") or record.output_file_id
-                record.error_file_id = state.get("error_file_id") or record.error_file_id
-                if record.status != last:
-                    last = record.status
-                    self.save(record)
-                    log.info(
-                        "batch %s: %s, %s of %s done, %s failed (%.0f s)",
-                        record.batch_id,
-                        record.status,
-                        counts.get("completed", 0),
-                        counts.get("total", len(record.custom_ids)),
-                        counts.get("failed", 0),
-                        time.monotonic() - started,
-                    )
                 if record.status in ENDED:
-                    if record.status == "failed":
-                        log.warning("batch %s failed: %s", record.batch_id, json.dumps(state.get("errors"))[:500])
                     return
                 time.sleep(self.settings.poll_s)
         except KeyboardInterrupt:
@@ -340,6 +335,33 @@ class BatchRun:
             raise
         finally:
             bar.close()
+
+    def look(self, record: BatchRecord) -> dict:
+        """One ``GET /batches/ID``: the record's status and file ids brought up to date (and saved, with a log
+        line, when the status changed); its ``request_counts``."""
+        try:
+            state = self.client.get(f"/batches/{record.batch_id}")
+        except RequestFailed as error:
+            raise UserError(f"batch {record.batch_id} on {record.base_url}: {error}") from None
+        counts = state.get("request_counts") or {}
+        status = state.get("status", record.status)
+        record.output_file_id = state.get("output_file_id") or record.output_file_id
+        record.error_file_id = state.get("error_file_id") or record.error_file_id
+        if status != record.status or not self.seen.get(record.batch_id):
+            record.status = status
+            self.seen[record.batch_id] = True
+            self.save(record)
+            log.info(
+                "batch %s: %s, %s of %s done, %s failed",
+                record.batch_id,
+                status,
+                counts.get("completed", 0),
+                counts.get("total", len(record.custom_ids)),
+                counts.get("failed", 0),
+            )
+            if status == "failed":
+                log.warning("batch %s failed: %s", record.batch_id, json.dumps(state.get("errors"))[:500])
+        return counts
 
     def read_files(self, record: BatchRecord) -> dict[str, dict]:
         """The lines of the batch's output and error files by custom id (an answer wins over an error)."""
@@ -367,6 +389,17 @@ class BatchRun:
 
     def unanswered(self, left: list[str], by_custom: dict[str, Request], on_results: OnResults) -> list[Request]:
         """The requests to ask live (``batch_failed=live``); else each handed over as failed, for resume=true."""
+        pending = [cid for cid in left if cid in self.pending]  # never asked live: their batch may yet answer
+        left = [cid for cid in left if cid not in self.pending]
+        if pending:
+            log.warning(
+                "%d request(s) wait in batch(es) still running at the provider (backend.batch_wait=false): "
+                "resume=true collects them",
+                len(pending),
+            )
+            on_results(
+                [Response(id=by_custom[cid].id, failed=True, error=self.backend.batch_errors[cid]) for cid in pending]
+            )
         if not left:
             return []
         if self.settings.failed == "live":

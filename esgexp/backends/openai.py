@@ -89,6 +89,7 @@ class OpenAIBackend(Backend):
         # {"type": "json_object", "schema": ...} form that llama-cpp-python's server (0.3.x) reads
         "response_format": Choice(("json_schema", "json_object")),
         "batch": Flag(),
+        "batch_wait": Flag(),
         "batch_poll_s": Number(0, above=True),
         "batch_failed": Choice(FAILED_CHOICES),
         "batch_max_requests": Integer(1),
@@ -106,6 +107,7 @@ class OpenAIBackend(Backend):
         # batch or live, the answers are the same model's: a run moves from one to the other and resumes
         "batch",
         "batch_window",
+        "batch_wait",
         "batch_poll_s",
         "batch_failed",
         "batch_output",
@@ -144,6 +146,7 @@ class OpenAIBackend(Backend):
         batch_failed: str = "live",
         batch_output: str | None = None,
         batch_max_requests: int = MAX_REQUESTS,
+        batch_wait: bool = True,
     ):
         self.response_format = response_format
         if model_cfg.get("adapter"):
@@ -189,7 +192,13 @@ class OpenAIBackend(Backend):
         self._answered = 0  # items the server answered (for the message when it stops answering)
         self._workers: ThreadPoolExecutor | None = None
         self.batch = BatchSettings(
-            bool(batch), str(batch_window), float(batch_poll_s), batch_failed, batch_output, int(batch_max_requests)
+            bool(batch),
+            str(batch_window),
+            float(batch_poll_s),
+            batch_failed,
+            batch_output,
+            int(batch_max_requests),
+            bool(batch_wait),
         )
         self.batch_errors: dict[str, str] = {}  # custom id -> why its batch did not answer it
         self.batch_counts = {"n_batches_submitted": 0, "n_batch_answers": 0}

@@ -112,7 +112,10 @@ class GenerationJob(Job):
     def finished(self, run, metrics: dict) -> None:
         if metrics["n_failed"] == len(self.items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
-            raise UserError(f"every item failed (errors in {self.predictions.path}); the MLflow run is marked FAILED")
+            first = next(r.get("error") for r in self.records if r.get("failed"))
+            raise UserError(
+                f"every item failed (e.g. {first}; errors in {self.predictions.path}); the MLflow run is marked FAILED"
+            )
 
     def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
         cfg = self.cfg
