@@ -273,3 +273,29 @@ def test_a_judge_behind_an_openai_compatible_server(make_cfg, llama_server):
     again = run_judge(cfg, items, records())
     assert again["judge/n_cached"] == 2 and again["judge/n_requests"] == 0
     assert again["judge/accuracy"] == metrics["judge/accuracy"]
+
+
+def test_a_judge_through_the_batch_api(make_cfg, llama_server):
+    """The judge's requests as one batch (the stand-in Batch API in front of llama.cpp's server): the verdict is
+    the live judge's."""
+    from batch_api import FakeBatchAPI
+
+    items = [QAItem("a", "What were Scope 1 emissions in 2024?", ("1,482,300 tCO2e",), "factoid")]
+    records = [{"id": "a", "qtype": "factoid", "answer": "1,482,300 tCO2e", "metrics": {"em": 1, "f1": 1.0}}]
+    judge = ("judge=default", "judge.backend=openai", "+judge.backend_overrides.response_format=json_object")
+    live = make_cfg(*FACTOID, *judge, f"+judge.backend_overrides.base_url={llama_server}", "cache=off")
+    expected = [dict(r) for r in records]
+    run_judge(live, items, expected)
+    with FakeBatchAPI(llama_server) as api:
+        batched = make_cfg(
+            *FACTOID,
+            *judge,
+            f"+judge.backend_overrides.base_url={api.base_url}",
+            "+judge.backend_overrides.batch=true",
+            "+judge.backend_overrides.batch_poll_s=0.05",
+            "cache=off",
+        )
+        found = [dict(r) for r in records]
+        run_judge(batched, items, found)
+        assert api.created == ["batch_1"] and api.live == 0
+    assert found[0]["judge"] == expected[0]["judge"]
