@@ -257,3 +257,13 @@ def test_bad_batch_settings_and_files_are_named(tmp_path, clean_env):
     args = batch_args("http://127.0.0.1:9/v1", tmp_path, f"backend.batch_output={output}")
     done = run_cli("esgexp", *args, cwd=REPO, env=clean_env)
     assert done.returncode == 2 and f"{output}, line 2: not a batch output line ('not json')" in said(done)
+
+
+def test_a_job_larger_than_one_batch_is_split(fake, tmp_path, clean_env):
+    with FakeBatchAPI(fake.base_url) as api:
+        done = run_cli(
+            "esgexp", *batch_args(api.base_url, tmp_path, "backend.batch_max_requests=3"), cwd=REPO, env=clean_env
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert [api.batches[b]["request_counts"]["total"] for b in api.created] == [3, 3, 2]
+    assert metrics_of(run_folder(tmp_path))["n_batch_answers"] == 8

@@ -198,11 +198,12 @@ class BatchRun:
         size = 0
         for cid in todo:
             line = batch_line(cid, *self.backend.request_body(by_custom[cid]))
-            if not chunks or len(chunks[-1]) >= self.settings.max_requests or size + len(line) + 1 > MAX_BYTES:
+            length = len(line.encode()) + 1  # bytes, with its newline
+            if not chunks or len(chunks[-1]) >= self.settings.max_requests or size + length > MAX_BYTES:
                 chunks.append([])
                 size = 0
             chunks[-1].append((cid, line))
-            size += len(line.encode()) + 1
+            size += length
         return chunks
 
     def submit(self, lines: list[tuple[str, str]], by_custom: dict[str, Request]) -> BatchRecord:
