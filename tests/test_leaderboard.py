@@ -396,3 +396,12 @@ def test_a_tracking_server_that_does_not_answer_is_named_at_once(tmp_path, clean
     )
     assert out.returncode == 2 and out.stderr.count("error:") == 1 and "Traceback" not in out.stderr
     assert "tracking.uri=http://127.0.0.1:9: the MLflow tracking server does not answer" in out.stderr
+
+
+def test_every_figure_a_task_kind_names_is_drawn_by_the_page():
+    from esgexp.leaderboard import figures
+    from esgexp.leaderboard.page import FIGURES
+    from esgexp.tasks.kinds import KINDS
+
+    named = {name for kind in KINDS.values() for name in kind.figures}
+    assert named == set(FIGURES) and all(callable(getattr(figures, name)) for name in FIGURES)

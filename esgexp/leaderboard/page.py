@@ -17,6 +17,7 @@ from esgexp.leaderboard.questions import question_matrix
 from esgexp.leaderboard.significance import Mark
 from esgexp.leaderboard.store import Run
 from esgexp.leaderboard.table import headline, headline_values, interval_note, uses_model
+from esgexp.tasks.kinds import KINDS
 
 MARK_TEXT = {"best": "best", "yes": "✓", "no": "✗", "incomplete": "incomplete", "": "–"}
 
@@ -211,28 +212,41 @@ def card(run: Run) -> str:
     return f'<details class="card" id="card-{run.run_id}"><summary>{escape(title)} <code>{run.run_id[:8]}</code></summary><dl>{html}</dl></details>'
 
 
+#: The figures of a dataset, in the page's order, each with its title (after "<dataset>: "); a task kind names
+#: those its runs are drawn in (``figures`` in esgexp/tasks/kinds.py). question_heatmap: one per setting.
+FIGURES = {
+    "question_heatmap": "models × questions",
+    "framework_heatmap": "accuracy per framework",
+    "size_accuracy": "model size against accuracy (zero-shot → context/RAG)",
+    "calibration": "calibration (logprob scoring)",
+    "qa_by_type": "open QA per question type",
+    "qa_by_spans": "open QA by number of gold spans",
+    "recall_curves": "recall@K per retriever and query",
+    "category_accuracy": "accuracy per category",
+}
+
+
 def dataset_figures(page: Page, dataset: str, runs: list[Run], cache: dict) -> None:
-    """The figures one dataset's runs hold (each task draws what its metrics have)."""
-    by_task: dict[str, list[Run]] = {}
+    """The figures one dataset's runs hold: each run in the figures its task kind names (a task this esgexp
+    does not know: none)."""
+    drawn: dict[str, list[Run]] = {name: [] for name in FIGURES}
     for run in runs:
-        by_task.setdefault(run.tags.get("task", ""), []).append(run)
-    mcq = by_task.get("mcq", [])
+        kind = KINDS.get(run.tags.get("task", ""))
+        for name in kind.figures if kind else ():
+            drawn[name].append(run)
     settings: dict[tuple[str, str], list[Run]] = {}
-    for run in mcq:
+    for run in drawn["question_heatmap"]:
         settings.setdefault((run.tags.get("strategy", ""), run.tags.get("scoring", "")), []).append(run)
     for (strategy, scoring), group in sorted(settings.items()):
         matrix = question_matrix(group, cache)
         if matrix is not None:
-            title = f"{dataset}: models × questions ({strategy}, {scoring}; {len(matrix.models)} models, {len(matrix.ids)} questions)"
+            title = (
+                f"{dataset}: {FIGURES['question_heatmap']} ({strategy}, {scoring}; {len(matrix.models)} models, "
+                f"{len(matrix.ids)} questions)"
+            )
             page.figure(figures.question_heatmap(matrix, title), questions=asdict(matrix))
-    page.figure(figures.framework_heatmap(mcq, f"{dataset}: accuracy per framework"))
-    page.figure(figures.size_accuracy(mcq, f"{dataset}: model size against accuracy (zero-shot → context/RAG)"))
-    page.figure(figures.calibration(mcq, f"{dataset}: calibration (logprob scoring)"))
-    qa = by_task.get("qa", [])
-    page.figure(figures.qa_by_type(qa, f"{dataset}: open QA per question type"))
-    page.figure(figures.qa_by_spans(qa, f"{dataset}: open QA by number of gold spans"))
-    page.figure(figures.recall_curves(by_task.get("retrieval", []), f"{dataset}: recall@K per retriever and query"))
-    page.figure(figures.category_accuracy(qa + by_task.get("esgbench_score", []), f"{dataset}: accuracy per category"))
+    for name, title in list(FIGURES.items())[1:]:
+        page.figure(getattr(figures, name)(drawn[name], f"{dataset}: {title}"))
 
 
 def render(

@@ -66,6 +66,7 @@ class TaskKind:
     estimate: str | None = None  # "module:function" (cfg, loaded) -> Estimate where requests are not item prompts
     prefix: tuple[str, ...] = ()  # fixed words before the label's tags in a run name
     suffix: tuple[str, ...] = ()  # fixed words after them
+    figures: tuple[str, ...] = ()  # the leaderboard page's figures its runs are drawn in (leaderboard/page.py FIGURES)
 
     def job_class(self):
         return load(self.job)
@@ -122,6 +123,7 @@ register(
         item_scores="esgexp.tasks.mcq:item_scores",
         prompts="esgexp.tasks.mcq:MCQTask",
         prompt_style="mcq",
+        figures=("question_heatmap", "framework_heatmap", "size_accuracy", "calibration"),
     )
 )
 register(
@@ -135,6 +137,7 @@ register(
         corpus_statistics=True,
         prompts="esgexp.tasks.qa:QATask",
         prompt_style="qa",
+        figures=("qa_by_type", "qa_by_spans", "category_accuracy"),
     )
 )
 register(
@@ -150,6 +153,7 @@ register(
         inputs=core_questions,
         without_model="retrieval with fixed query texts",
         estimate="esgexp.papers.estimate:explanation_estimate",
+        figures=("recall_curves",),
     )
 )
 register(
@@ -164,6 +168,7 @@ register(
         uses_model=never,
         inputs=predictions_file,
         without_model="scores a predictions file",
+        figures=("category_accuracy",),
     )
 )
 register(
