@@ -211,3 +211,24 @@ def test_dry_run_of_a_job_without_a_model_is_bad_input(tmp_path, clean_env):
     result = plan(tmp_path, clean_env, "experiment=climretrieve_retrieval", "dry_run=true")
     assert result.returncode == 2
     assert "error: dry_run=true plans the memory of a job that loads a model" in result.stderr
+
+
+def test_a_server_esgexp_starts_is_planned_as_its_engine_with_its_own_knobs(tmp_path, clean_env):
+    """backend/server=vllm: one engine on GPUs, split tensor_parallel ways, its flags read from extra_args;
+    the ways to fit name the server's settings, not backend=vllm's."""
+    args = (
+        "backend=openai",
+        "backend/server=vllm",
+        "model=qwen2.5-14b-instruct",
+        "dry_run=true",
+        "trainer.gpu_memory_gb=40",
+    )
+    served = plan(tmp_path, clean_env, *args)
+    assert served.returncode == 0, served.stderr[-3000:]
+    assert "evaluation with a serving engine" in served.stdout and "does not fit: KV cache for" in served.stdout
+    assert "to fit: backend.server.extra_args=[--max-model-len," in served.stdout
+    assert "to fit: backend.server.tensor_parallel=2 (and 2 GPUs)" in served.stdout
+    shorter = plan(tmp_path, clean_env, *args, "backend.server.extra_args=[--max-model-len,8192]")
+    assert "-> fits: KV cache for" in shorter.stdout and "max_model_len needs 8,192" in shorter.stdout
+    split = plan(tmp_path, clean_env, *args, "backend.server.tensor_parallel=2")
+    assert "per device (tensor parallel 2)" in split.stdout and "-> fits" in split.stdout

@@ -59,7 +59,7 @@ def dry_run(cfg: DictConfig) -> dict:
         from esgexp.tasks.finetune import check_groups
 
         check_groups(cfg)
-    engine = backend_class(cfg.backend._target_).serves_on_gpu and not finetune
+    engine = gpu_engine(cfg) is not None and not finetune
     on_gpu = engine or uses_gpu(str(cfg.trainer.accelerator))
     devices = device_sizes(cfg, on_gpu)
     report = {"model": cfg.model.name, "task": cfg.task, "shape_source": source, "on_gpu": on_gpu, "plans": []}
@@ -224,23 +224,57 @@ def plan_training(cfg: DictConfig, shape: Shape, on_gpu: bool, devices: list, re
     return lines
 
 
-def plan_serving(cfg: DictConfig, shape: Shape, on_gpu: bool, devices: list, report: dict) -> list[str]:
+def gpu_engine(cfg: DictConfig) -> dict | None:
+    """The GPU engine (vLLM, SGLang) that serves the job's model, as plan settings (``dtype``,
+    ``tensor_parallel``, ``utilization``, ``max_model_len``, and the ``knob_*`` overrides that change them):
+    backend=vllm's own keys, or the ``engine`` node of a server esgexp starts (backend/server=vllm|sglang), its
+    flags read from the server's command and extra_args. None: no such engine (backend=hf, an API, llama.cpp)."""
     backend = cfg.backend
-    vllm = backend_class(backend._target_).serves_on_gpu  # an engine like vLLM: its own dtype, a paged KV cache
-    if vllm:
-        dtype = str(backend.dtype) if backend.dtype != "auto" else (shape.dtype or "float16")
-        dtype = "float16" if dtype == "float32" else dtype  # vLLM's auto serves a float32 checkpoint in 16 bits
+    if backend_class(backend._target_).serves_on_gpu:
+        return {
+            "dtype": str(backend.dtype),
+            "tensor_parallel": int(backend.get("tensor_parallel_size", 1)),
+            "utilization": float(backend.get("gpu_memory_utilization", 1.0)),
+            "max_model_len": backend.get("max_model_len"),
+        }
+    server = backend.get("server")
+    engine = server.get("engine") if server else None
+    if not engine:
+        return None
+    args = [str(arg) for arg in [*server.command, *(server.get("extra_args") or [])]]
+    given = {key: args[args.index(flag) + 1] for key, flag in engine.flags.items() if flag in args[:-1]}
+    found = {**engine.defaults, **given}
+    extra = "backend.server.extra_args=[{flag},{{}}]"
+    return {
+        "dtype": str(found.get("dtype", "auto")),
+        "tensor_parallel": int(engine.tensor_parallel),
+        "utilization": float(found["utilization"]),
+        "max_model_len": int(found["max_model_len"]) if found.get("max_model_len") else None,
+        "knob_max_model_len": extra.format(flag=engine.flags.max_model_len),
+        "knob_utilization": extra.format(flag=engine.flags.utilization),
+        "knob_tensor_parallel": "backend.server.tensor_parallel={}",
+    }
+
+
+def plan_serving(cfg: DictConfig, shape: Shape, on_gpu: bool, devices: list, report: dict) -> list[str]:
+    engine = gpu_engine(cfg)  # vLLM or SGLang: their own dtype, a paged KV cache in the room they are given
+    if engine:
+        dtype = engine["dtype"] if engine["dtype"] != "auto" else (shape.dtype or "float16")
+        dtype = "float16" if dtype == "float32" else dtype  # auto serves a float32 checkpoint in 16 bits
     else:
         dtype = str(cfg.model.dtype) if cfg.model.dtype != "auto" else ("float16" if on_gpu else "float32")
+    knobs = {key: value for key, value in (engine or {}).items() if key.startswith("knob_")}
     setup = ServeSetup(
         weight_bytes=DTYPE_BYTES[dtype],
         on_gpu=on_gpu,
-        vllm=vllm,
-        tensor_parallel=int(backend.get("tensor_parallel_size", 1)),
-        utilization=float(backend.get("gpu_memory_utilization", 1.0)),
-        max_model_len=backend.get("max_model_len"),
+        vllm=engine is not None,
+        tensor_parallel=engine["tensor_parallel"] if engine else 1,
+        utilization=engine["utilization"] if engine else 1.0,
+        max_model_len=engine["max_model_len"] if engine else None,
         batch_size=int(cfg.trainer.batch_size),
+        **knobs,
     )
+    vllm = setup.vllm
     lines = []
     for size, origin in devices:
         plan = serve_plan(shape, setup, size)
@@ -271,8 +305,11 @@ def weights_only(cfg: DictConfig, on_gpu: bool, devices: list, report: dict) -> 
             "and no model.size_b; nothing to plan from"
         )
     nbytes = 0.5 if cfg.model.load_in_4bit else (2 if on_gpu or cfg.model.dtype in ("float16", "bfloat16") else 4)
+    engine = None if kind_of(cfg.task).trains else gpu_engine(cfg)
+    tp = engine["tensor_parallel"] if engine else 1  # an engine splits the weights over its GPUs
+    split = f" / {tp} GPUs (tensor parallel)" if tp > 1 else ""
     plan = Plan("weights only (the architecture is unknown: activations, LoRA and KV cache not planned)")
-    plan.add("weights", float(size_b) * 1e9 * nbytes, f"{size_b} B x {nbytes} B (model.size_b)")
+    plan.add("weights", float(size_b) * 1e9 * nbytes / tp, f"{size_b} B x {nbytes} B{split} (model.size_b)")
     lines = [plan.title, *render(plan)]
     for size, origin in devices:
         fits = plan.total <= size

@@ -340,7 +340,8 @@ def halvings(value: int, floor: int = 1) -> list[int]:
 
 @dataclass(frozen=True)
 class ServeSetup:
-    """An evaluation job: backend=vllm (KV cache in the room gpu_memory_utilization leaves) or hf."""
+    """An evaluation job: a serving engine (``vllm``: backend=vllm, or a vLLM/SGLang server esgexp starts; KV
+    cache in the room its memory share leaves) or backend=hf."""
 
     weight_bytes: int
     on_gpu: bool
@@ -349,6 +350,11 @@ class ServeSetup:
     utilization: float = 0.9
     max_model_len: int | None = None
     batch_size: int = 8
+    # How a knob is set on the command line, for the engine's own settings: backend=vllm's keys, or the flags of
+    # a server esgexp starts (``{}``: the value)
+    knob_max_model_len: str = "backend.max_model_len={}"
+    knob_utilization: str = "backend.gpu_memory_utilization={}"
+    knob_tensor_parallel: str = "backend.tensor_parallel_size={}"
 
 
 def serve_plan(shape: Shape, setup: ServeSetup, device_bytes: float | None) -> Plan:
@@ -357,7 +363,8 @@ def serve_plan(shape: Shape, setup: ServeSetup, device_bytes: float | None) -> P
     without room for, or for hf a batch of ``HF_PROMPT_TOKENS``-token prompts)."""
     tp = setup.tensor_parallel if setup.vllm else 1
     where = f" (tensor parallel {tp})" if tp > 1 else ""
-    plan = Plan(f"evaluation with backend={'vllm' if setup.vllm else 'hf'}, per device{where}")
+    engine = "a serving engine (vLLM, SGLang: paged KV cache)" if setup.vllm else "backend=hf"
+    plan = Plan(f"evaluation with {engine}, per device{where}")
     n_params = shape.parameters()
     plan.add("weights", n_params * setup.weight_bytes / tp, f"{n_params / 1e9:.2f} B x {setup.weight_bytes} B")
     if setup.vllm:
@@ -394,15 +401,13 @@ def serve_knobs(shape: Shape, setup: ServeSetup, device_bytes: float) -> list[tu
     if setup.vllm:
         room = tokens(setup)[1] // 1024 * 1024
         if room >= 1024:
-            found.append((f"backend.max_model_len={room}", room))
+            found.append((setup.knob_max_model_len.format(room), room))
         if setup.utilization < 0.95 and tokens(dataclasses.replace(setup, utilization=0.95))[0]:
-            found.append(
-                ("backend.gpu_memory_utilization=0.95", tokens(dataclasses.replace(setup, utilization=0.95))[1])
-            )
+            found.append((setup.knob_utilization.format(0.95), tokens(dataclasses.replace(setup, utilization=0.95))[1]))
         for n in (2, 4, 8):
             fits, held = tokens(dataclasses.replace(setup, tensor_parallel=n))
             if n > setup.tensor_parallel and fits:
-                found.append((f"backend.tensor_parallel_size={n} (and {n} GPUs)", held))
+                found.append((f"{setup.knob_tensor_parallel.format(n)} (and {n} GPUs)", held))
                 break
         return found
     if setup.weight_bytes == 4 and tokens(dataclasses.replace(setup, weight_bytes=2))[0]:
