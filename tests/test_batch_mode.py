@@ -26,6 +26,7 @@ def batch_args(base_url: str, tmp_path: Path, *extra: str) -> list[str]:
         "dataset.limit=8",
         f"paths.root_dir={tmp_path}",
         f"paths.request_cache={tmp_path}/requests.sqlite",
+        f"paths.cache_dir={tmp_path}/cache",  # the batch registry: this test's own
         "trainer.progress_bar=false",
         *extra,
     ]
@@ -267,3 +268,18 @@ def test_a_job_larger_than_one_batch_is_split(fake, tmp_path, clean_env):
         assert done.returncode == 0, done.stderr[-3000:]
         assert [api.batches[b]["request_counts"]["total"] for b in api.created] == [3, 3, 2]
     assert metrics_of(run_folder(tmp_path))["n_batch_answers"] == 8
+
+
+def test_two_providers_giving_the_same_batch_id_keep_their_own_batches(fake, tmp_path, clean_env):
+    """Both stand-ins number their batches batch_1: the registry keeps one per server, and resuming the first
+    collects its own batch."""
+    with FakeBatchAPI(fake.base_url) as first, FakeBatchAPI(fake.base_url) as second:
+        for api in (first, second):
+            pending = run_cli(
+                "esgexp", *batch_args(api.base_url, tmp_path, "backend.batch_wait=false"), cwd=REPO, env=clean_env
+            )
+            assert pending.returncode == 2 and api.created == ["batch_1"], pending.stderr[-3000:]
+        assert len(list((tmp_path / "cache" / "batches").glob("*-batch_1.json"))) == 2
+        done = run_cli("esgexp", *batch_args(first.base_url, tmp_path, "resume=true"), cwd=REPO, env=clean_env)
+        assert done.returncode == 0 and first.created == ["batch_1"], done.stderr[-3000:]
+        assert metrics_of(run_folder(tmp_path))["n_batch_answers"] == 8

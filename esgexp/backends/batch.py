@@ -12,7 +12,7 @@ With the Batch API: the file is written into the run folder (``batch/<n>.input.j
 every ``batch_poll_s`` with a progress line until it ends; its output and error files are downloaded
 (``GET /files/ID/content``) and every answer handed over by ``custom_id``, through the request cache, as
 answers of the live path are. The ids are saved the moment they exist, in the run folder
-(``batch/<batch id>.json``) and in the batch registry (``<cache_dir>/batches/<batch id>.json``): a later run of
+(``batch/<batch id>.json``) and in the batch registry (``<cache_dir>/batches/<server>-<batch id>.json``): a later run of
 the same requests (``resume=true``, or the same command after Ctrl-C, kill -9 or a closed laptop) finds an
 unfinished batch there and waits for it, or downloads a finished one again, and never submits it twice.
 
@@ -27,6 +27,7 @@ An item a batch failed (an error line, a status other than 200) or never reached
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -260,8 +261,10 @@ class BatchRun:
         return record
 
     def save(self, record: BatchRecord) -> None:
-        """The record into the registry and the run folder (``batch/<batch id>.json``)."""
-        record.save(self.registry / f"{record.batch_id}.json", self.folder / f"{record.batch_id}.json")
+        """The record into the registry (named by its server and batch id: two providers may give the same id)
+        and the run folder (``batch/<batch id>.json``)."""
+        server = hashlib.sha256(record.base_url.encode()).hexdigest()[:8]
+        record.save(self.registry / f"{server}-{record.batch_id}.json", self.folder / f"{record.batch_id}.json")
 
     # --- waiting and reading ---------------------------------------------------------------------
 
