@@ -275,7 +275,7 @@ def test_a_judge_behind_an_openai_compatible_server(make_cfg, llama_server):
     assert again["judge/accuracy"] == metrics["judge/accuracy"]
 
 
-def test_a_judge_through_the_batch_api(make_cfg, llama_server):
+def test_a_judge_through_the_batch_api(make_cfg, llama_server, tmp_path):
     """The judge's requests as one batch (the stand-in Batch API in front of llama.cpp's server): the verdict is
     the live judge's."""
     from batch_api import FakeBatchAPI
@@ -294,6 +294,7 @@ def test_a_judge_through_the_batch_api(make_cfg, llama_server):
             "+judge.backend_overrides.batch=true",
             "+judge.backend_overrides.batch_poll_s=0.05",
             "cache=off",
+            f"paths.cache_dir={tmp_path}/cache",  # the batch registry: this test's own
         )
         found = [dict(r) for r in records]
         run_judge(batched, items, found)
