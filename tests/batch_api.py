@@ -105,7 +105,7 @@ class FakeBatchAPI:
                 "completion_window must be 24h and endpoint a completions endpoint", "invalid_request_error"
             )
         with self._lock:
-            batch_id = f"batch_{len(self.batches) + 1}"
+            batch_id = f"batch_{len(self.created) + 1}"
             lines = self.files[body["input_file_id"]].decode().splitlines()
             self.batches[batch_id] = {
                 "id": batch_id,

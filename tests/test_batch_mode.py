@@ -283,3 +283,15 @@ def test_two_providers_giving_the_same_batch_id_keep_their_own_batches(fake, tmp
         done = run_cli("esgexp", *batch_args(first.base_url, tmp_path, "resume=true"), cwd=REPO, env=clean_env)
         assert done.returncode == 0 and first.created == ["batch_1"], done.stderr[-3000:]
         assert metrics_of(run_folder(tmp_path))["n_batch_answers"] == 8
+
+
+def test_a_batch_the_server_no_longer_knows_is_asked_again(fake, tmp_path, clean_env):
+    with FakeBatchAPI(fake.base_url) as api:
+        args = batch_args(api.base_url, tmp_path, "backend.batch_wait=false", "backend.batch_failed=resume")
+        assert run_cli("esgexp", *args, cwd=REPO, env=clean_env).returncode == 2
+        del api.batches["batch_1"]
+        lost = run_cli("esgexp", *args, "resume=true", cwd=REPO, env=clean_env)
+        assert "batch batch_1 is not on" in said(lost) and lost.returncode == 2, lost.stderr[-3000:]
+        done = run_cli("esgexp", *batch_args(api.base_url, tmp_path, "resume=true"), cwd=REPO, env=clean_env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert api.created == ["batch_1", "batch_2"] and api.live == 0

@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 #: OpenAI's limits on one batch input file: requests and bytes (a larger job is split into several batches).
 MAX_REQUESTS = 50_000
 MAX_BYTES = 190 * 2**20
-#: A batch in one of these states will change no more.
-ENDED = ("completed", "failed", "expired", "cancelled")
+#: A batch in one of these states will change no more (``missing``: ours, for one the server no longer knows).
+MISSING = "missing"
+ENDED = ("completed", "failed", "expired", "cancelled", MISSING)
 FAILED_CHOICES = ("live", "resume")
 
 
@@ -346,7 +347,12 @@ class BatchRun:
         try:
             state = self.client.get(f"/batches/{record.batch_id}")
         except RequestFailed as error:
-            raise UserError(f"batch {record.batch_id} on {record.base_url}: {error}") from None
+            if error.status != 404:
+                raise UserError(f"batch {record.batch_id} on {record.base_url}: {error}") from None
+            log.warning(
+                "batch %s is not on %s (%s): its requests are asked again", record.batch_id, record.base_url, error
+            )
+            state = {"status": MISSING}
         counts = state.get("request_counts") or {}
         status = state.get("status", record.status)
         record.output_file_id = state.get("output_file_id") or record.output_file_id
