@@ -300,3 +300,15 @@ def test_a_judge_through_the_batch_api(make_cfg, llama_server, tmp_path):
         run_judge(batched, items, found)
         assert api.created == ["batch_1"] and api.live == 0
     assert found[0]["judge"] == expected[0]["judge"]
+
+
+def test_a_dry_run_prices_the_judges_requests(tmp_path, clean_env):
+    """judge=gpt-4o: one judge request per item at GPT-4o's prices, live and as a batch (half)."""
+    env = {**clean_env, "OPENAI_API_KEY": "not-used"}
+    args = (*FACTOID, "judge=gpt-4o", "dry_run=true", f"paths.runs_dir={tmp_path}/runs")
+    done = run_cli("esgexp", *args, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (plan,) = tmp_path.glob("runs/**/memory_plan.json")
+    judged = json.loads(plan.read_text())["cost"]["judge gpt-4o"]
+    assert judged["requests"] > 0 and judged["batch"] == pytest.approx(judged["live"] / 2)
+    assert f"judge gpt-4o: {judged['requests']} requests" in done.stdout

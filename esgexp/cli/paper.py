@@ -74,6 +74,11 @@ def dry_run(grid: Grid) -> str:
                 cost += found.cost
                 batch_cost += found.cost if found.batch_cost is None else found.batch_cost
                 priced += 1
+            judge = found.judge
+            if judge is not None and judge.cost is not None:  # judge=...: its requests, at the judge's prices
+                extra += f"; {judge.note} {judge.requests} requests, at most {dollars(judge.cost)} live"
+                cost += judge.cost
+                batch_cost += judge.cost if judge.batch_cost is None else judge.batch_cost
             extra += f"{'; ' + found.note if found.note else ''}]"
         lines.append(job_line(job, extra))
     runnable = sum(job.runnable for job in grid.jobs)

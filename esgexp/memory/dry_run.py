@@ -72,8 +72,8 @@ def dry_run(cfg: DictConfig) -> dict:
         lines += plan_training(cfg, shape, on_gpu, devices, report)
     else:
         lines += plan_serving(cfg, shape, on_gpu, devices, report)
-    if cfg.model.get("price") and not finetune:
-        lines.append(price_line(cfg, report))
+    if (cfg.model.get("price") or cfg.get("judge")) and not finetune:
+        lines += price_lines(cfg, report)
     print("\n".join(lines))
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -82,20 +82,33 @@ def dry_run(cfg: DictConfig) -> dict:
     return report
 
 
-def price_line(cfg: DictConfig, report: dict) -> str:
-    """The job's requests and cost at the model's prices, live and (with ``price.batch_discount``) as a batch."""
-    from esgexp.cli.paper import dollars
+def price_lines(cfg: DictConfig, report: dict) -> list[str]:
+    """The job's requests and cost at the model's prices, live and (with ``price.batch_discount``) as a batch;
+    with ``judge=...`` the judge's too."""
     from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
 
     found = estimate(cfg, {})
+    report["cost"] = {}
+    lines = []
+    for who, part in (("cost", found), (found.judge.note if found.judge else "", found.judge)):
+        if part is None or (part is found and not cfg.model.get("price")):
+            continue
+        lines.append(f"{who}: {cost_text(part)}")
+        report["cost"][who] = {"requests": part.requests, "prompt_tokens": part.prompt_tokens, "live": part.cost}
+        if part.batch_cost is not None:
+            report["cost"][who]["batch"] = part.batch_cost
+    lines.append(f"(tokens estimated at {CHARS_PER_TOKEN} characters each, completions at their full budget)")
+    return lines
+
+
+def cost_text(found) -> str:
+    """``N requests, ~T prompt tokens: at most $X live, $Y with backend.batch=true``, or why not priced."""
+    from esgexp.cli.paper import dollars
+
     if found.cost is None:
-        return f"cost: not estimated ({found.note})"
-    report["cost"] = {"requests": found.requests, "prompt_tokens": found.prompt_tokens, "live": found.cost}
-    line = f"cost: {found.requests} requests, ~{found.prompt_tokens} prompt tokens: at most {dollars(found.cost)} live"
-    if found.batch_cost is not None:
-        report["cost"]["batch"] = found.batch_cost
-        line += f", {dollars(found.batch_cost)} with backend.batch=true"
-    return line + f" (tokens estimated at {CHARS_PER_TOKEN} characters each, completions at their full budget)"
+        return f"{found.requests} requests, ~{found.prompt_tokens} prompt tokens; not priced ({found.note or 'no model.price'})"
+    text = f"{found.requests} requests, ~{found.prompt_tokens} prompt tokens: at most {dollars(found.cost)} live"
+    return text + (f", {dollars(found.batch_cost)} as a batch" if found.batch_cost is not None else "")
 
 
 def find_shape(model_cfg: DictConfig, cache_dir: str) -> tuple[Shape | None, str]:

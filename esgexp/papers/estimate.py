@@ -35,6 +35,7 @@ class Estimate:
     note: str = ""
     batch_cost: float | None = None  # the cost through the provider's Batch API (None: no batch price)
     prompt_cost: float | None = None
+    judge: Estimate | None = None  # the judge's requests (judge=...), priced at the judge model's prices
 
 
 def tokens(text: str) -> int:
@@ -62,7 +63,30 @@ def estimate(cfg: DictConfig, loaded_cache: dict) -> Estimate:
         return Estimate(note=f"not estimated: {error}")
     requests = make_requests(cfg, items, prompts)
     budget = sum(getattr(r, "max_new_tokens", 1) for r in requests)
-    return priced(cfg, len(requests), sum(tokens(prompts[r.id]) for r in requests), budget)
+    found = priced(cfg, len(requests), sum(tokens(prompts[r.id]) for r in requests), budget)
+    if cfg.get("judge"):
+        found.judge = judge_estimate(cfg, items, requests)
+    return found
+
+
+def judge_estimate(cfg: DictConfig, items: list, requests: list) -> Estimate:
+    """The judge's requests (``judge=...``): one per item, its prompt holding an answer as long as the answer's
+    token budget (an upper bound), priced at the judge model's prices."""
+    from esgexp.eval.judge import judge_model_config, judge_prompt
+
+    spec = cfg.judge
+    _, judge_model = judge_model_config(cfg)
+    budgets = {r.id: getattr(r, "max_new_tokens", 1) for r in requests}
+    prompt_tokens = 0
+    for item in items:
+        evidence = item.context if spec.evidence else ()
+        prompt_tokens += tokens(judge_prompt(spec.prompt_version, item.question, item.answers, "", evidence))
+        prompt_tokens += budgets[item.id]
+    found = priced(
+        OmegaConf.create({"model": judge_model}), len(items), prompt_tokens, len(items) * int(spec.max_new_tokens)
+    )
+    found.note = f"judge {spec.model}"
+    return found
 
 
 def loaded(cfg: DictConfig, cache: dict):
