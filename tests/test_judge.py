@@ -156,7 +156,7 @@ def test_judge_is_part_of_the_identity_and_refused_outside_open_qa(make_cfg):
     )
     assert problems(judged_cfg) == []
     assert problems(make_cfg("judge=default")) == [
-        "judge grades open answers (task=qa); task=mcq has none: drop judge=... (or set judge=null)"
+        "judge grades open answers (task=qa|esgbench_score); task=mcq has none: drop judge=... (or set judge=null)"
     ]
     assert problems(make_cfg(*FACTOID, "judge=default", "judge.prompt_version=v9", "judge.backend=ollama")) == [
         "judge.backend must be one of hf, openai, vllm or null, got 'ollama'",
@@ -312,3 +312,30 @@ def test_a_dry_run_prices_the_judges_requests(tmp_path, clean_env):
     judged = json.loads(plan.read_text())["cost"]["judge gpt-4o"]
     assert judged["requests"] > 0 and judged["batch"] == pytest.approx(judged["live"] / 2)
     assert f"judge gpt-4o: {judged['requests']} requests" in done.stdout
+
+
+def test_a_judge_grades_an_external_esgbench_predictions_file(make_cfg, tmp_path):
+    """experiment=esgbench_score judge=default: the predictions file's answers judged beside EM, F1 and the numeric
+    rule; verdicts in the records, agreement with EM and F1, and compare reads the per-item verdicts."""
+    from esgexp.core.config import BUNDLED_DIR
+    from esgexp.core.run import run_job
+    from esgexp.tasks.esgbench_score import item_scores as scoring_item_scores
+
+    cfg = make_cfg(
+        "experiment=esgbench_score",
+        "dataset=esgbench_sample",
+        f"predictions={BUNDLED_DIR / 'esgbench' / 'preds_sample.jsonl'}",
+        "dataset.limit=3",
+        "judge=default",
+        "judge.max_new_tokens=40",
+    )
+    metrics = run_job(cfg)
+    records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    assert len(records) == 3 and all(
+        r["judge"]["verdict"] in ("correct", "partially_correct", "incorrect") for r in records
+    )
+    correct = sum(r["judge"]["verdict"] == "correct" for r in records)
+    assert metrics["judge/accuracy"] == correct / 3 and metrics["judge/n_asked"] + metrics["judge/n_not_asked"] == 3
+    assert {"judge/accuracy/ci_low", "judge/agree/em_rate", "judge/agree/n_f1_high"} <= set(metrics)
+    scores = scoring_item_scores(records, "judge/accuracy")
+    assert scores.kind == "proportion" and sum(scores.values) == correct

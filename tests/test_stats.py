@@ -248,3 +248,13 @@ def test_a_clustered_share_of_0_or_1_gets_a_wilson_interval_over_its_clusters():
     assert round(found.low, 3) == 0.566
     assert proportion_interval([0.0] * 4, ["a"] * 4, settings).method == "none"
     assert proportion_interval([0.0, 1.0, 1.0], ["a", "b", "c"], settings).method == "cluster_bootstrap"
+
+
+def test_a_mean_of_values_all_0_or_all_1_gets_the_shares_interval():
+    """F1 of 1.0 on every one of 6 items is not certainty: Wilson's interval for 6 of 6, not the bootstrap's [1, 1]."""
+    from esgexp.analysis.stats import StatsSettings, mean_interval, wilson
+
+    found = mean_interval([1.0] * 6, None, StatsSettings())
+    assert (found.low, found.high, found.method) == (wilson(6, 6).low, 1.0, "wilson")
+    assert mean_interval([0.0] * 6, list("aabbcc"), StatsSettings()).method == "cluster_wilson"
+    assert mean_interval([0.5] * 6, None, StatsSettings()).method != "wilson"  # a constant that is no share

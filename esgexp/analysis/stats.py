@@ -200,10 +200,13 @@ def ratio_interval(
 
 
 def mean_interval(values: Sequence[float], clusters: Sequence | None, settings: StatsSettings) -> Interval:
-    """Mean of per-item ``values``: percentile bootstrap interval, CLT or clustered standard error."""
+    """Mean of per-item ``values``: percentile bootstrap interval, CLT or clustered standard error. Values that
+    are all 0 or all 1 leave resampling nothing to vary: their interval is the share's (Wilson)."""
     x = np.asarray(values, dtype=float)
     if not len(x):
         return NAN_INTERVAL
+    if x.min() == x.max() and x[0] in (0.0, 1.0) and not too_few_units(len(x), clusters):  # a share, not a spread
+        return proportion_interval(x, clusters, settings)
     found = ratio_interval(x, np.ones(len(x)), clusters, settings)
     if found.note:
         return found

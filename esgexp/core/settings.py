@@ -154,8 +154,11 @@ def problems(cfg: DictConfig) -> list[str]:
     if trains(OmegaConf.select(cfg, "task")) and not cfg.trainer.get("max_steps") and not cfg.trainer.get("max_epochs"):
         found.append("trainer.max_steps or trainer.max_epochs must be set for fine-tuning")
     task = OmegaConf.select(cfg, "task")
-    if cfg.get("judge") is not None and task in KINDS and task != "qa":
-        found.append(f"judge grades open answers (task=qa); task={task} has none: drop judge=... (or set judge=null)")
+    if cfg.get("judge") is not None and task in KINDS and not KINDS[task].judged:
+        judged = "|".join(name for name, kind in KINDS.items() if kind.judged)
+        found.append(
+            f"judge grades open answers (task={judged}); task={task} has none: drop judge=... (or set judge=null)"
+        )
     return found
 
 

@@ -51,10 +51,20 @@ class ScoringJob(Job):
         left_out = {gold_key(item) for item in full.items} - {gold_key(item) for item in self.loaded.items}
         self.predictions.by_key = {key: row for key, row in self.predictions.by_key.items() if key not in left_out}
         self.joined = join(self.loaded.items, self.predictions, gold_source=str(cfg.dataset.path))
+        self.judge = None
+        if cfg.get("judge"):  # the judge's model config and packages, checked before any scoring
+            from esgexp.eval.judge import check_judge
+
+            self.judge = check_judge(cfg)
         return self.loaded.skipped + self.predictions.skipped + self.joined.unjoined + self.joined.missing
 
     def tags(self) -> dict:
-        return {"model": "external", "strategy": "external", "predictions": str(self.cfg.predictions)}
+        tags = {"model": "external", "strategy": "external", "predictions": str(self.cfg.predictions)}
+        if self.cfg.get("judge"):
+            from esgexp.eval.judge import judge_tags
+
+            tags.update(judge_tags(self.cfg))
+        return tags
 
     def work(self, run) -> tuple[dict, dict]:
         items = self.loaded.items
@@ -63,10 +73,28 @@ class ScoringJob(Job):
         cluster_key = self.cfg.dataset.get("cluster_key")
         by_id = {item.id: item for item in items}
         records = cluster_records(records, [by_id[r["id"]] for r in records], cluster_key)
+        if self.cfg.get("judge"):
+            metrics.update(self.judged(records))
         intervals = interval_metrics({key: item_scores(records, key) for key in list(metrics)}, self.stats)
         tags = scored(metrics, intervals, records, cluster_key, HEADLINE)
         PredictionLog(self.output_dir / "predictions.jsonl").rewrite(records)
         return metrics, tags
+
+    def judged(self, records: list[dict]) -> dict:
+        """The judge's verdicts on the predictions (``judge=...``), written into ``records`` (``judge``,
+        ``judge_accuracy``, ``judge_credit``); its metrics, agreement with EM and F1 included."""
+        from esgexp.eval.judge import run_judge
+
+        views = [
+            {**{k: r[k] for k in ("id", "cluster") if k in r}, "qtype": "esgbench", "answer": r["prediction"] or ""}
+            | {"metrics": {"em": r["em"], "f1": r["f1"]}}
+            for r in records
+        ]
+        metrics = run_judge(self.cfg, self.loaded.items, views, config=self.judge)
+        for record, view in zip(records, views):
+            record["judge"] = view["judge"]
+            record.update({key: view["metrics"][key] for key in ("judge_accuracy", "judge_credit")})
+        return metrics
 
     def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
         rows = [("items", str(metrics["n_items"]))]
@@ -74,7 +102,7 @@ class ScoringJob(Job):
         alt = [f"alt/{rule}/{key}" for rule in other_rules(self.cfg.metrics.numeric) for key in numeric]
         rows += [
             (key, with_interval(metrics, key))
-            for key in ("em", "f1", *numeric, *alt, f"recall@{self.cfg.recall_k}")
+            for key in ("em", "f1", *numeric, *alt, f"recall@{self.cfg.recall_k}", "judge/accuracy", "judge/credit")
             if key in metrics
         ]
         rows += [
@@ -94,7 +122,14 @@ def item_scores(records: list[dict], key: str, config=None) -> ItemScores | None
     """The per-item values behind ``em``, ``f1`` (a mean), ``numeric_accuracy`` (over all items),
     ``numeric_accuracy/numeric_items`` (over items whose gold has a number), ``category/<name>/accuracy``
     (the category's items), those of another numeric rule (``alt/<rule>/numeric_accuracy``...) and
-    ``recall@K`` (items with retrieved pages); None for any other key."""
+    ``recall@K`` (items with retrieved pages), ``judge/accuracy`` and ``judge/credit`` (judge=...); None for any
+    other key."""
+    if key in ("judge/accuracy", "judge/credit"):  # judge=...: the per-item verdicts
+        name = key.replace("/", "_")
+        chosen = [r for r in records if isinstance(r.get(name), (int, float))]
+        kind = "proportion" if name == "judge_accuracy" else "mean"
+        values = [float(r[name]) for r in chosen]
+        return ItemScores([r["id"] for r in chosen], values, kind, clusters=record_clusters(chosen)) if chosen else None
     rule = ALT_RULE.match(key)
     prefix = rule.group() if rule else ""
     rest = key[len(prefix) :]

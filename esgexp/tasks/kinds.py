@@ -67,6 +67,7 @@ class TaskKind:
     prefix: tuple[str, ...] = ()  # fixed words before the label's tags in a run name
     suffix: tuple[str, ...] = ()  # fixed words after them
     figures: tuple[str, ...] = ()  # the leaderboard page's figures its runs are drawn in (leaderboard/page.py FIGURES)
+    judged: bool = False  # its items are open answers an LLM judge can grade (judge=..., esgexp/eval/judge.py)
 
     def job_class(self):
         return load(self.job)
@@ -138,6 +139,7 @@ register(
         prompts="esgexp.tasks.qa:QATask",
         prompt_style="qa",
         figures=("qa_by_type", "qa_by_spans", "category_accuracy"),
+        judged=True,
     )
 )
 register(
@@ -169,6 +171,7 @@ register(
         inputs=predictions_file,
         without_model="scores a predictions file",
         figures=("category_accuracy",),
+        judged=True,
     )
 )
 register(
