@@ -28,14 +28,13 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from ingestion import PARAGRAPHS  # benchmarks/ingestion.py: the default chunker
+from ingestion import PARAGRAPHS, add_report_folders, report_files  # benchmarks/ingestion.py: the default chunker
 
 from esgexp.builders.verify import PageTexts
 from esgexp.data.corpus import Corpus, document_id, ingest
 from esgexp.data.pdf import READERS
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT.parent / "shared" / "data" / "samples"
 DEFAULT_JSON = ROOT / "benchmarks" / "evidence_verbatim.json"
 KINDS = ("line", "passage")
 
@@ -61,14 +60,11 @@ def usable(line: str) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pdfs", default=str(SAMPLES / "pdfs"), help="a folder of report PDFs")
-    parser.add_argument("--large", default=str(SAMPLES / "pdfs-large"), help="a second folder (the long reports)")
+    add_report_folders(parser)
     parser.add_argument("--step", type=int, default=1, help="evidence from every STEP-th page")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the numbers")
     args = parser.parse_args(argv)
-    files = sorted(p for folder in (args.pdfs, args.large) if Path(folder).is_dir() for p in Path(folder).glob("*.pdf"))
-    if not files:
-        raise SystemExit(f"no PDFs in {args.pdfs} or {args.large}")
+    files = report_files(args)
     started, load = time.perf_counter(), os.getloadavg()[0]
     items = {path.name: evidence(path, args.step) for path in files}
     rows = []

@@ -39,12 +39,29 @@ from esgexp.data.pdf import READERS, read_pages
 from esgexp.data.tables import TableExtractor
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PDFS = ROOT.parent / "shared" / "data" / "samples" / "pdfs"
+SAMPLES = ROOT.parent / "shared" / "data" / "samples"
+DEFAULT_PDFS = SAMPLES / "pdfs"
 DEFAULT_JSON = ROOT / "benchmarks" / "ingestion.json"
 FILES = ("1_1_AG.pdf", "MAX_AUTOMATION_SE.pdf")
 PARAGRAPHS = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # conf/chunker/paragraphs.yaml, the default
 CHUNKERS = (PARAGRAPHS, CharChunker(), SentenceChunker(), WindowChunker(), MarkdownChunker())
 STRATEGIES = ("rules", "lines", "text")
+
+
+def add_report_folders(parser: argparse.ArgumentParser) -> None:
+    """``--pdfs`` and ``--large``: the shared report PDFs, the short ones and the two long ones."""
+    parser.add_argument("--pdfs", default=str(DEFAULT_PDFS), help="a folder of report PDFs")
+    parser.add_argument("--large", default=str(SAMPLES / "pdfs-large"), help="a second folder (the long reports)")
+
+
+def report_files(args: argparse.Namespace) -> list[Path]:
+    """The PDFs in ``args.pdfs`` and ``args.large`` (a folder that is absent is passed over), sorted; SystemExit
+    naming both folders when there is none."""
+    folders = [Path(folder) for folder in (args.pdfs, args.large) if Path(folder).is_dir()]
+    files = sorted(path for folder in folders for path in folder.glob("*.pdf"))
+    if not files:
+        raise SystemExit(f"no PDFs in {args.pdfs} or {args.large}")
+    return files
 
 
 def best_time(repeats: int, work) -> tuple[float, object]:

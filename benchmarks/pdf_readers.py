@@ -31,13 +31,17 @@ from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
 
-from ingestion import PARAGRAPHS, best_time  # benchmarks/ingestion.py: the default chunker, best of N runs
+from ingestion import (  # benchmarks/ingestion.py: the default chunker, best of N runs
+    PARAGRAPHS,
+    add_report_folders,
+    best_time,
+    report_files,
+)
 
 from esgexp.data.corpus import ingest
 from esgexp.data.pdf import READERS, read_pages
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT.parent / "shared" / "data" / "samples"
 DEFAULT_JSON = ROOT / "benchmarks" / "pdf_readers.json"
 WORD = re.compile(r"\w+")
 SENTENCE = re.compile(r"[^.!?]{40,}[.!?]")
@@ -147,14 +151,11 @@ def tables(files: list[dict], ingests: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pdfs", default=str(SAMPLES / "pdfs"), help="a folder of report PDFs")
-    parser.add_argument("--large", default=str(SAMPLES / "pdfs-large"), help="a second folder (the long reports)")
+    add_report_folders(parser)
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best counts")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the numbers")
     args = parser.parse_args(argv)
-    files = sorted(p for folder in (args.pdfs, args.large) if Path(folder).is_dir() for p in Path(folder).glob("*.pdf"))
-    if not files:
-        raise SystemExit(f"no PDFs in {args.pdfs} or {args.large}")
+    files = report_files(args)
     load = os.getloadavg()[0]
     file_rows = [measure_file(path, args.repeats) for path in files]
     ingest_rows = measure_ingest(files, args.repeats)

@@ -129,12 +129,11 @@ class FakeBatchAPI:
             return 404, error(f"no batch {batch_id}", "invalid_request_error")
         with self._lock:
             self.looks += 1
+            held = batch["status"] == "in_progress" and self._held.is_set()
             if batch["status"] == "validating" and self.end == "failed":
                 batch["status"] = "failed"
                 batch["errors"] = {"data": [{"code": "invalid_request", "message": "the fake refuses this batch"}]}
-            elif batch["status"] == "in_progress" and self._held.is_set():
-                pass
-            elif batch["status"] in STEPS[:-1]:
+            elif batch["status"] in STEPS[:-1] and not held:
                 batch["status"] = STEPS[STEPS.index(batch["status"]) + 1]
                 if batch["status"] == "finalizing":
                     self.answer(batch)
@@ -178,7 +177,7 @@ class FakeBatchAPI:
                 }
                 errors.append(out)
                 continue
-            status, body = self.forward(entry["url"], entry["body"])
+            status, body = forward(self.upstream, entry["url"], entry["body"])
             out["response"] = {"status_code": status, "request_id": f"req_{number}", "body": body}
             (output if status == 200 else errors).append(out)
         for kind, found in (("output_file_id", output), ("error_file_id", errors)):
@@ -188,16 +187,17 @@ class FakeBatchAPI:
                 batch[kind] = file_id
         batch["request_counts"].update(completed=len(output), failed=len(errors))
 
-    def forward(self, url: str, body: dict) -> tuple[int, dict]:
-        """POST ``body`` to the upstream server at the line's ``url`` (``/v1/...``, under its base path)."""
-        path = self.upstream.path.rstrip("/") + url.removeprefix("/v1")
-        connection = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=300)
-        try:
-            connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-            reply = connection.getresponse()
-            return reply.status, json.loads(reply.read())
-        finally:
-            connection.close()
+
+def forward(upstream: urllib.parse.SplitResult, url: str, body: dict) -> tuple[int, dict]:
+    """POST ``body`` to the ``upstream`` server at a batch line's ``url`` (``/v1/...``, under its base path)."""
+    path = upstream.path.rstrip("/") + url.removeprefix("/v1")
+    connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=300)
+    try:
+        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        reply = connection.getresponse()
+        return reply.status, json.loads(reply.read())
+    finally:
+        connection.close()
 
 
 def error(message: str, kind: str) -> dict:
@@ -207,21 +207,18 @@ def error(message: str, kind: str) -> dict:
 def run_batch_file(input_file, output_file, upstream: str) -> None:
     """What ``vllm run-batch -i INPUT -o OUTPUT`` does, against ``upstream`` (an OpenAI-compatible server): every
     line answered, the output written in the batch output format."""
-    api = FakeBatchAPI(upstream)
-    try:
-        lines = [json.loads(line) for line in open(input_file, encoding="utf-8")]
-        with open(output_file, "w", encoding="utf-8") as out:
-            for number, entry in enumerate(lines):
-                status, body = api.forward(entry["url"], entry["body"])
-                response = {"status_code": status, "request_id": f"vllm-batch-{number}", "body": body}
-                out.write(
-                    json.dumps(
-                        {"id": f"vllm-{number}", "custom_id": entry["custom_id"], "response": response, "error": None}
-                    )
-                    + "\n"
+    server = urllib.parse.urlsplit(upstream)
+    lines = [json.loads(line) for line in open(input_file, encoding="utf-8")]
+    with open(output_file, "w", encoding="utf-8") as out:
+        for number, entry in enumerate(lines):
+            status, body = forward(server, entry["url"], entry["body"])
+            response = {"status_code": status, "request_id": f"vllm-batch-{number}", "body": body}
+            out.write(
+                json.dumps(
+                    {"id": f"vllm-{number}", "custom_id": entry["custom_id"], "response": response, "error": None}
                 )
-    finally:
-        api.close()
+                + "\n"
+            )
 
 
 def _handler(api: FakeBatchAPI):
@@ -262,7 +259,7 @@ def _handler(api: FakeBatchAPI):
             with api._lock:
                 api.live += 1
             self.reply(
-                *api.forward(self.path, json.loads(body))
+                *forward(api.upstream, self.path, json.loads(body))
             )  # the live API, as a provider serves it beside batches
 
     return Handler

@@ -275,8 +275,8 @@ def test_new_model_configs_compose(make_cfg):
 
 
 def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path, monkeypatch, shared_samples):
-    from esgexp.cli.paper import dollars, dry_run
-    from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
+    from esgexp.cli.paper import dry_run
+    from esgexp.papers.estimate import CHARS_PER_TOKEN, dollars, estimate
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -296,7 +296,9 @@ def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path
     assert found.requests == 40
     assert found.prompt_tokens > 40 * 50  # every prompt holds a question and four options
     assert math.isclose(found.cost, found.prompt_tokens * 2.50 / 1e6 + found.completion_budget * 10.00 / 1e6)
-    assert f"[40 requests, ~{found.prompt_tokens} prompt tokens, at most {dollars(found.cost)}" in text
+    assert f"[40 requests, ~{found.prompt_tokens} prompt tokens, at most {dollars(found.cost)} live" in text
+    assert math.isclose(found.batch_cost, found.cost / 2)  # OpenAI's Batch API: half price
+    assert f", {dollars(found.batch_cost)} batch]" in text
     (o3,) = [j for j in grid.jobs if j.row == "o3" and j.cells == [("o3", "Zero-Shot")]]
     assert estimate(o3.cfg, {}).completion_budget == 40 * 8192  # a reasoning model's whole budget
     (llama,) = [j for j in grid.jobs if j.row == "Meta-Llama-3 8B" and j.cells[0][1] == "Zero-Shot"]

@@ -47,14 +47,10 @@ def job_line(job: Job, extra: str = "") -> str:
     return f"  {job.id}  {job.row} | {columns}{extra}\n      {' '.join(job.shown or job.overrides)}\n      {state}"
 
 
-def dollars(value: float) -> str:
-    return f"${value:.2f}" if value >= 0.1 else f"${value:.4f}"
-
-
 def dry_run(grid: Grid) -> str:
     """The job list with each job's requests, estimated prompt tokens and cost (nothing is sent); a job whose
     data is missing is not estimated (its requests are unknown, not 0)."""
-    from esgexp.papers.estimate import CHARS_PER_TOKEN, estimate
+    from esgexp.papers.estimate import CHARS_PER_TOKEN, dollars, estimate
 
     loaded: dict = {}
     lines, requests, cost, batch_cost, priced, unknown = [], 0, 0.0, 0.0, 0, 0

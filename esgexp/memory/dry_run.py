@@ -103,7 +103,7 @@ def price_lines(cfg: DictConfig, report: dict) -> list[str]:
 
 def cost_text(found) -> str:
     """``N requests, ~T prompt tokens: at most $X live, $Y with backend.batch=true``, or why not priced."""
-    from esgexp.cli.paper import dollars
+    from esgexp.papers.estimate import dollars
 
     if found.cost is None:
         return f"{found.requests} requests, ~{found.prompt_tokens} prompt tokens; not priced ({found.note or 'no model.price'})"

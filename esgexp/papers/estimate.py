@@ -38,6 +38,11 @@ class Estimate:
     judge: Estimate | None = None  # the judge's requests (judge=...), priced at the judge model's prices
 
 
+def dollars(value: float) -> str:
+    """``$1.23``, or ``$0.0123`` below ten cents."""
+    return f"${value:.2f}" if value >= 0.1 else f"${value:.4f}"
+
+
 def tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
