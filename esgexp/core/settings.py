@@ -15,7 +15,7 @@ from esgexp.backends.cache import CACHE_MODES
 from esgexp.core.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
 from esgexp.data.pdf import READERS
 from esgexp.errors import UserError
-from esgexp.eval.judge import PROMPTS as JUDGE_PROMPTS
+from esgexp.eval.judge_prompts import PROMPTS as JUDGE_PROMPTS
 from esgexp.tasks.kinds import KINDS
 
 TASKS = tuple(KINDS)  # the registered task kinds (esgexp/tasks/kinds.py)
