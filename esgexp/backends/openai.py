@@ -192,13 +192,13 @@ class OpenAIBackend(Backend):
         self._answered = 0  # items the server answered (for the message when it stops answering)
         self._workers: ThreadPoolExecutor | None = None
         self.batch = BatchSettings(
-            bool(batch),
-            str(batch_window),
-            float(batch_poll_s),
-            batch_failed,
-            batch_output,
-            int(batch_max_requests),
-            bool(batch_wait),
+            enabled=bool(batch),
+            window=str(batch_window),
+            poll_s=float(batch_poll_s),
+            failed=batch_failed,
+            output=batch_output,
+            max_requests=int(batch_max_requests),
+            wait=bool(batch_wait),
         )
         self.batch_errors: dict[str, str] = {}  # custom id -> why its batch did not answer it
         self.batch_counts = {"n_batches_submitted": 0, "n_batch_answers": 0}

@@ -131,6 +131,10 @@ def job_tags(cfg: DictConfig, output_dir: Path, **extra: str) -> dict[str, str]:
     built = data_provenance(cfg.dataset.get("path"))
     if built:
         tags["data_provenance"] = built
+    if cfg.get("judge"):  # judge=...: its model, backend and prompt version (leaderboard columns)
+        from esgexp.eval.judge import judge_tags
+
+        tags.update(judge_tags(cfg))
     tags.update({k: str(v) for k, v in extra.items() if v is not None})
     return tags
 

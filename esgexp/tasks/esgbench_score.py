@@ -59,12 +59,7 @@ class ScoringJob(Job):
         return self.loaded.skipped + self.predictions.skipped + self.joined.unjoined + self.joined.missing
 
     def tags(self) -> dict:
-        tags = {"model": "external", "strategy": "external", "predictions": str(self.cfg.predictions)}
-        if self.cfg.get("judge"):
-            from esgexp.eval.judge import judge_tags
-
-            tags.update(judge_tags(self.cfg))
-        return tags
+        return {"model": "external", "strategy": "external", "predictions": str(self.cfg.predictions)}
 
     def work(self, run) -> tuple[dict, dict]:
         items = self.loaded.items

@@ -66,10 +66,6 @@ class GenerationJob(Job):
             "template": cfg.template.name,
             "retriever": cfg.retriever.name if cfg.strategy.name == "rag" else None,
         }
-        if cfg.get("judge"):
-            from esgexp.eval.judge import judge_tags
-
-            tags.update(judge_tags(cfg))
         if cfg.model.adapter:
             from esgexp.models.lora import adapter_tags
 
@@ -91,7 +87,7 @@ class GenerationJob(Job):
         finally:
             self.backend.close()
         self.records, metrics, info = self.task.score(items, latest_records(predictions, items))
-        if cfg.get("judge"):  # an LLM judge beside the string metrics (task=qa only: esgexp/core/settings.py)
+        if cfg.get("judge"):  # an LLM judge beside the string metrics (kinds with open answers: TaskKind.judged)
             from esgexp.eval.judge import run_judge
 
             metrics.update(run_judge(cfg, items, self.records, config=self.judge))
