@@ -147,6 +147,9 @@ def verify(cfg: DictConfig, name: str | None, group: str | None) -> int:
 
 
 def main(argv: list[str]) -> None:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return
     words, overrides = split_arguments(argv)
     cfg = compose(overrides)
     action, name, group = [*words, None, None][:3]

@@ -22,6 +22,10 @@ from esgexp.data.registry import RegistryFile, Source, file_at, identify
 from esgexp.errors import UserError
 
 
+class NotServed(OSError):
+    """A source that answers it has no such file (HTTP 4xx): not retried (pooch retries its RequestExceptions)."""
+
+
 class HashMismatch(Exception):
     """Bytes that are not the registry's file (not a ValueError: pooch retries those; a mismatch is final)."""
 
@@ -144,6 +148,8 @@ class ResumingDownloader:
             if have and response.status_code == 416:  # nothing after ``have``: the part is whole
                 response.close()
             else:
+                if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+                    raise NotServed(f"HTTP {response.status_code} {response.reason} for {url}")
                 response.raise_for_status()
                 if response.status_code != 206:
                     have = 0

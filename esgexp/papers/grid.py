@@ -128,8 +128,11 @@ def choose_data(spec: DictConfig, given: dict, table: str, settings: FetchSettin
             chosen[key] = str(given[key])
             continue
         if published and (settings.download or settings.mirror):
-            for file in published:
-                fetch(file, settings)
+            try:
+                for file in published:
+                    fetch(file, settings)
+            except UserError as error:  # the jobs that read it cannot run, and say why
+                hints[key] += f" (the download failed: {error})"
         chosen[key] = next((c for c in candidates if Path(c).exists()), None)
     return chosen, hints
 
