@@ -1,12 +1,14 @@
 """A real HTTP server on 127.0.0.1 (stdlib ``http.server`` in a thread) that serves the shared samples under
 the registry's URL layout: ``/<owner>/<repo>/<commit>/<path>`` as raw.githubusercontent.com does,
-``/media/<owner>/<repo>/<commit>/<path>`` as GitHub's LFS media host does. Only the host differs from the real
-sources, so a test points ``data.hosts.github`` (and ``github_lfs``) at it. It honours ``Range`` requests, keeps
+``/media/<owner>/<repo>/<commit>/<path>`` as GitHub's LFS media host does, ``/datasets/<id>/resolve/<revision>/
+<path>`` as the Hugging Face hub does (a HEAD request gets the commit, etag and size huggingface_hub asks for).
+Only the host differs from the real sources, so a test points ``data.hosts.*`` at it. It honours ``Range`` requests, keeps
 each request's path and Range header, and can cut the first response to a path short (``cut``: path -> bytes
 sent before the connection drops)."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +25,18 @@ class DataServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet
                 pass
+
+            def do_HEAD(self):  # what huggingface_hub asks first: the file's commit, etag and size
+                source = server.files.get(unquote(self.path))
+                if source is None:
+                    self.send_error(404)
+                    return
+                data = Path(source).read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+                self.send_header("X-Repo-Commit", "0" * 40)
+                self.end_headers()
 
             def do_GET(self):
                 path = unquote(self.path)

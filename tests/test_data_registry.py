@@ -51,7 +51,8 @@ def server(samples):
 
 
 def data_cli(tmp_path: Path, *args: str, env: dict | None = None):
-    env = dict(os.environ if env is None else env, HF_HUB_OFFLINE="1")
+    env = dict(os.environ if env is None else env)
+    env.setdefault("HF_HUB_OFFLINE", "1")
     return run_cli("esgexp.data_cli", *args, "progress=false", cwd=tmp_path, env=env)
 
 
@@ -97,6 +98,13 @@ def test_get_then_verify_and_list(tmp_path, server):
         changed.write("\n")
     again = data_cli(tmp_path, "verify", "esgenius", "files=ESGenius_1136q.csv", f"paths.data_dir={data}")
     assert again.returncode == 1 and "NOT the registry's (sha256 " in again.stdout
+    mended = data_cli(
+        tmp_path, "get", "esgenius", "files=ESGenius_1136q.csv", f"paths.data_dir={data}", *server.hosts()
+    )
+    assert mended.returncode == 0 and "not the registry's bytes" in mended.stdout
+    assert (data / "esgenius" / "ESGenius_1136q.csv").read_bytes() == (
+        SAMPLES / "esgenius/ESGenius_1136q.csv"
+    ).read_bytes()
 
 
 def test_a_hash_mismatch_is_refused_with_both_hashes_and_nothing_kept(tmp_path, server):
@@ -146,6 +154,23 @@ def test_git_lfs_pointers_are_recognised(tmp_path, samples):
     assert job.returncode == 2
     assert f"error: dataset.path={folder}/test.json is a Git LFS pointer (oid sha256:9341bbb1989f" in job.stderr
     assert "get the file itself with `esgexp-data get sustainableqa files=test.json`" in job.stderr
+
+
+def test_a_hub_source_through_huggingface_hub(tmp_path, samples):
+    """ESGenius's hub copy, the second source: read through huggingface_hub (its cache under HF_HOME) when GitHub
+    does not answer, and checked against the same hash."""
+    hub = "/datasets/cy0307/ESGenius/resolve/main/data/ESGenius_1136q.csv"
+    args = ("get", "esgenius", "files=ESGenius_1136q.csv", "data.hosts.github=http://127.0.0.1:9", "data.retries=0")
+    with DataServer({hub: samples / "esgenius" / "ESGenius_1136q.csv"}) as server:
+        env = dict(os.environ, HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"))
+        got = data_cli(
+            tmp_path, *args, f"paths.data_dir={tmp_path}/data", f"data.hosts.huggingface={server.url}", env=env
+        )
+        assert got.returncode == 0, got.stdout + got.stderr
+        assert (hub, None) in server.requests and files_in(tmp_path / "data") == ["esgenius/ESGenius_1136q.csv"]
+        # offline (esgexp's default), the hub source reads only the Hugging Face cache: here, the file just fetched
+        offline = data_cli(tmp_path, *args, f"paths.data_dir={tmp_path}/again", env=dict(env, HF_HUB_OFFLINE="1"))
+        assert offline.returncode == 0 and files_in(tmp_path / "again") == ["esgenius/ESGenius_1136q.csv"]
 
 
 def test_a_missing_benchmark_file_names_the_command_offline(tmp_path):

@@ -68,8 +68,9 @@ def fetch(file: RegistryFile, settings: FetchSettings) -> Path:
     target = file.local(settings.data_dir)
     if target.is_file() and file.matches(file_hashes(target)):
         return target
-    if target.is_file():  # another file in its place: replaced only by the verified one
-        print(f"{target}: not the registry's bytes ({file.hash_text}); getting it again", flush=True)
+    if target.is_file():  # another file in the data folder's place of this one: the cache's copy is replaced
+        print(f"{target}: not the registry's bytes ({file.hash_text}); removed, getting it again", flush=True)
+        target.unlink()
     tried = []
     for origin in origins(file, settings):
         try:
