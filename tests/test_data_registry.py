@@ -230,6 +230,29 @@ def test_a_paper_table_finds_its_files_through_the_registry(tmp_path, server):
     assert "files=ESGenius_w_ref_1136q.csv paths.data_dir=" in rag and "66d6e5fc089d2b97" in rag
 
 
+def test_the_reports_group_then_one_ingest_builds_the_corpus(tmp_path, samples):
+    """SustainableQA's Sources/ PDFs as the group ``reports`` (two of them on this server: the shared samples whose
+    sha256 the registry holds), then the documented ingest over the folder they land in."""
+    commit = "/DataScienceUIBK/SustainableQA/9d8e0ee60d4d1a5ecd30ab99ea3dd7cdb566edcc/Sources/"
+    pdfs = {commit + "1&1 AG.pdf": samples / "pdfs" / "1_1_AG.pdf"}
+    pdfs[commit + "MAX AUTOMATION SE NA O.N..pdf"] = samples / "pdfs" / "MAX_AUTOMATION_SE.pdf"
+    data = tmp_path / "data"
+    with DataServer(pdfs) as server:
+        got = data_cli(tmp_path, "get", "sustainableqa", "reports", f"paths.data_dir={data}", *server.hosts())
+        asked = len(server.requests)
+    assert got.returncode == 1 and "59 of 61 file(s) not got" in got.stdout  # the rest: 404 here, each asked once
+    assert asked == 61
+    reports = data / "sustainableqa" / "reports"
+    assert files_in(reports) == ["1&1 AG.pdf", "MAX AUTOMATION SE NA O.N..pdf"]
+    built = run_cli(
+        "esgexp.ingest", f"corpus.pdf_dir={reports}", "corpus.name=sustainableqa", "progress=false", "workers=1",
+        f"paths.root_dir={tmp_path}", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    passages = (tmp_path / "data" / "corpora" / "sustainableqa" / "paragraphs" / "passages.jsonl").read_text()
+    assert {json.loads(line)["doc_id"] for line in passages.splitlines()} == {"1&1 AG", "MAX AUTOMATION SE NA O.N."}
+
+
 def test_only_the_papers_bytes_are_the_papers_data(tmp_path, samples):
     """By hash, never by name or place: the published file renamed is the paper's; a sample named as the
     published file is not."""
