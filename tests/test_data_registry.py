@@ -77,6 +77,13 @@ def test_registry_entries_are_the_measured_sources():
     assert {f.name for f in benchmark("sustainableqa").group("data")} == {"train.json", "validation.json", "test.json"}
 
 
+def test_how_files_arrive_is_not_part_of_a_jobs_identity(make_cfg):
+    from esgexp.core.identity import job_identity
+
+    plain = job_identity(make_cfg("dataset=esgenius"))
+    assert job_identity(make_cfg("dataset=esgenius", "data.download=true", "data.mirror=/m")) == plain
+
+
 def test_get_then_verify_and_list(tmp_path, server):
     data = tmp_path / "data"
     got = data_cli(tmp_path, "get", "esgenius", "files=ESGenius_1136q.csv", f"paths.data_dir={data}", *server.hosts())
