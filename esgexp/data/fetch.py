@@ -192,11 +192,20 @@ def copy_verified(file: RegistryFile, source: Path, target: Path) -> None:
 def from_hub(file: RegistryFile, source: Source, target: Path, hosts: dict) -> None:
     """The file from a hub dataset through huggingface_hub (its cache first; with ``HF_HUB_OFFLINE=1``, the
     default here, only the cache), verified, then copied into place."""
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
-    cached = hf_hub_download(
-        source.repo, source.path, repo_type="dataset", revision=source.revision, endpoint=hosts["huggingface"]
-    )
+    try:
+        cached = hf_hub_download(
+            source.repo, source.path, repo_type="dataset", revision=source.revision, endpoint=hosts["huggingface"]
+        )
+    except LocalEntryNotFoundError:
+        if not constants.HF_HUB_OFFLINE:
+            raise
+        raise FileNotFoundError(
+            "not in the Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE=1; HF_HUB_OFFLINE=0 lets "
+            "huggingface_hub download it)"
+        ) from None
     copy_verified(file, Path(cached), target)
 
 
