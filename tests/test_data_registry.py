@@ -202,6 +202,14 @@ def test_a_mirror_folder_made_with_to_serves_a_cluster(tmp_path, server):
     got = data_cli(tmp_path, "get", "esgenius", "files=ESGenius_1136q.csv", f"paths.data_dir={cluster}", *offline)
     assert got.returncode == 0, got.stdout + got.stderr
     assert files_in(cluster) == ["esgenius/ESGenius_1136q.csv"]
+    # or the same folder behind an internal HTTP server
+    with DataServer({"/esg-data/esgenius/ESGenius_1136q.csv": mirror / "esgenius" / "ESGenius_1136q.csv"}) as internal:
+        by_url = data_cli(
+            tmp_path, "get", "esgenius", "files=ESGenius_1136q.csv", f"paths.data_dir={tmp_path}/c1",
+            "data.hosts.github=http://127.0.0.1:9", f"data.mirror={internal.url}/esg-data",
+        )  # fmt: skip
+        assert internal.requests == [("/esg-data/esgenius/ESGenius_1136q.csv", None)]
+    assert by_url.returncode == 0 and files_in(tmp_path / "c1") == ["esgenius/ESGenius_1136q.csv"]
     # the same hashes are checked: a changed copy in the mirror is refused
     (mirror / "esgenius" / "ESGenius_1136q.csv").write_text("query_id,new_id\n")
     bad = data_cli(tmp_path, "get", "esgenius", "files=ESGenius_1136q.csv", f"paths.data_dir={tmp_path}/c2", *offline)
