@@ -36,6 +36,7 @@ CONFIGS = {
     "esgexp.sync": None,
     "esgexp.settings_reference": None,
     "esgexp.data.make_sustainableqa_fixture": None,
+    "esgexp.data_cli": "data_cli",
     # the console scripts' modules (pyproject.toml)
     "esgexp.cli.main": "config",
     "esgexp.cli.ingest": "ingest",
@@ -46,6 +47,7 @@ CONFIGS = {
     "esgexp.cli.sync": None,
     "esgexp.cli.export_adapter": "export_adapter",
     "esgexp.cli.paper": "paper",
+    "esgexp.cli.data": "data_cli",
 }
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 # esgexp-ingest -> esgexp.cli.ingest (the module the script's function lives in, less __main__)

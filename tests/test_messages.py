@@ -76,6 +76,7 @@ CONSOLE_MISTAKES = {
     "esgexp-sync": (["/no/such/run"], "/no/such/run is not a run folder"),
     "esgexp-export-adapter": (["out_dirr=x"], "did you mean out_dir? (out_dir=x)"),
     "esgexp-paper": (["tabel=x"], "did you mean table? (table=x)"),
+    "esgexp-data": (["get", "esgenius", "fils=x"], "did you mean files? (files=x)"),
 }
 
 

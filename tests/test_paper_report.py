@@ -164,27 +164,27 @@ def test_another_model_and_a_limit_make_a_cell_not_comparable_and_say_so(tmp_pat
 
 
 def test_the_papers_own_file_substitutes_nothing_and_a_sample_does(tmp_path, shared_samples):
-    """By name (the grid's paper_file) and, where the grid knows it, by digest: a renamed sample is caught."""
+    """By hash only (the registry's, conf/data/): the published file renamed is the paper's; a sample, renamed
+    as the published file or not, and our bundled sample are not."""
     import shutil
 
     from esgexp.core.config import BUNDLED_DIR
     from esgexp.papers.provenance import data_substitutions
 
     folder = shared_samples / "esgenius"
-    renamed = tmp_path / "renamed" / "ESGenius_1136q.csv"
+    renamed, published = tmp_path / "renamed" / "ESGenius_1136q.csv", tmp_path / "mine.csv"
     renamed.parent.mkdir()
     shutil.copy(folder / "ESGenius_1136q_sample40.csv", renamed)
+    shutil.copy(folder / "ESGenius_1136q.csv", published)
+    not_the_papers = "is not the paper's data (a sample, a copy or one's own file: its hash is not the registry's"
     cases = {
-        folder / "ESGenius_1136q.csv": [],
-        folder / "ESGenius_1136q_sample40.csv": [
-            "data.esgenius: ESGenius_1136q_sample40.csv, not the paper's ESGenius_1136q.csv or ESGenius_w_ref_1136q.csv"
-        ],
-        renamed: ["data.esgenius: ESGenius_1136q.csv is not the paper's file of that name (sha256 differs)"],
-        BUNDLED_DIR / "esg_mcq_sample.csv": [
-            "data.esgenius: esg_mcq_sample.csv is our bundled sample, not the paper's data"
-        ],
+        folder / "ESGenius_1136q.csv": False,
+        published: False,
+        folder / "ESGenius_1136q_sample40.csv": True,
+        renamed: True,
+        BUNDLED_DIR / "esg_mcq_sample.csv": True,
     }
-    for path, expected in cases.items():
+    for path, substituted in cases.items():
         cfg = paper_cfg(
             "table=esgenius_table2",
             f"paths.root_dir={tmp_path}",
@@ -193,7 +193,12 @@ def test_the_papers_own_file_substitutes_nothing_and_a_sample_does(tmp_path, sha
             "columns=[Zero-Shot]",
         )
         grid = load_grid(cfg, check=False)
-        assert data_substitutions(grid.jobs[0], grid) == expected, path
+        found = data_substitutions(grid.jobs[0], grid)
+        assert found == (
+            [f"data.esgenius: {path} {not_the_papers}, conf/data/; esgexp-data get fetches the paper's)"]
+            if substituted
+            else []
+        ), path
 
 
 # --- verdicts and values beside ---

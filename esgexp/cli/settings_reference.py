@@ -33,10 +33,11 @@ GROUPS = (
     "tracking",
     "stats",
     "paths",
+    "downloads",
     "chunker",
     "builder",
 )
-COMMANDS = ("ingest", "build", "verify", "leaderboard", "compare", "export_adapter", "paper")
+COMMANDS = ("ingest", "build", "verify", "leaderboard", "compare", "export_adapter", "paper", "data_cli")
 LONG_TEXT = 60
 SHOWN_VALUES = 4
 
@@ -105,7 +106,9 @@ def component_rules() -> dict:
 
 def group_rows(group: str, default: str | None) -> list[tuple[str, str, str]]:
     """(key, default or per-option values, rule) for every key of the group's option files."""
-    options = {path.stem: leaves(raw(path)) for path in sorted((CONF_DIR / group).glob("*.yaml"))}
+    paths = sorted((CONF_DIR / group).glob("*.yaml"))
+    options = {path.stem: leaves(raw(path)) for path in paths}
+    package = package_of(paths[0], group)
     keys: dict[str, None] = {}
     for found in options.values():
         keys.update(dict.fromkeys(found))
@@ -125,8 +128,16 @@ def group_rows(group: str, default: str | None) -> list[tuple[str, str, str]]:
             parts = [f"{value} ({named(opts)})" for value, opts in values.items()]
             more = len(parts) - SHOWN_VALUES
             cell = "; ".join(parts[:SHOWN_VALUES]) + (f"; ... {more} more" if more > 0 else "")
-        rows.append((f"{group}.{key}", cell, rule_of(f"{group}.{key}")))
+        rows.append((f"{package}.{key}", cell, rule_of(f"{package}.{key}")))
     return rows
+
+
+def package_of(path: Path, group: str) -> str:
+    """Where a group's options land in the config: their ``# @package NAME`` line, else the group's name."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# @package "):
+            return line.removeprefix("# @package ").strip()
+    return group
 
 
 def named(options: list[str]) -> str:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 # Settings (a dotted key, or a whole group) that never change what a job computes from its inputs.
 NOT_IDENTITY = (
     "paths",  # where files go
+    "data",  # how the benchmark files arrive (download, mirror, hosts): their bytes are checked against one hash
     "hydra",
     "tracking",  # where the run is recorded
     "experiment_name",

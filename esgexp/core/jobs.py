@@ -63,6 +63,7 @@ def run_steps(job: Job) -> dict:
     """Check the config, load, save the inputs, open the tracked run, work, finish, print the summary;
     return the metrics ({} on a rank that does not write)."""
     check_config(job.cfg)
+    check_input_files(job.cfg)
     skipped = job.load()
     if not job.writes:
         job.work(None)
@@ -92,6 +93,31 @@ def check_config(cfg: DictConfig) -> Path:
     check_settings(cfg)
     tracking.check_tracking(cfg.tracking, offline_hint=True)
     return Path(cfg.paths.output_dir)
+
+
+def input_files(cfg: DictConfig) -> list[tuple[str, Path]]:
+    """The data files a composed job reads, each with the setting that names it: ``dataset.path`` (for a folder
+    dataset with splits, SustainableQA's, its ``<split>.json`` files: the evaluated split and the few-shot
+    examples' split) and the task kind's inputs (predictions, core questions)."""
+    from esgexp.tasks.kinds import kind_of
+
+    dataset = cfg.dataset.get("path") if not cfg.dataset.get("hf_id") else None
+    found = [("dataset.path", Path(str(dataset)))] if dataset else []
+    if dataset and cfg.dataset.get("split") and (Path(str(dataset)).is_dir() or not Path(str(dataset)).suffix):
+        splits = dict.fromkeys(s for s in (cfg.dataset.split, (cfg.get("strategy") or {}).get("split")) if s)
+        found = [("dataset.path", Path(str(dataset)) / f"{split}.json") for split in splits]
+    keys = kind_of(cfg.task).inputs(cfg)
+    return found + [(key, Path(str(value))) for key in keys if (value := OmegaConf.select(cfg, key))]
+
+
+def check_input_files(cfg: DictConfig) -> None:
+    """Registry files (conf/data/) the job reads and lacks: downloaded and verified with ``data.download=true``,
+    else one error naming the ``esgexp-data get`` command; a Git LFS pointer given as data is refused
+    (esgexp/data/fetch.py)."""
+    from esgexp.data.fetch import FetchSettings, check_inputs
+
+    if "data" in cfg:
+        check_inputs(input_files(cfg), FetchSettings.of(cfg))
 
 
 def same_job(cfg: DictConfig, run_dir: Path) -> bool:

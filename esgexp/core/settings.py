@@ -12,7 +12,7 @@ from collections.abc import Callable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from esgexp.backends.cache import CACHE_MODES
-from esgexp.core.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
+from esgexp.core.rules import URL, Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
 from esgexp.data.pdf import READERS
 from esgexp.errors import UserError
 from esgexp.eval.judge_prompts import PROMPTS as JUDGE_PROMPTS
@@ -55,6 +55,11 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "dataset.min_overlap": Number(0, 1, above=True),
     "dataset.core_only": Flag(),
     "dataset.merge_duplicates": Flag(),
+    "data.download": Flag(),
+    "data.retries": Integer(0),
+    "data.hosts.github": URL(),
+    "data.hosts.github_lfs": URL(),
+    "data.hosts.huggingface": URL(),
     "scoring.max_new_tokens": Integer(1),
     "scoring.prefix_cache": Flag(),
     "scoring.circular": Flag(),

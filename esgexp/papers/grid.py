@@ -1,9 +1,11 @@
 """A paper table's grid: ``conf/paper/<name>.yaml`` -> the ordinary esgexp jobs that fill its cells.
 
 A grid file has ``cells`` (the published cells, esgexp/papers/tables/), ``scale`` (published = ours × scale;
-a column may set its own), ``data`` (the table's data files: ``about``, ``candidates``, the first existing one
-is the default of ``data.<key>``, and optionally ``paper_file`` / ``sha256`` / ``items``: the name, digest and
-item count of the paper's own full file), ``base`` (overrides of every job), ``rows`` (row label -> overrides),
+a column may set its own), ``data`` (the table's data files: ``about``, ``candidates``, and optionally ``items``,
+the item count of the paper's own file, and ``sha256``, digests of files that are the paper's besides the
+registry's). The default of ``data.<key>`` is the registry's file for it (conf/data/: the files that serve
+``<table> data.<key>`` at the first candidate's place) when it is there or ``data.download=true`` gets it, else
+the first candidate that exists. ``base`` (overrides of every job), ``rows`` (row label -> overrides),
 ``columns`` (column label -> ``overrides``, or ``variants``: several override lists whose values the cell
 averages, ``scale``), ``rescored`` (true: the jobs re-score the paper's own predictions) and ``beside`` (label ->
 metrics key prefix shown next to each cell's metric). A job is base + row + one column variant; columns with
@@ -27,6 +29,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.core.config import CONF_DIR
+from esgexp.data.fetch import SETTINGS, FetchSettings, fetch, get_command
+from esgexp.data.registry import RegistryFile, serving
 from esgexp.errors import UserError
 from esgexp.papers.cells import Cell, load_cells
 from esgexp.tasks.kinds import kind_of
@@ -78,7 +82,8 @@ class Grid:
     columns: dict[str, Column]
     jobs: list[Job]
     data: dict[str, str | None]
-    data_spec: dict = field(default_factory=dict)  # the grid's ``data`` entries (about, candidates, paper_file, ...)
+    data_spec: dict = field(default_factory=dict)  # the grid's ``data`` entries (about, candidates, items, sha256)
+    data_hints: dict[str, str] = field(default_factory=dict)  # key -> the command that gets the paper's file
     extra: list[str] = field(default_factory=list)  # the user's overrides of every job
     rescored: bool = False
     beside: dict[str, str] = field(default_factory=dict)
@@ -104,20 +109,40 @@ def quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def choose_data(spec: DictConfig, given: dict) -> dict[str, str | None]:
-    """``data.<key>`` as given, else the first candidate path that exists (None: none does)."""
+def choose_data(spec: DictConfig, given: dict, table: str, settings: FetchSettings) -> tuple[dict, dict]:
+    """``data.<key>`` as given; else the registry's file(s) for it at the first candidate's place (present, or
+    downloaded and verified when ``settings.download`` or a mirror is set); else the first candidate that
+    exists (None: none does). Also, for each key the registry serves, how to get the paper's file."""
     known = dict(spec.get("data") or {})
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise UserError(f"data.{unknown[0]} is not a data file of this table (its data files: {', '.join(known)})")
-    chosen = {}
+    chosen, hints = {}, {}
     for key, about in known.items():
+        candidates = [os.path.normpath(str(c)) for c in (about.get("candidates") or [])]
+        published = registry_files(table, key, candidates, settings.data_dir)
+        if published:
+            url = published[0].sources[0].location(dict(settings.hosts))
+            hints[key] = f"`{get_command(published, settings.named_dir)}` (from {url}) or data.download=true"
         if given.get(key):
             chosen[key] = str(given[key])
             continue
-        candidates = [os.path.normpath(str(c)) for c in (about.get("candidates") or [])]
+        if published and (settings.download or settings.mirror):
+            try:
+                for file in published:
+                    fetch(file, settings)
+            except UserError as error:  # the jobs that read it cannot run, and say why
+                hints[key] += f" (the download failed: {error})"
         chosen[key] = next((c for c in candidates if Path(c).exists()), None)
-    return chosen
+    return chosen, hints
+
+
+def registry_files(table: str, key: str, candidates: list[str], data_dir: Path) -> list[RegistryFile]:
+    """The registry's files for ``data.<key>`` of ``table`` at the first candidate's place: that file, or the
+    files in that folder (SustainableQA's splits)."""
+    place = Path(candidates[0]).absolute() if candidates else None
+    found = serving(f"{table} data.{key}")
+    return [f for f in found if place in (f.local(data_dir).absolute(), f.local(data_dir).absolute().parent)]
 
 
 def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
@@ -128,7 +153,9 @@ def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
     root = cfg.copy()
     OmegaConf.set_struct(root, False)
     root.grid = spec
-    data = choose_data(root.grid, OmegaConf.to_container(cfg.data) or {})
+    given = {k: v for k, v in (OmegaConf.to_container(cfg.data) or {}).items() if k not in SETTINGS}
+    settings = FetchSettings.of(cfg)
+    data, hints = choose_data(root.grid, given, name, settings)
     for key, value in data.items():
         root.data[key] = quote(value) if value else "null"  # a job that reads it is listed as not runnable
     raw = OmegaConf.to_container(spec)  # overrides as written (${data.KEY} unresolved): a job's identity
@@ -152,6 +179,7 @@ def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
         [],
         data,
         data_spec=resolved.get("data") or {},
+        data_hints=hints,
         extra=[str(o) for o in cfg.overrides if not str(o).startswith("hydra")],
         rescored=bool(spec.get("rescored", False)),
         beside={str(k): str(v) for k, v in (spec.get("beside") or {}).items()},
@@ -200,7 +228,7 @@ def new_job(job_id: str, row: str, symbolic: list[str], overrides: list[str], gr
         for text in symbolic
     ]
     job = Job(job_id, row, overrides, shown=shown, data_keys=keys)
-    job.missing_data = [data_problem(key, grid.data_spec[key]) for key in missing]
+    job.missing_data = [data_problem(key, grid.data_spec[key], grid.data_hints.get(key)) for key in missing]
     job.problems += job.missing_data
     return job
 
@@ -230,9 +258,10 @@ def chosen(wanted, labels: list[str], what: str, table: str) -> list[str]:
     return [label for label in labels if label in wanted]
 
 
-def data_problem(key: str, resolved: dict) -> str:
+def data_problem(key: str, resolved: dict, hint: str | None) -> str:
     tried = ", ".join(resolved.get("candidates") or []) or "no default"
-    return f"data.{key} not found: pass data.{key}=PATH ({resolved.get('about', '')}; looked at: {tried})"
+    got = f"get the paper's with {hint}, or " if hint else ""
+    return f"data.{key} not found: {got}pass data.{key}=PATH ({resolved.get('about', '')}; looked at: {tried})"
 
 
 def compose_jobs(jobs: list[Job], extra: list[str], plain: list[str] | None = None) -> None:
@@ -271,15 +300,10 @@ def missing_configs(overrides: list[str]) -> list[str]:
 
 
 def missing_files(cfg: DictConfig) -> list[str]:
-    """The data files a composed job reads that are not there, each named: the dataset (a folder's split
-    files too: SustainableQA's ``<split>.json``, the few-shot examples' split), predictions, core questions."""
-    paths = [("dataset.path", cfg.dataset.get("path") if not cfg.dataset.get("hf_id") else None)]
-    paths += [(key, OmegaConf.select(cfg, key)) for key in kind_of(cfg.task).inputs(cfg)]
-    folder = paths[0][1]
-    if folder and Path(str(folder)).is_dir() and cfg.dataset.get("split"):
-        splits = [cfg.dataset.split, (cfg.get("strategy") or {}).get("split")]
-        paths += [("dataset.path", Path(str(folder)) / f"{split}.json") for split in dict.fromkeys(splits) if split]
-    return [f"{key}: {path} does not exist" for key, path in paths if path and not Path(str(path)).exists()]
+    """The data files a composed job reads that are not there, each named (esgexp/core/jobs.input_files)."""
+    from esgexp.core.jobs import input_files
+
+    return [f"{key}: {path} does not exist" for key, path in input_files(cfg) if not path.exists()]
 
 
 def job_problems(cfg: DictConfig) -> list[str]:

@@ -1,7 +1,8 @@
 """What ran for each job of a paper table: its run folder (matched by the run's composed config, never by
-override strings), the model, backend and data actually used, the items asked, what was substituted for the
-paper's setup (another model, a ``dataset.limit``, a sample instead of the paper's file), the MLflow run and the
-command that reruns it."""
+override strings), the model, backend and data actually used (each data file the paper's only when its hash is
+the registry's: its source, revision and hash recorded), the items asked, what was substituted for the paper's
+setup (another model, a ``dataset.limit``, data that is not the paper's), the MLflow run and the command that
+reruns it."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.core.config import BUNDLED_DIR
 from esgexp.core.identity import identity
 from esgexp.core.jobs import data_sha256
 from esgexp.core.tracking import PENDING_FILE
+from esgexp.data.hashing import file_hashes
+from esgexp.data.registry import identify, serving
 from esgexp.papers.grid import Grid, Job
 from esgexp.tasks.kinds import kind_of
 
@@ -89,25 +91,46 @@ def digest(path: str) -> str | None:
 
 
 def data_substitutions(job: Job, grid: Grid) -> list[str]:
-    """The job's data files that are not the paper's: our bundled samples, and files whose name is not one of the
-    grid's ``data.<key>.paper_file`` names (a name or a list) or whose digest differs from the one ``sha256`` (file
-    name -> digest) gives for that name."""
+    """The job's data files that are not the paper's. A file is the paper's only by its bytes (``published``),
+    never by its name or place: our bundled samples, copies of them, subsets and one's own files never are."""
     found = []
     for key in job.data_keys:
-        path, spec = grid.data.get(key), grid.data_spec.get(key) or {}
-        if not path:
-            continue
-        name = Path(path).name
-        names = spec.get("paper_file") or []
-        names = [names] if isinstance(names, str) else list(names)
-        known = (spec.get("sha256") or {}).get(name)
-        if Path(path).resolve().is_relative_to(BUNDLED_DIR.resolve()):
-            found.append(f"data.{key}: {name} is our bundled sample, not the paper's data")
-        elif names and name not in names:
-            found.append(f"data.{key}: {name}, not the paper's {' or '.join(names)}")
-        elif known and digest(path) != known:
-            found.append(f"data.{key}: {name} is not the paper's file of that name (sha256 differs)")
+        path = grid.data.get(key)
+        if path and published(path, grid, key) is None:
+            found.append(
+                f"data.{key}: {path} is not the paper's data (a sample, a copy or one's own file: its hash is not "
+                f"the registry's, conf/data/; esgexp-data get fetches the paper's)"
+            )
     return found
+
+
+def data_files(path: Path) -> list[Path]:
+    """The file at ``path``, or the files of the folder there (not hidden ones, not its sub-folders)."""
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")) if path.is_dir() else []
+
+
+def published(path: str, grid: Grid, key: str) -> list[str] | None:
+    """How the data at ``path`` (a file, or a folder's files) is the paper's for ``data.<key>``: each file's
+    registry entry, source, revision and hash (conf/data/: the files that serve ``<table> data.<key>``), or its
+    digest in the grid's own ``sha256`` list; None when any file is neither (or there is none)."""
+    known = serving(f"{grid.name} data.{key}")
+    digests = (grid.data_spec.get(key) or {}).get("sha256") or []
+    digests = [digests] if isinstance(digests, str) else list(digests)
+    found = []
+    for file in data_files(Path(path)):
+        hashes = file_hashes(file)
+        entry = identify(hashes, known)
+        if entry is not None:
+            source = entry.sources[0]
+            origin = source.url or f"{source.kind} {source.repo} {source.path}"
+            found.append(f"{entry.label}: {origin} at {source.pinned}, {entry.hash_text}")
+        elif hashes.sha256 in digests:
+            found.append(f"{file.name}: sha256 {hashes.sha256}, in the grid's own list")
+        else:
+            return None
+    return found or None
 
 
 def command_line(job: Job, grid: Grid) -> str:
@@ -163,6 +186,7 @@ def run_provenance(job: Job, grid: Grid, folder: Path | None, metrics: dict | No
         seed=ran.dataset.get("seed", ran.get("seed")),
         run_id=run_id or pending_note(folder),
         substitutions=changed + data_substitutions(job, grid),
+        published={f"data.{k}": published(grid.data[k], grid, k) for k in job.data_keys if grid.data.get(k)},
     )
     return out
 

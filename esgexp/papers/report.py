@@ -29,7 +29,10 @@ LEGEND = (
     "Verdicts: exact — the table re-scores the paper's own predictions and ours equals the published value at "
     "the paper's printed precision (differs: it does not); within / outside — the published value lies inside / "
     "outside our 95% interval; not comparable — the job ran with substitutions (another model, a dataset.limit, "
-    "other data than the paper's), listed below; a cell without an interval says why.",
+    "data that is not the paper's), listed below; a cell without an interval says why.",
+    "Data is the paper's only when each file's hash is the registry's (conf/data/, docs/data.md), never by its "
+    "name or place: our bundled samples, copies or subsets of the published files and one's own files are always "
+    "not comparable.",
 )
 GOOD, BAD = ("exact", "within"), ("differs", "outside")
 
@@ -222,6 +225,8 @@ def run_lines(run: dict) -> list[str]:
     if run.get("data"):
         sha = run["data"].get("sha256")
         lines.append(f"  - data {run['data']['path']}" + (f" (sha256 {sha})" if sha else ""))
+    for key, files in (run.get("published") or {}).items():
+        lines += [f"  - {key}: the paper's {file}" for file in files or []]
     if "n" in run:
         lines.append(
             f"  - items asked n={run['n']} (dataset.limit={run.get('limit') or 'none'}, seed {run.get('seed')})"
