@@ -41,10 +41,14 @@ def compose_paper(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def job_line(job: Job, extra: str = "") -> str:
+def job_line(job: Job, grid: Grid, extra: str = "") -> str:
+    """The job's cells, ``extra`` (its estimate), the command that runs it alone (the grid's overrides and the
+    command's own ``overrides=``) and whether it can run here."""
+    from esgexp.papers.provenance import command_line
+
     columns = ", ".join(dict.fromkeys(column for _, column in job.cells))
     state = "runnable" if job.runnable else "cannot run: " + "; ".join(job.problems)
-    return f"  {job.id}  {job.row} | {columns}{extra}\n      {' '.join(job.shown or job.overrides)}\n      {state}"
+    return f"  {job.id}  {job.row} | {columns}{extra}\n      {command_line(job, grid)}\n      {state}"
 
 
 def dry_run(grid: Grid) -> str:
@@ -76,7 +80,7 @@ def dry_run(grid: Grid) -> str:
                 cost += judge.cost
                 batch_cost += judge.cost if judge.batch_cost is None else judge.batch_cost
             extra += f"{'; ' + found.note if found.note else ''}]"
-        lines.append(job_line(job, extra))
+        lines.append(job_line(job, grid, extra))
     runnable = sum(job.runnable for job in grid.jobs)
     head = f"{grid.title}: {len(grid.jobs)} jobs ({runnable} can run here, {len(grid.jobs) - runnable} cannot)"
     if grid.left_out:
@@ -143,7 +147,7 @@ def main(overrides: list[str]) -> None:
         return
     for job in grid.jobs:
         if not job.runnable:
-            print(job_line(job), file=sys.stderr)
+            print(job_line(job, grid), file=sys.stderr)
     if grid.left_out:
         print(left_out_line(grid), file=sys.stderr)
     results, status, runs = run_grid(cfg, grid)

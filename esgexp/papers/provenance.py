@@ -48,12 +48,14 @@ def match_folders(jobs: list[Job], sweep_dir: Path) -> dict[Job, Path | None]:
 
 def substitutions(asked: DictConfig, ran: DictConfig, items: int | None = None) -> list[str]:
     """How the run differs from what the paper's cell asks for (``asked``: the grid job without the user's
-    overrides), e.g. ``model smollm2-135m instead of qwen2.5-0.5b-instruct``; ``items``: the paper's item count."""
+    overrides), e.g. ``model smollm2-135m instead of qwen2.5-0.5b-instruct``; ``items``: the paper's item count.
+    The model and backend of a job that asks no model (retriever=random with LLM-written queries) are none."""
     want, got = identity(asked), identity(ran)
+    unused = () if job_uses_model(ran) else ("model", "backend")
     found = []
     for key in sorted(dict.fromkeys([*want, *got]), key=lambda k: k not in ("task", "dataset")):
         a, b = want.get(key), got.get(key)
-        if a == b:
+        if a == b or key in unused:
             continue
         if isinstance(a, dict) and isinstance(b, dict) and a.get("name") != b.get("name"):
             found.append(f"{key} {b.get('name')} instead of {a.get('name')}")
@@ -162,9 +164,28 @@ def run_provenance(job: Job, grid: Grid, folder: Path | None, metrics: dict | No
         limit=ran.dataset.get("limit"),
         seed=ran.dataset.get("seed", ran.get("seed")),
         run_id=run_id or pending_note(folder),
-        substitutions=changed + data_substitutions(job, grid),
     )
+    fallback = generic_fallback(metrics)
+    if fallback:
+        out.update(generic_fallback=fallback, collapsed=metrics["query/n_uninformed"] == metrics.get("n_queries"))
+    out["substitutions"] = changed + data_substitutions(job, grid) + ([fallback] if fallback else [])
     return out
+
+
+def generic_fallback(metrics: dict | None) -> str:
+    """For an informed ClimRetrieve query (inf_3, inf_all): the queries whose explanation is the generic one, no
+    other report having an annotated passage for their question (a file with one report: all of them, so the cell
+    is generic's); "" when there are none."""
+    uninformed = (metrics or {}).get("query/n_uninformed")
+    if not uninformed:
+        return ""
+    total = metrics.get("n_queries")
+    if uninformed == total:
+        return (
+            f"all {total} queries have the generic explanation (no other report has an annotated passage for their "
+            "question): the query texts are generic's, the variants collapse"
+        )
+    return f"{uninformed} of {total} queries have the generic explanation (no other report has an annotated passage)"
 
 
 def job_uses_model(cfg: DictConfig) -> bool:
