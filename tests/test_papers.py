@@ -477,3 +477,41 @@ def test_leaderboard_sections_show_each_written_table(tmp_path):
     (tmp_path / "not-a-table.json").write_text("{}")
     sections = leaderboard_sections(tmp_path)
     assert len(sections) == 2 and "A table" in sections[1] and "mark-yes" in sections[1]
+
+
+def test_the_dry_run_shows_each_command_as_it_will_run_and_random_writes_no_query(tmp_path, monkeypatch, shared_samples):
+    """The command's overrides= follow the grid's in each job's command (the grid's model alone is not what runs);
+    the random row ranks whatever the query says, so its generic / inf jobs ask no model: no key, no price."""
+    from esgexp.cli.paper import dry_run
+    from esgexp.papers.estimate import estimate
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    questions = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
+    cfg = paper_cfg(
+        "table=esgenius_table2",
+        f"paths.root_dir={tmp_path}",
+        f"data.esgenius={questions}",
+        "rows=['Qwen2.5 0.5B I-T']",
+        "columns=[Zero-Shot]",
+        "overrides=['model=gpt-4o']",
+    )
+    text = dry_run(load_grid(cfg))
+    (command,) = [line.strip() for line in text.splitlines() if line.strip().startswith("python -m esgexp ")]
+    assert "model=qwen2.5-0.5b-instruct experiment=esgenius_zero_shot" in command and command.endswith(" model=gpt-4o")
+    assert "API key not set (environment variable OPENAI_API_KEY)" in text  # gpt-4o's key: what runs
+    sample = shared_samples / "climretrieve" / "report_level_sample.csv"
+    cfg = paper_cfg(
+        "table=climretrieve_table_r1",
+        f"paths.root_dir={tmp_path}",
+        f"data.climretrieve={sample}",
+        "rows=[random,BM25]",
+        "columns=[generic,inf_3]",
+    )
+    grid = load_grid(cfg)
+    text = dry_run(grid)
+    random_jobs = grid.jobs_of("random", "generic") + grid.jobs_of("random", "inf_3")
+    assert len(random_jobs) == 8 and all(job.runnable for job in random_jobs)
+    assert all(estimate(job.cfg, {}).requests == 0 and estimate(job.cfg, {}).cost is None for job in random_jobs)
+    assert all(not job.runnable for job in grid.jobs_of("BM25", "generic"))
+    assert "8 priced jobs" in text  # BM25's eight LLM-written query jobs only
