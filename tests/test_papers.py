@@ -479,7 +479,9 @@ def test_leaderboard_sections_show_each_written_table(tmp_path):
     assert len(sections) == 2 and "A table" in sections[1] and "mark-yes" in sections[1]
 
 
-def test_the_dry_run_shows_each_command_as_it_will_run_and_random_writes_no_query(tmp_path, monkeypatch, shared_samples):
+def test_the_dry_run_shows_each_command_as_it_will_run_and_random_writes_no_query(
+    tmp_path, monkeypatch, shared_samples
+):
     """The command's overrides= follow the grid's in each job's command (the grid's model alone is not what runs);
     the random row ranks whatever the query says, so its generic / inf jobs ask no model: no key, no price."""
     from esgexp.cli.paper import dry_run
@@ -515,3 +517,30 @@ def test_the_dry_run_shows_each_command_as_it_will_run_and_random_writes_no_quer
     assert all(estimate(job.cfg, {}).requests == 0 and estimate(job.cfg, {}).cost is None for job in random_jobs)
     assert all(not job.runnable for job in grid.jobs_of("BM25", "generic"))
     assert "8 priced jobs" in text  # BM25's eight LLM-written query jobs only
+
+
+def test_informed_queries_that_fall_back_to_the_generic_one_say_so_and_are_not_comparable(
+    tmp_path, shared_samples, monkeypatch
+):
+    """On a file with one report no other report has an annotated passage for a question, so every inf_3 query is
+    the generic explanation: the cell and the .json say the variants collapse, and it is not comparable."""
+    from openai_server import FakeOpenAI
+
+    sample = shared_samples / "climretrieve" / "report_level_sample.csv"
+    with FakeOpenAI(answer="Scenario analysis of transition and physical climate risks, emission targets") as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test")
+        run_paper(
+            tmp_path,
+            "table=climretrieve_table_r1",
+            "rows=[BM25]",
+            "columns=[inf_3]",
+            f"data.climretrieve={sample}",
+            f"overrides=['backend.base_url={server.base_url}','dataset.cluster_key=null']",
+        )
+    table = json.loads((tmp_path / "papers" / "climretrieve_table_r1.json").read_text())
+    (cell,) = table["cells"]
+    assert cell["verdict"] == "not comparable" and "the variants collapse" in cell["collapsed"]
+    assert "all 6 queries have the generic explanation" in cell["verdict_note"]
+    assert all(run["collapsed"] for run in cell["runs"]) and len(cell["runs"]) == 4
+    markdown = (tmp_path / "papers" / "climretrieve_table_r1.md").read_text()
+    assert "not comparable (variants collapse: the query texts are generic's)" in markdown
