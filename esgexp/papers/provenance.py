@@ -168,8 +168,28 @@ def run_provenance(job: Job, grid: Grid, folder: Path | None, metrics: dict | No
     fallback = generic_fallback(metrics)
     if fallback:
         out.update(generic_fallback=fallback, collapsed=metrics["query/n_uninformed"] == metrics.get("n_queries"))
-    out["substitutions"] = changed + data_substitutions(job, grid) + ([fallback] if fallback else [])
+    if metrics and metrics.get("served_model"):
+        out["served_model"] = metrics["served_model"]
+    unpinned = moving_alias(ran, metrics) if job_uses_model(ran) else ""
+    out["substitutions"] = changed + data_substitutions(job, grid) + [text for text in (fallback, unpinned) if text]
     return out
+
+
+def moving_alias(ran: DictConfig, metrics: dict | None) -> str:
+    """For a model reached through a provider's moving alias (``model.alias.moving``: deepseek-reasoner): why the
+    run need not be the paper's model, unless every reply named one of the alias's ``dated_ids``; "" otherwise."""
+    alias = ran.model.get("alias") or {}
+    if not alias.get("moving"):
+        return ""
+    served = [name for name in str((metrics or {}).get("served_model") or "").split(", ") if name]
+    if served and set(served) <= set(alias.get("dated_ids") or []):
+        return ""
+    name = ran.backend.get("model") or ran.model.get("hub_id") or ran.model.name
+    said = f"the replies name {', '.join(served)}" if served else "no reply named the model that served it"
+    return (
+        f"model {ran.model.name} ran through the moving alias {name} ({said}, not a dated id of the paper's model); "
+        f"when the paper ran it served {alias.get('when_paper_ran') or 'a model not recorded'}"
+    )
 
 
 def generic_fallback(metrics: dict | None) -> str:
