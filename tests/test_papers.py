@@ -296,7 +296,10 @@ def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path
     assert found.requests == 40
     assert found.prompt_tokens > 40 * 50  # every prompt holds a question and four options
     assert math.isclose(found.cost, found.prompt_tokens * 2.50 / 1e6 + found.completion_budget * 10.00 / 1e6)
-    assert f"[40 requests, ~{found.prompt_tokens} prompt tokens, at most {dollars(found.cost)} live" in text
+    assert (
+        f"[40 requests, ~{found.prompt_tokens} prompt tokens, up to 20 completion tokens each, at most "
+        f"{dollars(found.cost)} live"
+    ) in text
     assert math.isclose(found.batch_cost, found.cost / 2)  # OpenAI's Batch API: half price
     assert f", {dollars(found.batch_cost)} batch]" in text
     (o3,) = [j for j in grid.jobs if j.row == "o3" and j.cells == [("o3", "Zero-Shot")]]
@@ -544,3 +547,26 @@ def test_informed_queries_that_fall_back_to_the_generic_one_say_so_and_are_not_c
     assert all(run["collapsed"] for run in cell["runs"]) and len(cell["runs"]) == 4
     markdown = (tmp_path / "papers" / "climretrieve_table_r1.md").read_text()
     assert "not comparable (variants collapse: the query texts are generic's)" in markdown
+
+
+def test_the_dry_run_shows_the_budget_priced_the_price_date_and_what_has_no_batch_price(
+    tmp_path, monkeypatch, shared_samples
+):
+    """An API reasoning row is priced at its own budget (8,192 tokens), not the grid's scoring.max_new_tokens=20,
+    and says so; DeepSeek's prices carry the date they were read; the batch total names the live-priced models."""
+    from esgexp.cli.paper import dry_run
+
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    questions = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
+    cfg = paper_cfg(
+        "table=esgenius_table2",
+        f"paths.root_dir={tmp_path}",
+        f"data.esgenius={questions}",
+        "rows=[DeepSeek-R1,GPT-4o]",
+        "columns=[Zero-Shot]",
+    )
+    text = dry_run(load_grid(cfg))
+    r1, gpt4o = (line for line in text.splitlines() if " | Zero-Shot  [" in line)
+    assert "up to 8192 completion tokens each" in r1 and "prices as of 2025-02" in r1
+    assert "up to 20 completion tokens each" in gpt4o
+    assert "(live prices for deepseek-r1: no batch price)" in text.splitlines()[-1]

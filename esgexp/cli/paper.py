@@ -58,6 +58,7 @@ def dry_run(grid: Grid) -> str:
 
     loaded: dict = {}
     lines, requests, cost, batch_cost, priced, unknown = [], 0, 0.0, 0.0, 0, 0
+    live_only: set[str] = set()  # models without a batch price: the batch total holds their live cost
     for job in grid.jobs:
         extra = ""
         if job.missing_data:
@@ -67,10 +68,16 @@ def dry_run(grid: Grid) -> str:
             found = estimate(job.cfg, loaded)
             requests += found.requests
             extra = f"  [{found.requests} requests, ~{found.prompt_tokens} prompt tokens"
+            if found.requests:  # the budget it is priced at (a reasoning model's own, not scoring.max_new_tokens)
+                extra += f", up to {found.completion_budget // found.requests} completion tokens each"
             if found.cost is not None:
-                extra += f", at most {dollars(found.cost)} live (prompt {dollars(found.prompt_cost)})"
+                as_of = job.cfg.model.price.get("as_of")
+                extra += f", at most {dollars(found.cost)} live (prompt {dollars(found.prompt_cost)}"
+                extra += f"; prices as of {as_of})" if as_of else ")"
                 if found.batch_cost is not None:
                     extra += f", {dollars(found.batch_cost)} batch"
+                else:
+                    live_only.add(str(job.cfg.model.name))
                 cost += found.cost
                 batch_cost += found.cost if found.batch_cost is None else found.batch_cost
                 priced += 1
@@ -90,8 +97,10 @@ def dry_run(grid: Grid) -> str:
     if estimated:
         tail += (
             f" {requests} model requests from {estimated} job(s); {priced} priced jobs at most {dollars(cost)} live, "
-            f"{dollars(batch_cost)} with backend.batch=true where the provider has a batch price (prompt tokens "
-            f"estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's budget)"
+            f"{dollars(batch_cost)} with backend.batch=true where the provider has a batch price"
+            + (f" (live prices for {', '.join(sorted(live_only))}: no batch price)" if live_only else "")
+            + f" (prompt tokens estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's "
+            "budget)"
         )
     if unknown:
         tail += f"{';' if estimated else ''} {unknown} job(s) not estimated: data missing (requests and cost unknown)"
