@@ -324,3 +324,18 @@ def test_left_out_cells_say_why_in_the_table(tmp_path):
     entries = {(e["row"], e["column"]): e for e in compare(grid, {}, {})}
     assert entries[("o3", "RAG")]["why"].startswith("left out: the paper publishes no value here")
     assert json.dumps(entries[("o3", "RAG")])  # JSON-ready
+
+
+def test_a_cell_names_its_interval_method_where_it_is_not_the_default():
+    """Wilson (a share) and the item bootstrap (a mean) go unnamed; a clustered interval says how it was made."""
+    grid = one_cell_grid(text="0.5")
+    metrics = {"m": 0.91, "m/ci_low": 0.62, "m/ci_high": 1.0, "n_items": 11}
+    floored = entry_of(grid, {**metrics, "m/ci_method": "cluster_bootstrap_floored"})
+    assert floored["ci_method"] == "cluster_bootstrap_floored"
+    assert cell_text(floored, 2) == (
+        "0.5 → 0.91 [0.62, 1.00] cluster bootstrap, widened to the unclustered interval (few clusters) n=11 outside"
+    )
+    assert cell_text(entry_of(grid, {**metrics, "m/ci_method": "wilson"}), 2) == "0.5 → 0.91 [0.62, 1.00] n=11 outside"
+    assert "[0.62, 1.00] Wilson over clusters" in cell_text(
+        entry_of(grid, {**metrics, "m/ci_method": "cluster_wilson"}), 2
+    )
