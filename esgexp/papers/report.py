@@ -43,7 +43,7 @@ LEGEND = (
 GOOD = ("exact", "exact to the scorer", "inside the published range", "within")
 BAD = ("differs", "outside the published range", "outside")
 # The interval methods a cell does not name (esgexp.analysis.stats): Wilson for a share, the item bootstrap for a mean.
-DEFAULT_METHODS = ("wilson", "bootstrap", "none", None)
+DEFAULT_METHODS = ("wilson", "bootstrap", None)
 METHOD_LABELS = {
     "cluster_bootstrap": "cluster bootstrap",
     "cluster_bootstrap_floored": "cluster bootstrap, widened to the unclustered interval (few clusters)",
