@@ -618,7 +618,9 @@ class FakeOpenAI:
     """An OpenAI-style API on 127.0.0.1 answering ``/chat/completions`` and ``/completions`` with ``answer``
     after ``delay`` seconds, every request in its own thread (no limit on parallelism).
 
-    Letter log-probabilities (``logprobs``) put ``answer`` first. With ``reasoning=True`` it is an o-series
+    An answer longer than the request's token limit (a character a token) is cut there, ``finish_reason``
+    length. Every answer names ``model`` as the model that served it. Letter log-probabilities (``logprobs``)
+    put ``answer`` first. With ``reasoning=True`` it is an o-series
     model: ``/completions`` is refused, so are the parameters in ``REASONING_REJECTS``, a ``temperature`` or
     ``top_p`` other than 1 and a ``reasoning_effort`` not in ``REASONING_EFFORTS``, with OpenAI's 400 error
     body; ``max_completion_tokens`` is read. ``bodies`` holds every request body received, in order.
@@ -691,7 +693,7 @@ class FakeOpenAI:
         usage = {"prompt_tokens": len(json.dumps(body)) // 4, "completion_tokens": 1}
         if self.reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": 0}
-        choice: dict = {"index": 0, "finish_reason": "stop"}
+        choice: dict = {"index": 0, "finish_reason": "stop" if text == self.answer else "length"}
         top = [{"token": letter, "logprob": -0.1 * i} for i, letter in enumerate([self.answer, "B", "C", "D"])]
         if path.endswith("/chat/completions"):
             choice["message"] = {"role": "assistant", "content": text}

@@ -138,10 +138,8 @@ def test_qa_scores_are_clustered_on_the_passage(make_cfg, tmp_path):
     gold, half = runs
     assert info == {**info, "headline_metric": "factoid/f1", "higher_is_better": "true"}
     assert gold.metrics["stats/cluster_key"] == "passage" and gold.metrics["stats/n_clusters"] < gold.metrics["n_items"]
-    assert (
-        half.metrics["factoid/f1/ci_method"] == "cluster_bootstrap"
-        and half.metrics["factoid/em/ci_method"] == "cluster_bootstrap"
-    )
+    clustered = ("cluster_bootstrap", "cluster_bootstrap_floored")  # floored at the unclustered one: few passages
+    assert half.metrics["factoid/f1/ci_method"] in clustered and half.metrics["factoid/em/ci_method"] in clustered
     assert half.metrics["factoid/f1/ci_low"] < half.metrics["factoid/f1"] < half.metrics["factoid/f1/ci_high"]
     found = compare_pair(gold, half)
     assert (
@@ -200,7 +198,8 @@ def test_compare_cli_on_two_real_retrieval_runs(make_cfg, tmp_path, clean_env, c
     saved = json.loads((tmp_path / "bm25" / "metrics.json").read_text())
     assert saved["headline_metric"] == "recall@10" and saved["stats/cluster_key"] == "report"
     assert (
-        saved["recall@10/ci_method"] == "cluster_bootstrap"
+        saved["recall@10/ci_method"] == "cluster_wilson"  # BM25 finds every relevant passage: a share of 1
+        and saved["recall@10/ci_low"] < 1.0
         and saved["recall@10/ci_low"] <= saved["recall@10"] <= saved["recall@10/ci_high"]
     )
     assert {"ndcg@10/stderr", "mrr/ci_low", "macro/recall@5/ci_high", "precision@5/stderr"} <= set(saved)

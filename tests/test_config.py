@@ -56,7 +56,10 @@ def test_every_model_file_has_the_model_keys(tmp_path, model):
             {"base_url", "api", "api_key_env"},
             {"base_url", "api", "api_key_env", "params", "reasoning_effort"},
         )
-        assert set(raw.pop("price")) in ({"prompt", "completion"}, {"prompt", "completion", "batch_discount"})
+        price = set(raw.pop("price")) - {"as_of"}  # as_of: the date the prices were read
+        assert price in ({"prompt", "completion"}, {"prompt", "completion", "batch_discount"})
+        if "alias" in raw:  # a provider's moving alias: what it served when the paper ran, its dated ids
+            assert set(raw.pop("alias")) == {"moving", "when_paper_ran", "dated_ids"}
     assert set(raw) == MODEL_KEYS and raw["name"] == model
     assert raw["dtype"] in ("auto", "float32", "bfloat16", "float16")
     assert sum(bool(raw[k]) for k in ("hub_id", "path", "gguf")) == 1

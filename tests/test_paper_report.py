@@ -209,10 +209,35 @@ def test_rescored_cells_are_exact_at_the_printed_precision():
     assert entry_of(grid, {"m": 21.04})["verdict"] == "exact"
     differs = entry_of(grid, {"m": 21.06, "m/ci_low": 15.0, "m/ci_high": 30.0})
     assert differs["verdict"] == "differs" and "1 decimals" in differs["verdict_note"]
+
+
+def test_a_rescored_value_against_a_published_range_reads_inside_the_published_range():
+    """ESGBench's Recall@5 "70–80": ours inside the range is not "within" (the legend's "published value inside
+    our interval")."""
     ranged = one_cell_grid(text="70–80", rescored=True)
-    assert (
-        entry_of(ranged, {"m": 75.0})["verdict"] == "within" and entry_of(ranged, {"m": 81.0})["verdict"] == "differs"
+    inside, outside = entry_of(ranged, {"m": 75.0}), entry_of(ranged, {"m": 81.0})
+    assert (inside["verdict"], inside["verdict_note"]) == ("inside the published range", "ours inside 70–80")
+    assert outside["verdict"] == "outside the published range"
+    assert cell_text(inside, 1).endswith(
+        "→ 75.0 [interval n/a: the run's metrics.json has no interval for it] inside the published range"
     )
+
+
+def test_a_paper_print_shorter_than_its_own_scorers_is_exact_to_the_scorer():
+    """ESGBench numeric: the repository's scorer prints 45.38 (two decimals), the paper 45.3 (cut); ours, equal
+    to the scorer item by item, is exact to the scorer and says both prints. A value the scorer's print does not
+    shorten to the paper's differs; a metric the scorer does not print is compared with the paper only."""
+    grid = one_cell_grid(metric="numeric_accuracy", text="45.3", rescored=True)
+    grid.scorer = {"name": "the repository's scorer", "digits": 2, "metrics": ["numeric_accuracy", "category/*"]}
+    entry = entry_of(
+        grid, {"numeric_accuracy": 45.378, "numeric_accuracy/ci_low": 36.0, "numeric_accuracy/ci_high": 54.0}
+    )
+    assert entry["verdict"] == "exact to the scorer"
+    assert entry["verdict_note"] == "exact to the repository's scorer, 45.38; the paper prints 45.3"
+    assert cell_text(entry, 1) == "45.3 → 45.4 [36.0, 54.0] exact to the scorer (45.38)"
+    assert entry_of(grid, {"numeric_accuracy": 45.45})["verdict"] == "differs"
+    grid.scorer["metrics"] = ["em"]
+    assert entry_of(grid, {"numeric_accuracy": 45.378})["verdict"] == "differs"
 
 
 def test_within_outside_and_the_value_beside():
@@ -304,3 +329,18 @@ def test_left_out_cells_say_why_in_the_table(tmp_path):
     entries = {(e["row"], e["column"]): e for e in compare(grid, {}, {})}
     assert entries[("o3", "RAG")]["why"].startswith("left out: the paper publishes no value here")
     assert json.dumps(entries[("o3", "RAG")])  # JSON-ready
+
+
+def test_a_cell_names_its_interval_method_where_it_is_not_the_default():
+    """Wilson (a share) and the item bootstrap (a mean) go unnamed; a clustered interval says how it was made."""
+    grid = one_cell_grid(text="0.5")
+    metrics = {"m": 0.91, "m/ci_low": 0.62, "m/ci_high": 1.0, "n_items": 11}
+    floored = entry_of(grid, {**metrics, "m/ci_method": "cluster_bootstrap_floored"})
+    assert floored["ci_method"] == "cluster_bootstrap_floored"
+    assert cell_text(floored, 2) == (
+        "0.5 → 0.91 [0.62, 1.00] cluster bootstrap, widened to the unclustered interval (few clusters) n=11 outside"
+    )
+    assert cell_text(entry_of(grid, {**metrics, "m/ci_method": "wilson"}), 2) == "0.5 → 0.91 [0.62, 1.00] n=11 outside"
+    assert "[0.62, 1.00] Wilson over clusters" in cell_text(
+        entry_of(grid, {**metrics, "m/ci_method": "cluster_wilson"}), 2
+    )

@@ -296,7 +296,10 @@ def test_esgenius_dry_run_prices_the_api_rows_and_names_what_cannot_run(tmp_path
     assert found.requests == 40
     assert found.prompt_tokens > 40 * 50  # every prompt holds a question and four options
     assert math.isclose(found.cost, found.prompt_tokens * 2.50 / 1e6 + found.completion_budget * 10.00 / 1e6)
-    assert f"[40 requests, ~{found.prompt_tokens} prompt tokens, at most {dollars(found.cost)} live" in text
+    assert (
+        f"[40 requests, ~{found.prompt_tokens} prompt tokens, up to 20 completion tokens each, at most "
+        f"{dollars(found.cost)} live"
+    ) in text
     assert math.isclose(found.batch_cost, found.cost / 2)  # OpenAI's Batch API: half price
     assert f", {dollars(found.batch_cost)} batch]" in text
     (o3,) = [j for j in grid.jobs if j.row == "o3" and j.cells == [("o3", "Zero-Shot")]]
@@ -475,3 +478,93 @@ def test_leaderboard_sections_show_each_written_table(tmp_path):
     (tmp_path / "not-a-table.json").write_text("{}")
     sections = leaderboard_sections(tmp_path)
     assert len(sections) == 2 and "A table" in sections[1] and "mark-yes" in sections[1]
+
+
+def test_the_dry_run_shows_each_command_as_it_will_run_and_random_writes_no_query(
+    tmp_path, monkeypatch, shared_samples
+):
+    """The command's overrides= follow the grid's in each job's command (the grid's model alone is not what runs);
+    the random row ranks whatever the query says, so its generic / inf jobs ask no model: no key, no price."""
+    from esgexp.cli.paper import dry_run
+    from esgexp.papers.estimate import estimate
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    questions = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
+    cfg = paper_cfg(
+        "table=esgenius_table2",
+        f"paths.root_dir={tmp_path}",
+        f"data.esgenius={questions}",
+        "rows=['Qwen2.5 0.5B I-T']",
+        "columns=[Zero-Shot]",
+        "overrides=['model=gpt-4o']",
+    )
+    text = dry_run(load_grid(cfg))
+    (command,) = [line.strip() for line in text.splitlines() if line.strip().startswith("python -m esgexp ")]
+    assert "model=qwen2.5-0.5b-instruct experiment=esgenius_zero_shot" in command and command.endswith(" model=gpt-4o")
+    assert "API key not set (environment variable OPENAI_API_KEY)" in text  # gpt-4o's key: what runs
+    sample = shared_samples / "climretrieve" / "report_level_sample.csv"
+    cfg = paper_cfg(
+        "table=climretrieve_table_r1",
+        f"paths.root_dir={tmp_path}",
+        f"data.climretrieve={sample}",
+        "rows=[random,BM25]",
+        "columns=[generic,inf_3]",
+    )
+    grid = load_grid(cfg)
+    text = dry_run(grid)
+    random_jobs = grid.jobs_of("random", "generic") + grid.jobs_of("random", "inf_3")
+    assert len(random_jobs) == 8 and all(job.runnable for job in random_jobs)
+    assert all(estimate(job.cfg, {}).requests == 0 and estimate(job.cfg, {}).cost is None for job in random_jobs)
+    assert all(not job.runnable for job in grid.jobs_of("BM25", "generic"))
+    assert "8 priced jobs" in text  # BM25's eight LLM-written query jobs only
+
+
+def test_informed_queries_that_fall_back_to_the_generic_one_say_so_and_are_not_comparable(
+    tmp_path, shared_samples, monkeypatch
+):
+    """On a file with one report no other report has an annotated passage for a question, so every inf_3 query is
+    the generic explanation: the cell and the .json say the variants collapse, and it is not comparable."""
+    from openai_server import FakeOpenAI
+
+    sample = shared_samples / "climretrieve" / "report_level_sample.csv"
+    with FakeOpenAI(answer="Scenario analysis of transition and physical climate risks, emission targets") as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test")
+        run_paper(
+            tmp_path,
+            "table=climretrieve_table_r1",
+            "rows=[BM25]",
+            "columns=[inf_3]",
+            f"data.climretrieve={sample}",
+            f"overrides=['backend.base_url={server.base_url}','dataset.cluster_key=null']",
+        )
+    table = json.loads((tmp_path / "papers" / "climretrieve_table_r1.json").read_text())
+    (cell,) = table["cells"]
+    assert cell["verdict"] == "not comparable" and "the variants collapse" in cell["collapsed"]
+    assert "all 6 queries have the generic explanation" in cell["verdict_note"]
+    assert all(run["collapsed"] for run in cell["runs"]) and len(cell["runs"]) == 4
+    markdown = (tmp_path / "papers" / "climretrieve_table_r1.md").read_text()
+    assert "not comparable (variants collapse: the query texts are generic's)" in markdown
+
+
+def test_the_dry_run_shows_the_budget_priced_the_price_date_and_what_has_no_batch_price(
+    tmp_path, monkeypatch, shared_samples
+):
+    """An API reasoning row is priced at its own budget (8,192 tokens), not the grid's scoring.max_new_tokens=20,
+    and says so; DeepSeek's prices carry the date they were read; the batch total names the live-priced models."""
+    from esgexp.cli.paper import dry_run
+
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    questions = shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv"
+    cfg = paper_cfg(
+        "table=esgenius_table2",
+        f"paths.root_dir={tmp_path}",
+        f"data.esgenius={questions}",
+        "rows=[DeepSeek-R1,GPT-4o]",
+        "columns=[Zero-Shot]",
+    )
+    text = dry_run(load_grid(cfg))
+    r1, gpt4o = (line for line in text.splitlines() if " | Zero-Shot  [" in line)
+    assert "up to 8192 completion tokens each" in r1 and "prices as of 2025-02" in r1
+    assert "up to 20 completion tokens each" in gpt4o
+    assert "(live prices for deepseek-r1: no batch price)" in text.splitlines()[-1]

@@ -76,3 +76,20 @@ def test_unfinished_reasoning_is_counted_beside_the_invalid_rate():
     metrics = mcq_metrics(items, [parse_answer(a) for a in answers], [a is None for a in answers])
     assert metrics["accuracy"] == 0.25 and metrics["invalid_rate"] == 0.75 and metrics[UNFINISHED_RATE] == 0.5
     assert UNFINISHED_RATE not in mcq_metrics(items, ["A"] * 4)  # not a reasoning model's run
+
+
+def test_a_models_own_reasoning_delimiters_and_the_papers_whole_reply_reading():
+    """A model config may name its own delimiters (model.reasoning_delimiters); <think> is caught either way.
+    scoring.reasoning_block=keep (the ESGenius grid: its code parses the whole output) reads the letters of it all."""
+    from omegaconf import OmegaConf
+
+    from esgexp.eval.mcq import reply_answer
+
+    own = ("<|begin_of_thought|>", "<|end_of_thought|>")
+    assert final_answer("<|begin_of_thought|>Maybe A, but", own) is None
+    assert final_answer("<|begin_of_thought|>A or B?<|end_of_thought|> B", own) == " B"
+    assert final_answer("<think>A or", own) is None
+    model = OmegaConf.create({"reasoning": False, "reasoning_delimiters": list(own)})
+    cut = "<|begin_of_thought|>Option A seems"
+    assert reply_answer(cut, model, OmegaConf.create({"reasoning_block": "drop"})) is None
+    assert parse_answer(reply_answer(cut, model, OmegaConf.create({"reasoning_block": "keep"}))) == "A"

@@ -173,13 +173,17 @@ def test_leaderboard_shows_open_qa_and_retrieval_runs_beside_mcq(tiny_cfg, make_
         ("Okay, the passage...\n</think>2,480\nmore", True, "2,480"),
         # the budget ran out mid-thought: no answer, not the number the reasoning was weighing
         ("<think>\nThe passage says 2,480 people, but", True, None),
-        ("<think>\nThe passage says 2,480 people, but", False, "<think>"),  # not a reasoning model
+        # the reply says it: unfinished whatever the model config says
+        ("<think>\nThe passage says 2,480 people, but", False, None),
     ],
 )
 def test_answers_are_cut_at_the_stop_string_after_reasoning(output, reasoning, expected):
+    from omegaconf import OmegaConf
+
     from esgexp.tasks.qa import clean_answer
 
-    assert clean_answer(output, reasoning, ["\n"]) == expected
+    model, scoring = OmegaConf.create({"reasoning": reasoning}), OmegaConf.create({"stop": ["\n"]})
+    assert clean_answer(output, model, scoring) == expected
 
 
 def test_a_reasoning_cut_off_by_the_budget_is_an_empty_answer_and_counted(make_cfg, tmp_path, monkeypatch):

@@ -258,3 +258,36 @@ def test_a_mean_of_values_all_0_or_all_1_gets_the_shares_interval():
     assert (found.low, found.high, found.method) == (wilson(6, 6).low, 1.0, "wilson")
     assert mean_interval([0.0] * 6, list("aabbcc"), StatsSettings()).method == "cluster_wilson"
     assert mean_interval([0.5] * 6, None, StatsSettings()).method != "wilson"  # a constant that is no share
+
+
+def test_every_metric_of_items_all_hits_gets_the_same_share_interval():
+    """Pooled recall@K (a ratio of sums), MRR and nDCG (means) and a share of queries whose every relevant
+    passage was found: one rule, Wilson over the queries (or their clusters), never the bootstrap's [1, 1]."""
+    from esgexp.analysis.stats import ItemScores, StatsSettings, wilson
+
+    settings = StatsSettings()
+    ids, reports = [f"q{i}" for i in range(6)], list("aabbcd")
+    recall = ItemScores(ids, [2, 1, 3, 1, 1, 2], "ratio", weights=[2, 1, 3, 1, 1, 2], clusters=reports)
+    mrr = ItemScores(ids, [1.0] * 6, "mean", clusters=reports)
+    share = ItemScores(ids, [1.0] * 6, "proportion", clusters=reports)
+    found = [s.interval(settings) for s in (recall, mrr, share)]
+    assert {(f.low, f.high, f.method) for f in found} == {(wilson(4, 4).low, 1.0, "cluster_wilson")}
+    plain = ItemScores(ids, [0, 0, 0, 0, 0, 0], "ratio", weights=[2, 1, 3, 1, 1, 2]).interval(settings)
+    assert (plain.low, plain.high, plain.method) == (0.0, wilson(0, 6).high, "wilson")
+
+
+def test_a_clustered_share_over_few_clusters_is_never_narrower_than_wilson():
+    """ESGBench's Strategy category: 10 of 11 answers right, from 7 reports. The cluster bootstrap alone gives
+    [0.81, 1.0], narrower than Wilson's [0.62, 0.98] for 10 of 11 independent answers: floored at Wilson."""
+    from esgexp.analysis.stats import StatsSettings, mean_interval, proportion_interval, wilson
+
+    reports = ["a", "a", "b", "b", "c", "c", "d", "e", "f", "g", "g"]
+    hits = [1.0] * 10 + [0.0]
+    found = proportion_interval(hits, reports, StatsSettings())
+    plain = wilson(10, 11)
+    assert found.low <= plain.low and found.high >= plain.high
+    assert (round(found.low, 3), found.high, found.method) == (0.623, 1.0, "cluster_bootstrap_floored")
+    scores = [0.2, 0.9, 0.4, 0.5, 0.7, 0.1, 0.8, 0.6, 0.3, 0.95, 0.05]
+    mean = mean_interval(scores, reports, StatsSettings())
+    unclustered = mean_interval(scores, None, StatsSettings())
+    assert mean.low <= unclustered.low and mean.high >= unclustered.high

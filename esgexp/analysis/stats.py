@@ -3,6 +3,9 @@
 - Proportions (accuracy, EM, rates): Wilson score interval; with clusters, a cluster bootstrap.
 - Means of per-item scores and ratios of sums (pooled recall@K = sum of hits / sum of relevant):
   a seeded percentile bootstrap over items, or over clusters when the dataset declares a cluster key.
+- One rule for every metric whose items are all hits or all misses (a share of 1 or 0): Wilson's interval
+  over the items, or over the clusters; and over fewer than ``FEW_CLUSTERS`` clusters a clustered interval
+  is never narrower than the unclustered one (Wilson for a share, the item bootstrap for a mean).
 - Standard errors: the CLT standard error of the mean; with clusters the clustered standard error of
   "Adding Error Bars to Evals" (Miller, 2024): SE^2 = SE_CLT^2 + (1/n^2) sum_c sum_{i != j in c}
   (s_i - mean)(s_j - mean); a ratio of sums through its linearisation (delta method).
@@ -24,7 +27,8 @@ from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
 
-# Fewer clusters than this make a clustered interval unreliable (it is reported, with a warning).
+# Fewer clusters than this make a cluster bootstrap unreliable: a warning, and the interval is floored at the
+# unclustered one (few_clusters_floor).
 FEW_CLUSTERS = 10
 # Bootstrap resamples are drawn this many at a time, so a large set of items never fills memory.
 _CHUNK = 100
@@ -48,7 +52,8 @@ class StatsSettings:
 @dataclass(frozen=True)
 class Interval:
     """A point estimate with its interval, standard error and how the interval was computed
-    (``wilson``, ``bootstrap``, ``cluster_bootstrap``, ``cluster_wilson``, or ``none`` with the reason in ``note``)."""
+    (``wilson``, ``bootstrap``, ``cluster_bootstrap``, ``cluster_bootstrap_floored``, ``cluster_wilson``, or
+    ``none`` with the reason in ``note``)."""
 
     estimate: float
     low: float
@@ -186,46 +191,97 @@ def ratio_interval(
     numerators: Sequence[float], denominators: Sequence[float], clusters: Sequence | None, settings: StatsSettings
 ) -> Interval:
     """sum(numerators) / sum(denominators) with a percentile bootstrap interval (items or clusters
-    resampled) and the delta-method standard error. A mean is the case of denominators all 1."""
+    resampled) and the delta-method standard error. A mean is the case of denominators all 1.
+
+    Two cases resampling gets wrong take another rule: every item all hits or all misses (a share of 1 or 0,
+    ``share_rule``: the bootstrap's [1, 1] would claim certainty), and fewer than ``FEW_CLUSTERS`` clusters
+    (``few_clusters_floor``: never narrower than the item bootstrap's interval)."""
     y, x = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    return _ratio_interval(y, x, clusters, settings, lambda: bootstrap_ratio(y, x, None, settings))
+
+
+def _ratio_interval(
+    y: np.ndarray, x: np.ndarray, clusters: Sequence | None, settings: StatsSettings, plain: Callable[[], Interval]
+) -> Interval:
+    """``ratio_interval`` with ``plain`` giving the unclustered interval that floors one over few clusters."""
     if not len(x) or x.sum() == 0:
         return NAN_INTERVAL
     few = too_few_units(len(x), clusters)
     if few:
         return no_interval(y.sum() / x.sum(), few)
+    weighted = x > 0
+    share = constant_share(y[weighted], x[weighted])
+    if share is not None:
+        kept = None if clusters is None else [c for c, w in zip(clusters, weighted) if w]
+        return share_rule(share, int(weighted.sum()), kept, settings)
+    found = bootstrap_ratio(y, x, clusters, settings)
+    return few_clusters_floor(found, plain()) if few_clusters(clusters) else found
+
+
+def bootstrap_ratio(y: np.ndarray, x: np.ndarray, clusters: Sequence | None, settings: StatsSettings) -> Interval:
+    """The percentile bootstrap interval of sum(y) / sum(x), items or clusters resampled."""
     with np.errstate(invalid="ignore", divide="ignore"):
         replicates = bootstrap_replicates(np.column_stack([y, x]), lambda s: s[:, 0] / s[:, 1], clusters, settings)
     low, high = _percentile(replicates, settings)
     return Interval(float(y.sum() / x.sum()), low, high, ratio_stderr(y, x, clusters), _method(clusters))
 
 
+def constant_share(y: np.ndarray, x: np.ndarray) -> float | None:
+    """1.0 when every item is all hits (y = x), 0.0 when all misses (y = 0): a share resampling cannot vary;
+    else None."""
+    if len(x) and np.array_equal(y, x):
+        return 1.0
+    if len(x) and not y.any():
+        return 0.0
+    return None
+
+
+def share_rule(share: float, n: int, clusters: Sequence | None, settings: StatsSettings) -> Interval:
+    """The one interval of a share of 1 or 0 over ``n`` items, whatever the metric (accuracy, a mean of 0/1 values,
+    pooled recall@K, MRR, nDCG): Wilson's for ``n`` of ``n`` (or none of ``n``), or with clusters Wilson's over the
+    clusters, each counted once (``cluster_wilson``: as if only the clusters were independent, the cautious
+    reading). At least as wide as the plain Wilson interval, since there are never more clusters than items."""
+    if clusters is None:
+        return wilson(round(share * n), n, settings.confidence)
+    units = len({str(c) for c in clusters})
+    found = wilson(round(share * units), units, settings.confidence)
+    return Interval(found.estimate, found.low, found.high, found.stderr, "cluster_wilson")
+
+
+def few_clusters(clusters: Sequence | None) -> bool:
+    """Whether ``clusters`` are declared and fewer than ``FEW_CLUSTERS``."""
+    return clusters is not None and len({str(c) for c in clusters}) < FEW_CLUSTERS
+
+
+def few_clusters_floor(clustered: Interval, plain: Interval) -> Interval:
+    """A clustered interval over fewer than ``FEW_CLUSTERS`` clusters, never narrower than the ``plain`` one (items
+    independent: Wilson for a share, the item bootstrap for a mean): each end the wider of the two, method
+    ``cluster_bootstrap_floored`` when the plain interval moved an end. With few clusters the percentile cluster
+    bootstrap resamples few distinct sets and comes out too narrow (11 answers of 7 reports, 10 right: [0.81, 1]
+    against Wilson's [0.62, 0.98]); clustering can only add uncertainty to independent items, so the plain
+    interval is a floor."""
+    low, high = min(clustered.low, plain.low), max(clustered.high, plain.high)
+    if (low, high) == (clustered.low, clustered.high):
+        return clustered
+    stderr = max(clustered.stderr, plain.stderr)
+    return Interval(clustered.estimate, low, high, stderr, "cluster_bootstrap_floored")
+
+
 def mean_interval(values: Sequence[float], clusters: Sequence | None, settings: StatsSettings) -> Interval:
-    """Mean of per-item ``values``: percentile bootstrap interval, CLT or clustered standard error. Values that
-    are all 0 or all 1 leave resampling nothing to vary: their interval is the share's (Wilson)."""
-    x = np.asarray(values, dtype=float)
-    if not len(x):
-        return NAN_INTERVAL
-    if x.min() == x.max() and x[0] in (0.0, 1.0) and not too_few_units(len(x), clusters):  # a share, not a spread
-        return proportion_interval(x, clusters, settings)
-    found = ratio_interval(x, np.ones(len(x)), clusters, settings)
-    if found.note:
-        return found
-    return Interval(float(x.mean()), found.low, found.high, mean_stderr(x, clusters), found.method)
+    """Mean of per-item ``values``: ``ratio_interval`` with denominators all 1 (its standard error is then the
+    CLT or clustered standard error of the mean)."""
+    return ratio_interval(values, np.ones(len(values)), clusters, settings)
 
 
 def proportion_interval(hits: Sequence[float], clusters: Sequence | None, settings: StatsSettings) -> Interval:
-    """Share of 0/1 ``hits``: Wilson without clusters, the cluster bootstrap (clustered SE) with them. When
-    every hit is the same (a share of 0 or 1) resampling has nothing to vary and would say [0, 0] or [1, 1]:
-    then Wilson over the clusters, each counted once (``cluster_wilson``: as if only the clusters were
-    independent, the cautious reading)."""
+    """Share of 0/1 ``hits``: Wilson without clusters; with them the cluster bootstrap (clustered SE), over fewer
+    than ``FEW_CLUSTERS`` clusters never narrower than Wilson; a share of 0 or 1 gets ``share_rule``."""
     x = np.asarray(hits, dtype=float)
     if clusters is None:
         return wilson(int(x.sum()), len(x), settings.confidence)
-    if len(x) and x.min() == x.max() and not too_few_units(len(x), clusters):
-        n = len({str(c) for c in clusters})
-        found = wilson(int(x[0]) * n, n, settings.confidence)
-        return Interval(found.estimate, found.low, found.high, found.stderr, "cluster_wilson")
-    return mean_interval(x, clusters, settings)
+    return _ratio_interval(
+        x, np.ones(len(x)), clusters, settings, lambda: wilson(int(x.sum()), len(x), settings.confidence)
+    )
 
 
 def statistic_interval(
@@ -244,7 +300,14 @@ def statistic_interval(
         return no_interval(statistic(rows.sum(axis=0)), few)
     replicates = bootstrap_replicates(rows, lambda sums: [statistic(row) for row in sums], clusters, settings)
     low, high = _percentile(replicates, settings)
-    return Interval(float(statistic(rows.sum(axis=0))), low, high, float(np.std(replicates, ddof=1)), _method(clusters))
+    found = Interval(
+        float(statistic(rows.sum(axis=0))), low, high, float(np.std(replicates, ddof=1)), _method(clusters)
+    )
+    return (
+        few_clusters_floor(found, statistic_interval(rows, statistic, None, settings))
+        if few_clusters(clusters)
+        else found
+    )
 
 
 # --- paired comparison ---

@@ -96,6 +96,8 @@ class Response:
     permanent: bool = False  # a failure that asking again cannot mend (the server refused the request)
     # backend notes worth counting, e.g. {"retries": 2} or {"letters_missing": 1}
     info: dict[str, int] = field(default_factory=dict)
+    # the model the server says answered (an API reply's ``model``: a dated id behind an alias such as gpt-4o)
+    served_model: str | None = None
 
     def to_result(self) -> dict:
         """The dict form the tasks turn into a prediction record."""

@@ -151,7 +151,13 @@ class RequestCache:
         answers (a full disk, a lock held too long) it is left as it is: one warning, and no more are stored."""
         if self._db is None or not self.writes or response.failed or self.store_error:
             return
-        stored = {"id": response.id, "output": response.output, "scores": response.scores, "usage": response.usage}
+        stored = {
+            "id": response.id,
+            "output": response.output,
+            "scores": response.scores,
+            "usage": response.usage,
+            "served_model": response.served_model,
+        }
         try:
             with self._lock:
                 self._db.execute(

@@ -487,7 +487,13 @@ class OpenAIBackend(Backend):
         """The answer in the server's reply ``data`` to ``request``'s generation body."""
         choice, usage = first_choice(data), usage_of(data)
         text = final_content(choice, usage) if self.api == "chat" else choice.get("text") or ""
-        return Response(id=request.id, output=text, usage=usage, info={"retries": retries} if retries else {})
+        return Response(
+            id=request.id,
+            output=text,
+            usage=usage,
+            info={"retries": retries} if retries else {},
+            served_model=data.get("model"),
+        )
 
     def warn_once(self, key: str, message: str) -> None:
         with self._count_lock:
@@ -546,6 +552,7 @@ class OpenAIBackend(Backend):
                 self._letters_missing += missing
                 self._letter_answers.append(missing == len(scores))
         response = letter_response(request, scores, usage_of(data), retries)
+        response.served_model = data.get("model")
         if missing == len(scores):
             response.output = text  # no letter among the top tokens: the answer is parsed from the text
         return response

@@ -41,10 +41,14 @@ def compose_paper(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def job_line(job: Job, extra: str = "") -> str:
+def job_line(job: Job, grid: Grid, extra: str = "") -> str:
+    """The job's cells, ``extra`` (its estimate), the command that runs it alone (the grid's overrides and the
+    command's own ``overrides=``) and whether it can run here."""
+    from esgexp.papers.provenance import command_line
+
     columns = ", ".join(dict.fromkeys(column for _, column in job.cells))
     state = "runnable" if job.runnable else "cannot run: " + "; ".join(job.problems)
-    return f"  {job.id}  {job.row} | {columns}{extra}\n      {' '.join(job.shown or job.overrides)}\n      {state}"
+    return f"  {job.id}  {job.row} | {columns}{extra}\n      {command_line(job, grid)}\n      {state}"
 
 
 def dry_run(grid: Grid) -> str:
@@ -54,6 +58,7 @@ def dry_run(grid: Grid) -> str:
 
     loaded: dict = {}
     lines, requests, cost, batch_cost, priced, unknown = [], 0, 0.0, 0.0, 0, 0
+    live_only: set[str] = set()  # models without a batch price: the batch total holds their live cost
     for job in grid.jobs:
         extra = ""
         if job.missing_data:
@@ -63,10 +68,16 @@ def dry_run(grid: Grid) -> str:
             found = estimate(job.cfg, loaded)
             requests += found.requests
             extra = f"  [{found.requests} requests, ~{found.prompt_tokens} prompt tokens"
+            if found.requests:  # the budget it is priced at (a reasoning model's own, not scoring.max_new_tokens)
+                extra += f", up to {found.completion_budget // found.requests} completion tokens each"
             if found.cost is not None:
-                extra += f", at most {dollars(found.cost)} live (prompt {dollars(found.prompt_cost)})"
+                as_of = job.cfg.model.price.get("as_of")
+                extra += f", at most {dollars(found.cost)} live (prompt {dollars(found.prompt_cost)}"
+                extra += f"; prices as of {as_of})" if as_of else ")"
                 if found.batch_cost is not None:
                     extra += f", {dollars(found.batch_cost)} batch"
+                else:
+                    live_only.add(str(job.cfg.model.name))
                 cost += found.cost
                 batch_cost += found.cost if found.batch_cost is None else found.batch_cost
                 priced += 1
@@ -76,7 +87,7 @@ def dry_run(grid: Grid) -> str:
                 cost += judge.cost
                 batch_cost += judge.cost if judge.batch_cost is None else judge.batch_cost
             extra += f"{'; ' + found.note if found.note else ''}]"
-        lines.append(job_line(job, extra))
+        lines.append(job_line(job, grid, extra))
     runnable = sum(job.runnable for job in grid.jobs)
     head = f"{grid.title}: {len(grid.jobs)} jobs ({runnable} can run here, {len(grid.jobs) - runnable} cannot)"
     if grid.left_out:
@@ -86,8 +97,10 @@ def dry_run(grid: Grid) -> str:
     if estimated:
         tail += (
             f" {requests} model requests from {estimated} job(s); {priced} priced jobs at most {dollars(cost)} live, "
-            f"{dollars(batch_cost)} with backend.batch=true where the provider has a batch price (prompt tokens "
-            f"estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's budget)"
+            f"{dollars(batch_cost)} with backend.batch=true where the provider has a batch price"
+            + (f" (live prices for {', '.join(sorted(live_only))}: no batch price)" if live_only else "")
+            + f" (prompt tokens estimated at {CHARS_PER_TOKEN} characters per token, completion at each request's "
+            "budget)"
         )
     if unknown:
         tail += f"{';' if estimated else ''} {unknown} job(s) not estimated: data missing (requests and cost unknown)"
@@ -143,7 +156,7 @@ def main(overrides: list[str]) -> None:
         return
     for job in grid.jobs:
         if not job.runnable:
-            print(job_line(job), file=sys.stderr)
+            print(job_line(job, grid), file=sys.stderr)
     if grid.left_out:
         print(left_out_line(grid), file=sys.stderr)
     results, status, runs = run_grid(cfg, grid)

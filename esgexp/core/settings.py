@@ -63,6 +63,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "scoring.max_new_tokens": Integer(1),
     "scoring.prefix_cache": Flag(),
     "scoring.circular": Flag(),
+    "scoring.reasoning_block": Choice(("drop", "keep")),
     "query.max_new_tokens": Integer(1),
     "query.with_question": Flag(),
     "query.words": Integer(1),

@@ -14,7 +14,8 @@ ANSWER_LETTERS = "ABCD"
 
 _NON_LETTER = re.compile(r"[^A-Za-z]")
 # A reasoning model's delimiters around its thinking (every reasoning model config: the DeepSeek-R1 family,
-# QwQ, Qwen3; o-series and API models return their reasoning apart from the answer).
+# QwQ, Qwen3; o-series and API models return their reasoning apart from the answer). A model config may name
+# its own pair (``model.reasoning_delimiters``); these are looked for in every reply, whatever the config says.
 REASONING_OPEN, REASONING_CLOSE = "<think>", "</think>"
 # A record's key and the run's metric for an answer that never left its reasoning (its token budget ran out).
 UNFINISHED = "unfinished_reasoning"
@@ -37,14 +38,24 @@ def parse_answer(raw: str | None) -> str:
     return "".join(sorted(set(answer))) or INVALID
 
 
-def final_answer(raw: str) -> str | None:
-    """The answer part of a reasoning model's output ``raw``: the text after its last ``</think>`` (the
-    block opened in ``raw``, or in the prompt by a chat template that ends with ``<think>``); ``raw`` as it
-    is when it holds no delimiter; None when a ``<think>`` never closes (the budget ran out mid-thought)."""
-    _, closed, answer = raw.rpartition(REASONING_CLOSE)
-    if closed:
-        return answer
-    return None if REASONING_OPEN in raw else raw
+def final_answer(raw: str, delimiters: Sequence[str] | None = None) -> str | None:
+    """The answer part of a model's output ``raw``: the text after its last closing delimiter (``</think>``, or
+    the model's own ``delimiters``: open, close; the block opened in ``raw``, or in the prompt by a chat
+    template that ends with ``<think>``); ``raw`` as it is when it holds no delimiter; None when a reasoning
+    block opens and never closes (the budget ran out mid-thought), whichever model wrote it."""
+    pairs = {(REASONING_OPEN, REASONING_CLOSE), tuple(delimiters or (REASONING_OPEN, REASONING_CLOSE))}
+    ends = [raw.rfind(close) + len(close) for _, close in pairs if close in raw]
+    if ends:
+        return raw[max(ends) :]
+    return None if any(opening in raw for opening, _ in pairs) else raw
+
+
+def reply_answer(raw: str, model, scoring) -> str | None:
+    """The part of ``raw`` a task parses: ``final_answer`` (with the ``model`` config's ``reasoning_delimiters``),
+    or the whole reply where ``scoring.reasoning_block=keep`` (a paper's code that parses it all: ESGenius)."""
+    if scoring.get("reasoning_block") == "keep":
+        return raw
+    return final_answer(raw, model.get("reasoning_delimiters"))
 
 
 def longest_option(options: dict[str, str]) -> str:

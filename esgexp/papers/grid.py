@@ -7,8 +7,9 @@ registry's). The default of ``data.<key>`` is the registry's file for it (conf/d
 ``<table> data.<key>`` at the first candidate's place) when it is there or ``data.download=true`` gets it, else
 the first candidate that exists. ``base`` (overrides of every job), ``rows`` (row label -> overrides),
 ``columns`` (column label -> ``overrides``, or ``variants``: several override lists whose values the cell
-averages, ``scale``), ``rescored`` (true: the jobs re-score the paper's own predictions) and ``beside`` (label ->
-metrics key prefix shown next to each cell's metric). A job is base + row + one column variant; columns with
+averages, ``scale``), ``rescored`` (true: the jobs re-score the paper's own predictions), ``scorer`` (for a re-scored
+table: the paper's own scorer's ``name``, the ``digits`` it prints and the ``metrics`` it prints, glob patterns) and
+``beside`` (label -> metrics key prefix shown next to each cell's metric). A job is base + row + one column variant; columns with
 equal overrides share it. Jobs that serve only cells the paper does not publish are left out unless ``rows=`` or
 ``columns=`` name them.
 
@@ -86,6 +87,7 @@ class Grid:
     data_hints: dict[str, str] = field(default_factory=dict)  # key -> the command that gets the paper's file
     extra: list[str] = field(default_factory=list)  # the user's overrides of every job
     rescored: bool = False
+    scorer: dict = field(default_factory=dict)  # the paper's own scorer: name, digits printed, metrics printed
     beside: dict[str, str] = field(default_factory=dict)
     left_out: dict[tuple[str, str], str] = field(default_factory=dict)  # (row, column) -> why no job serves it
 
@@ -182,6 +184,7 @@ def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
         data_hints=hints,
         extra=[str(o) for o in cfg.overrides if not str(o).startswith("hydra")],
         rescored=bool(spec.get("rescored", False)),
+        scorer=OmegaConf.to_container(spec.scorer) if spec.get("scorer") else {},
         beside={str(k): str(v) for k, v in (spec.get("beside") or {}).items()},
     )
     grid.jobs = grid_jobs(grid, raw, resolved)

@@ -50,12 +50,14 @@ def match_folders(jobs: list[Job], sweep_dir: Path) -> dict[Job, Path | None]:
 
 def substitutions(asked: DictConfig, ran: DictConfig, items: int | None = None) -> list[str]:
     """How the run differs from what the paper's cell asks for (``asked``: the grid job without the user's
-    overrides), e.g. ``model smollm2-135m instead of qwen2.5-0.5b-instruct``; ``items``: the paper's item count."""
+    overrides), e.g. ``model smollm2-135m instead of qwen2.5-0.5b-instruct``; ``items``: the paper's item count.
+    The model and backend of a job that asks no model (retriever=random with LLM-written queries) are none."""
     want, got = identity(asked), identity(ran)
+    unused = () if job_uses_model(ran) else ("model", "backend")
     found = []
     for key in sorted(dict.fromkeys([*want, *got]), key=lambda k: k not in ("task", "dataset")):
         a, b = want.get(key), got.get(key)
-        if a == b:
+        if a == b or key in unused:
             continue
         if isinstance(a, dict) and isinstance(b, dict) and a.get("name") != b.get("name"):
             found.append(f"{key} {b.get('name')} instead of {a.get('name')}")
@@ -185,10 +187,49 @@ def run_provenance(job: Job, grid: Grid, folder: Path | None, metrics: dict | No
         limit=ran.dataset.get("limit"),
         seed=ran.dataset.get("seed", ran.get("seed")),
         run_id=run_id or pending_note(folder),
-        substitutions=changed + data_substitutions(job, grid),
         published={f"data.{k}": published(grid.data[k], grid, k) for k in job.data_keys if grid.data.get(k)},
     )
+    fallback = generic_fallback(metrics)
+    if fallback:
+        out.update(generic_fallback=fallback, collapsed=metrics["query/n_uninformed"] == metrics.get("n_queries"))
+    if metrics and metrics.get("served_model"):
+        out["served_model"] = metrics["served_model"]
+    unpinned = moving_alias(ran, metrics) if job_uses_model(ran) else ""
+    out["substitutions"] = changed + data_substitutions(job, grid) + [text for text in (fallback, unpinned) if text]
     return out
+
+
+def moving_alias(ran: DictConfig, metrics: dict | None) -> str:
+    """For a model reached through a provider's moving alias (``model.alias.moving``: deepseek-reasoner): why the
+    run need not be the paper's model, unless every reply named one of the alias's ``dated_ids``; "" otherwise."""
+    alias = ran.model.get("alias") or {}
+    if not alias.get("moving"):
+        return ""
+    served = [name for name in str((metrics or {}).get("served_model") or "").split(", ") if name]
+    if served and set(served) <= set(alias.get("dated_ids") or []):
+        return ""
+    name = ran.backend.get("model") or ran.model.get("hub_id") or ran.model.name
+    said = f"the replies name {', '.join(served)}" if served else "no reply named the model that served it"
+    return (
+        f"model {ran.model.name} ran through the moving alias {name} ({said}, not a dated id of the paper's model); "
+        f"when the paper ran it served {alias.get('when_paper_ran') or 'a model not recorded'}"
+    )
+
+
+def generic_fallback(metrics: dict | None) -> str:
+    """For an informed ClimRetrieve query (inf_3, inf_all): the queries whose explanation is the generic one, no
+    other report having an annotated passage for their question (a file with one report: all of them, so the cell
+    is generic's); "" when there are none."""
+    uninformed = (metrics or {}).get("query/n_uninformed")
+    if not uninformed:
+        return ""
+    total = metrics.get("n_queries")
+    if uninformed == total:
+        return (
+            f"all {total} queries have the generic explanation (no other report has an annotated passage for their "
+            "question): the query texts are generic's, the variants collapse"
+        )
+    return f"{uninformed} of {total} queries have the generic explanation (no other report has an annotated passage)"
 
 
 def job_uses_model(cfg: DictConfig) -> bool:

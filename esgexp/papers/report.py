@@ -9,14 +9,18 @@ A published range (ESGBench's Recall@5, 70–80%) is within when it overlaps our
 is ours minus the nearer end (0 inside the range).
 
 Verdicts: ``exact`` (a table that re-scores the paper's own predictions, ``rescored: true``, gives the
-published value at the paper's printed precision; ``differs`` when it does not), ``within`` / ``outside``
-(the published value inside / outside our 95% interval), ``no interval`` (the reason is shown), and
-``not comparable`` (the job ran with substitutions: another model, a ``dataset.limit``, other data)."""
+published value at the paper's printed precision), ``exact to the scorer`` (it does not, but it gives what the
+paper's own scorer prints, of which the paper's value is a shortening: the grid's ``scorer``), ``differs``
+(neither), ``inside`` / ``outside the published range`` (a re-scored value against a published range),
+``within`` / ``outside`` (the published value inside / outside our 95% interval), ``no interval`` (the reason is
+shown), and ``not comparable`` (the job ran with substitutions: another model, a ``dataset.limit``, other data,
+LLM-written queries that fell back to the generic one)."""
 
 from __future__ import annotations
 
 import json
 import math
+from fnmatch import fnmatch
 from html import escape
 from pathlib import Path
 
@@ -26,15 +30,28 @@ from esgexp.papers.grid import Grid
 
 LEGEND = (
     "Each cell: published → ours [95% interval] n=items, verdict.",
+    "Intervals: Wilson's for a share and for any metric whose items are all hits or all misses, a percentile "
+    "bootstrap over items for a mean; another method (clusters) is named in the cell.",
     "Verdicts: exact — the table re-scores the paper's own predictions and ours equals the published value at "
-    "the paper's printed precision (differs: it does not); within / outside — the published value lies inside / "
-    "outside our 95% interval; not comparable — the job ran with substitutions (another model, a dataset.limit, "
-    "data that is not the paper's), listed below; a cell without an interval says why.",
+    "the paper's printed precision; exact to the scorer — ours equals what the paper's own scorer prints, and the "
+    "paper printed that number shortened; differs — neither; inside / outside the published range — a re-scored "
+    "value against a published range; within / outside — the published value lies inside / outside our 95% "
+    "interval; not comparable — the job ran with substitutions (another model or a moving API alias, a "
+    "dataset.limit, data that is not the paper's file, LLM-written queries that fell back to the generic one), "
+    "listed below; a cell without an interval says why.",
     "Data is the paper's only when each file's hash is the registry's (conf/data/, docs/data.md), never by its "
     "name or place: our bundled samples, copies or subsets of the published files and one's own files are always "
     "not comparable.",
 )
-GOOD, BAD = ("exact", "within"), ("differs", "outside")
+GOOD = ("exact", "exact to the scorer", "inside the published range", "within")
+BAD = ("differs", "outside the published range", "outside")
+# The interval methods a cell does not name (esgexp.analysis.stats): Wilson for a share, the item bootstrap for a mean.
+DEFAULT_METHODS = ("wilson", "bootstrap", None)
+METHOD_LABELS = {
+    "cluster_bootstrap": "cluster bootstrap",
+    "cluster_bootstrap_floored": "cluster bootstrap, widened to the unclustered interval (few clusters)",
+    "cluster_wilson": "Wilson over clusters",
+}
 
 
 def compare(
@@ -68,8 +85,11 @@ def compare(
                 metrics = [results[job.id] for job in jobs]
                 entry.update(ours(cell, metrics, column.scale))
                 entry.update(beside(grid.beside, cell.metric, metrics, column.scale))
+                collapsed = [r["generic_fallback"] for r in entry["runs"] if r.get("collapsed")]
+                if collapsed:
+                    entry["collapsed"] = collapsed[0]
                 if "ours" in entry:
-                    entry.update(verdict(cell, entry, grid.rescored, substituted(entry["runs"])))
+                    entry.update(verdict(cell, entry, grid, substituted(entry["runs"])))
             out.append(entry)
     return out
 
@@ -86,6 +106,9 @@ def ours(cell: Cell, runs: list[dict], scale: float) -> dict:
     highs = [m.get(f"{cell.metric}/ci_high") for m in runs]
     if all(is_number(v) for v in [*lows, *highs]):
         entry.update(ci_low=sum(lows) / len(lows) * scale, ci_high=sum(highs) / len(highs) * scale)
+        methods = list(dict.fromkeys(m.get(f"{cell.metric}/ci_method") for m in runs))
+        if methods != [None]:
+            entry["ci_method"] = " / ".join(str(m) for m in methods)
     else:
         notes = [m.get(f"{cell.metric}/ci_note") for m in runs]
         entry["ci_note"] = next((n for n in notes if n), "the run's metrics.json has no interval for it")
@@ -132,28 +155,41 @@ def printed_digits(text: str) -> int:
     return len(text.split(".")[1]) if "." in text else 0
 
 
-def verdict(cell: Cell, entry: dict, rescored: bool, changes: list[str]) -> dict:
-    """``verdict`` (exact, differs, within, outside, no interval, not comparable) and ``verdict_note``."""
+def verdict(cell: Cell, entry: dict, grid: Grid, changes: list[str]) -> dict:
+    """``verdict`` (exact, exact to the scorer, differs, inside / outside the published range, within, outside,
+    no interval, not comparable) and ``verdict_note``."""
     if changes:
         return {"verdict": "not comparable", "verdict_note": "; ".join(changes)}
     value = entry["ours"]
-    if rescored and cell.value is None:
-        inside = cell.low <= value <= cell.high
-        return {
-            "verdict": "within" if inside else "differs",
-            "verdict_note": f"ours {'in' if inside else 'outside'} the published range",
-        }
-    if rescored:
-        digits = printed_digits(cell.text)
-        equal = f"{value:.{digits}f}" == f"{cell.value:.{digits}f}"
-        return {
-            "verdict": "exact" if equal else "differs",
-            "verdict_note": f"compared at {digits} decimals, as printed",
-        }
+    if grid.rescored and cell.value is None:
+        where = "inside" if cell.low <= value <= cell.high else "outside"
+        return {"verdict": f"{where} the published range", "verdict_note": f"ours {where} {cell.text}"}
+    if grid.rescored:
+        return rescored_verdict(cell, value, grid.scorer)
     if "ci_low" not in entry:
         return {"verdict": "no interval", "verdict_note": interval_na(entry["ci_note"])}
     inside = cell.low <= entry["ci_high"] and cell.high >= entry["ci_low"]
     return {"verdict": "within" if inside else "outside"}
+
+
+def rescored_verdict(cell: Cell, value: float, scorer: dict) -> dict:
+    """A re-scored value against the paper's print: ``exact`` at the paper's printed precision; else, for a metric
+    the paper's own scorer prints (``scorer``: its ``name``, ``digits`` and ``metrics``), ``exact to the scorer``
+    when the paper's value is that print shortened (cut or rounded to the paper's decimals); else ``differs``."""
+    digits = printed_digits(cell.text)
+    if f"{value:.{digits}f}" == f"{cell.value:.{digits}f}":
+        return {"verdict": "exact", "verdict_note": f"compared at {digits} decimals, as printed"}
+    if scorer and any(fnmatch(cell.metric, pattern) for pattern in scorer.get("metrics") or ()):
+        printed = f"{value:.{scorer['digits']}f}"
+        whole, _, decimals = printed.partition(".")
+        cut = whole + ("." + decimals[:digits] if digits else "")
+        if float(cell.value) in (float(cut), round(float(printed), digits)):
+            return {
+                "verdict": "exact to the scorer",
+                "verdict_note": f"exact to {scorer['name']}, {printed}; the paper prints {cell.text}",
+                "scorer_print": printed,
+            }
+    return {"verdict": "differs", "verdict_note": f"compared at {digits} decimals, as printed"}
 
 
 def table_json(grid: Grid, entries: list[dict], jobs: list[dict]) -> dict:
@@ -186,9 +222,12 @@ def digits_of(table: dict) -> int:
 
 
 def interval_text(entry: dict, digits: int) -> str:
-    """``[low, high]``, ``[interval n/a: one cluster]``, or "" without a value."""
+    """``[low, high]`` (with its method where it is not the default: ``[62.3, 100.0] cluster bootstrap, ...``),
+    ``[interval n/a: one cluster]``, or "" without a value."""
     if "ci_low" in entry:
-        return f"[{_number(entry['ci_low'], digits)}, {_number(entry['ci_high'], digits)}]"
+        method = entry.get("ci_method")
+        label = "" if method in DEFAULT_METHODS else " " + METHOD_LABELS.get(method, method)
+        return f"[{_number(entry['ci_low'], digits)}, {_number(entry['ci_high'], digits)}]{label}"
     return f"[{interval_na(entry['ci_note'])}]" if entry.get("ci_note") else ""
 
 
@@ -202,6 +241,10 @@ def cell_text(entry: dict, digits: int) -> str:
         parts.append(f"n={entry['n']}")
     if entry.get("verdict") and entry["verdict"] != "no interval":
         parts.append(entry["verdict"])
+    if entry.get("scorer_print"):
+        parts.append(f"({entry['scorer_print']})")
+    if entry.get("collapsed"):
+        parts.append("(variants collapse: the query texts are generic's)")
     return " ".join(p for p in parts if p)
 
 

@@ -58,6 +58,8 @@ class Retriever(ABC):
 
     #: True when ``search`` needs ``gold=`` (the oracle).
     needs_gold: bool = False
+    #: False for a retriever whose ranking ignores the query text (random): no query text is written for it.
+    reads_query: bool = True
 
     # What the class declares for the rest of esgexp (its YAML's keys are its constructor's arguments):
     rules: ClassVar[dict] = {}  # its settings' rules (esgexp/core/rules.py), checked before any job starts

@@ -86,6 +86,11 @@ def component_classes(node) -> list[tuple[type[Retriever], Any]]:
     return found
 
 
+def reads_query(node) -> bool:
+    """Whether the retriever a node builds ranks by the query text (False for ``retriever=random`` alone)."""
+    return any(cls.reads_query for cls, _ in component_classes(node))
+
+
 def retriever_rules(node, prefix: str = "retriever.") -> dict[str, Rule]:
     """The rules of a retriever node's settings, keyed ``prefix + key``: its classes' (a hybrid's halves' at
     ``retriever.bm25.<key>``...) and the second stage's, which any retriever node may set."""

@@ -20,6 +20,7 @@ class RandomRetriever(Retriever):
     is one value across its query formulations, which a ranking drawn from the query text would not give."""
 
     rules: ClassVar[dict] = {"seed": Integer(0, 2**32 - 1)}
+    reads_query = False
 
     def __init__(self, name: str = "random", seed: int = 0) -> None:
         super().__init__(name)

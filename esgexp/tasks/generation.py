@@ -103,6 +103,10 @@ class GenerationJob(Job):
         metrics["n_resumed"] = len(self.done)
         metrics.update(self.backend.stats())
         metrics.update(usage_metrics(usage, cfg.model.get("price")))
+        served = sorted({r["served_model"] for r in self.records if r.get("served_model")})
+        if served:  # what the server says answered (a hosted alias's dated model id), for the paper tables
+            metrics["served_model"] = ", ".join(served)
+            info = {**info, "served_model": metrics["served_model"]}
         return metrics, {**info, "complete": "false" if metrics["n_failed"] else "true"}
 
     def finished(self, run, metrics: dict) -> None:
@@ -220,6 +224,8 @@ def predict(
                     record["permanent"] = True
             if response.usage:
                 record["usage"] = response.usage
+            if response.served_model:
+                record["served_model"] = response.served_model
             if response.cached:
                 record["cached"] = True
             else:

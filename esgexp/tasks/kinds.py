@@ -27,8 +27,13 @@ def never(cfg) -> bool:
 
 
 def explained_queries(cfg) -> bool:
-    """A retrieval job asks a model only to write its query explanations (``query.mode=explanation``)."""
-    return (cfg.get("query") or {}).get("mode") == "explanation"
+    """A retrieval job asks a model only to write its query explanations (``query.mode=explanation``), and not
+    for a retriever that ignores the query text (``retriever=random``)."""
+    if (cfg.get("query") or {}).get("mode") != "explanation":
+        return False
+    from esgexp.retrieval.factory import reads_query
+
+    return reads_query(cfg.retriever)
 
 
 def no_inputs(cfg) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from esgexp.core.records import MCQItem
 from esgexp.errors import UserError
 from esgexp.eval.calibration import calibration_report
 from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
-from esgexp.eval.mcq import ABSTAIN, INVALID, UNFINISHED, UNFINISHED_RATE, final_answer, mcq_metrics, parse_answer
+from esgexp.eval.mcq import ABSTAIN, INVALID, UNFINISHED, UNFINISHED_RATE, mcq_metrics, parse_answer, reply_answer
 from esgexp.strategies.mcq import MCQPrompter
 
 CALIBRATION_FILE = "calibration.json"
@@ -67,8 +67,8 @@ class MCQTask:
         if result.get("failed"):
             return {**record, "output": None, "parsed": INVALID, "correct": False}
         output = result["output"]
-        answer = final_answer(output) if self.cfg.model.reasoning else output
-        parsed = parse_answer(answer)  # an unfinished reasoning (None) is INVALID
+        answer = reply_answer(output, self.cfg.model, self.cfg.scoring)
+        parsed = parse_answer(answer)  # an unfinished reasoning (None) is INVALID, whatever the model config says
         record.update(output=output, parsed=parsed, correct=parsed == item.answer)
         if answer is None:
             record[UNFINISHED] = True
@@ -79,8 +79,9 @@ class MCQTask:
     def score(self, items: list[MCQItem], records: list[dict]) -> tuple[list[dict], dict, dict]:
         """Accuracy and baselines over every asked item (all rotations), position bias, circular metrics
         and, for letter scores, calibration (calibration.json goes into the run folder)."""
-        unfinished = [bool(r.get(UNFINISHED)) for r in records] if self.cfg.model.reasoning else None
-        metrics = mcq_metrics(items, [r["parsed"] for r in records], unfinished)
+        unfinished = [bool(r.get(UNFINISHED)) for r in records]
+        counted = self.cfg.model.reasoning or any(unfinished)
+        metrics = mcq_metrics(items, [r["parsed"] for r in records], unfinished if counted else None)
         # The rotations of one question are one cluster unless the dataset declares its own key.
         cluster_key = self.cfg.dataset.get("cluster_key") or ("item_id" if self.circular else None)
         records = cluster_records(records, items, cluster_key)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Sequence
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -21,7 +20,7 @@ from esgexp.analysis.stats import (
 )
 from esgexp.core.records import QAItem
 from esgexp.errors import UserError
-from esgexp.eval.mcq import UNFINISHED, UNFINISHED_RATE, final_answer
+from esgexp.eval.mcq import UNFINISHED, UNFINISHED_RATE, reply_answer
 from esgexp.models.scoring import cut_after_text
 from esgexp.strategies.qa import QAPrompter, draw_examples
 
@@ -30,13 +29,14 @@ log = logging.getLogger(__name__)
 ANSWER_LABEL = re.compile(r"^\s*answer\s*:\s*", flags=re.IGNORECASE)
 
 
-def clean_answer(output: str, reasoning: bool, stop: Sequence[str]) -> str | None:
-    """The answer text: (``reasoning``) the reasoning block dropped first, then cut at the first stop string,
-    a leading ``Answer:`` label and outer blanks removed; None when the reasoning never closed."""
-    text = final_answer(output) if reasoning else output
+def clean_answer(output: str, model, scoring) -> str | None:
+    """The answer text: the reasoning block dropped first (``reply_answer``: from the reply itself, whatever the
+    ``model`` config says), then cut at the first of ``scoring.stop``, a leading ``Answer:`` label and outer blanks
+    removed; None when the reasoning never closed."""
+    text = reply_answer(output, model, scoring)
     if text is None:
         return None
-    return ANSWER_LABEL.sub("", cut_after_text(text, stop).lstrip()).strip()
+    return ANSWER_LABEL.sub("", cut_after_text(text, list(scoring.get("stop") or ())).lstrip()).strip()
 
 
 class QATask:
@@ -97,7 +97,7 @@ class QATask:
         record = {"qtype": item.qtype, "category": item.meta.get("category"), "references": list(item.answers)}
         if result.get("failed"):
             return {**record, "output": None, "answer": ""}
-        answer = clean_answer(result["output"], self.cfg.model.reasoning, list(self.cfg.scoring.get("stop") or ()))
+        answer = clean_answer(result["output"], self.cfg.model, self.cfg.scoring)
         record.update(output=result["output"], answer=answer or "")
         if answer is None:  # scored as an empty answer, and counted
             record[UNFINISHED] = True
@@ -131,7 +131,7 @@ class QATask:
                     records[i]["metrics"]["accuracy"] = float(records[i]["correct"])
                 metrics[f"{qtype}/accuracy"] = sum(records[i]["correct"] for i in where) / len(where)
             metrics.update(category_breakdown(qtype, [items[i] for i in where], [records[i]["metrics"] for i in where]))
-        if self.cfg.model.reasoning:
+        if self.cfg.model.reasoning or any(r.get(UNFINISHED) for r in records):
             metrics.update(self.unfinished(records))
         metrics.update(self.intervals(metrics, records, corpus))
         metrics.update(self.over_answered(metrics, records, corpus))

@@ -32,6 +32,7 @@ from esgexp.eval.retrieval_metrics import (
     per_query_metrics,
     retrieval_metrics,
 )
+from esgexp.tasks.kinds import explained_queries
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class RetrievalJob(Job):
 
     def tags(self) -> dict:
         cfg = self.cfg
-        explained = cfg.query.mode == "explanation"
+        explained = explained_queries(cfg)
         return {
             "retriever": cfg.retriever.name,
             "encoder": encoder_name(cfg.retriever),
@@ -151,7 +152,7 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
 
     if not data.queries:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable queries (skipped rows: {len(data.skipped)})")
-    if cfg.query.mode == "explanation":
+    if explained_queries(cfg):  # explanations, unless the retriever ignores the query text
         from esgexp.core.jobs import job_backend
         from esgexp.retrieval.explain import explanation_queries
 
@@ -160,6 +161,8 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
         texts, backend_stats = explained.texts, explained.stats
         if cfg.query.get("examples") is not None:
             backend_stats = {**backend_stats, "query/n_uninformed": explained.n_uninformed}
+    elif cfg.query.mode == "explanation":  # retriever=random: the question stands in, nothing is generated
+        texts, backend_stats = {q.id: q.text for q in data.queries}, {"query/not_generated": len(data.queries)}
     else:
         texts, backend_stats = query_texts(data.queries, cfg.query.mode, cfg.query.core_questions), {}
     retriever = job_retriever(cfg.retriever, data.passages, cfg.paths.index_dir)
