@@ -30,9 +30,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from esgexp.analysis.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
 from esgexp.core.outputs import PredictionLog
 from esgexp.errors import UserError
+from esgexp.eval.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
 from esgexp.tasks.kinds import TaskKind, kind_of
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
@@ -341,7 +341,7 @@ def fmt(value, digits: int = 4) -> str:
 
 def interval_text(c: dict) -> str:
     """``[low, high]``, or why there is none (``interval n/a: one cluster``)."""
-    from esgexp.analysis.stats import interval_na
+    from esgexp.eval.stats import interval_na
 
     return interval_na(c["ci_note"]) if c.get("ci_note") else f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]"
 

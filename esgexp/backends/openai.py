@@ -169,7 +169,7 @@ class OpenAIBackend(Backend):
             self.server = start_server(server, model_cfg, self.served, context.output_dir or context.cache_dir)
             base_url = self.server.base_url
         self.base_url = str(base_url).rstrip("/")
-        # api, base_url and the numbers are checked with every setting (esgexp/core/settings.py).
+        # api, base_url and the numbers are checked with every setting (esgexp/jobs/settings.py).
         self.max_concurrency = int(max_concurrency)
         self.top_logprobs = int(top_logprobs)
         self.progress_bar = progress_bar

@@ -21,10 +21,10 @@ from esgexp.builders.generate import StructuredGenerator
 from esgexp.builders.report import BuildReport
 from esgexp.core import tracking
 from esgexp.core.config import CONF_DIR
-from esgexp.core.jobs import check_config, finish, job_backend, package_versions, tracked_run
 from esgexp.core.outputs import write_atomic, write_json
 from esgexp.data.corpus import INGEST_HINT, Corpus
 from esgexp.errors import UserError
+from esgexp.jobs.lifecycle import check_config, finish, job_backend, package_versions, tracked_run
 
 log = logging.getLogger(__name__)
 

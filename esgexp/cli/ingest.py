@@ -26,9 +26,9 @@ def job(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
     from esgexp.core import file_lock
-    from esgexp.core.settings import check_settings
     from esgexp.data.corpus import check_source, ingest
     from esgexp.data.text_files import existing_folder
+    from esgexp.jobs.settings import check_settings
 
     with exit_on_user_error(log):
         check_command_line(cfg, log)

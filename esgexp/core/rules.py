@@ -1,5 +1,5 @@
 """The kinds of rule a setting follows (an integer in bounds, one of some choices, a URL, ...): each says
-whether a value ``accepts`` and what it ``expected``. esgexp/core/settings.py keys them by dotted config key; a
+whether a value ``accepts`` and what it ``expected``. esgexp/jobs/settings.py keys them by dotted config key; a
 component class (a backend, a retriever) declares its own in ``settings``."""
 
 from __future__ import annotations

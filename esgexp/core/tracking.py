@@ -79,7 +79,7 @@ def check_tracking(tracking_cfg: DictConfig, offline_hint: bool = False) -> None
     within ``tracking.connect_timeout_s``; with ``tracking.offline=true`` the server is not asked."""
     from omegaconf import OmegaConf
 
-    from esgexp.core.settings import check_settings
+    from esgexp.jobs.settings import check_settings
 
     check_settings(OmegaConf.create({"tracking": OmegaConf.to_container(tracking_cfg, resolve=True)}))  # uri scheme
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(tracking_cfg.http_timeout_s))

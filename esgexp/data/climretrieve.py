@@ -76,9 +76,7 @@ class ClimRetrieveReportLevel:
     limit: int | None = None
     seed: int = 42
     encoding: str = "utf-8"
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/eval/stats.py)
     merge_duplicates: bool = True
 
     def load(self) -> RetrievalDataset:
@@ -250,9 +248,7 @@ class ClimRetrieveBase:
     min_overlap: float = 0.5
     core_only: bool = False
     encoding: str = "utf-8"
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/eval/stats.py)
 
     def load(self) -> RetrievalDataset:
         from esgexp.data.corpus import Corpus

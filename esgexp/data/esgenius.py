@@ -34,9 +34,7 @@ class ESGeniusCSV:
     split: str = "train"
     limit: int | None = None
     seed: int = 42
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/eval/stats.py)
     encoding: str = "utf-8"
 
     def load(self) -> LoadedDataset:

@@ -56,9 +56,7 @@ class SustainableQA:
     limit: int | None = None
     seed: int = 42
     encoding: str = "utf-8"
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
+    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/eval/stats.py)
 
     def load(self) -> LoadedDataset:
         """The items of ``split``; with ``limit``, that many after a seeded shuffle."""

@@ -9,8 +9,8 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from html import escape
 
-from esgexp.analysis.stats import interval_na, with_interval
 from esgexp.core.tracking import metric_name
+from esgexp.eval.stats import interval_na, with_interval
 from esgexp.leaderboard import figures
 from esgexp.leaderboard.assets import PAGE_CSS, PAGE_JS
 from esgexp.leaderboard.questions import question_matrix

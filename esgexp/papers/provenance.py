@@ -13,9 +13,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.core.config import BUNDLED_DIR
-from esgexp.core.identity import identity
-from esgexp.core.jobs import data_sha256
 from esgexp.core.tracking import PENDING_FILE
+from esgexp.jobs.identity import identity
+from esgexp.jobs.lifecycle import data_sha256
 from esgexp.papers.grid import Grid, Job
 from esgexp.tasks.kinds import kind_of
 

@@ -20,7 +20,7 @@ import math
 from html import escape
 from pathlib import Path
 
-from esgexp.analysis.stats import interval_na
+from esgexp.eval.stats import interval_na
 from esgexp.papers.cells import Cell
 from esgexp.papers.grid import Grid
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from esgexp.core.jobs import Job, job_backend, same_job
 from esgexp.core.outputs import PredictionLog, write_json
 from esgexp.core.records import DERIVED_FIELDS
 from esgexp.errors import Interrupted, UserError
+from esgexp.jobs.lifecycle import Job, job_backend, same_job
 
 log = logging.getLogger(__name__)
 

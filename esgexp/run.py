@@ -1,11 +1,11 @@
 """One job: ``run_job(cfg)`` makes the Job of ``cfg.task`` (its kind in esgexp/tasks/kinds.py) and runs its
-steps (esgexp/core/jobs.py), or with ``dry_run=true`` prints its memory plan instead."""
+steps (esgexp/jobs/lifecycle.py), or with ``dry_run=true`` prints its memory plan instead."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from esgexp.core.jobs import Job, run_steps
+from esgexp.jobs.lifecycle import Job, run_steps
 
 
 def run_job(cfg: DictConfig) -> dict:

@@ -13,9 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from esgexp.core import tracking
 from esgexp.core.config import flatten
-from esgexp.core.identity import job_identity
 from esgexp.core.outputs import write_atomic, write_json
 from esgexp.errors import UserError
+from esgexp.jobs.identity import job_identity
 
 
 class Job(ABC):
@@ -80,9 +80,9 @@ def run_steps(job: Job) -> dict:
 
 
 def check_config(cfg: DictConfig) -> Path:
-    """Fail early on a mandatory value left unset, a bad setting (esgexp/core/settings.py) or a tracking server
+    """Fail early on a mandatory value left unset, a bad setting (esgexp/jobs/settings.py) or a tracking server
     that does not answer; return the run folder."""
-    from esgexp.core.settings import check_settings
+    from esgexp.jobs.settings import check_settings
 
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
