@@ -427,7 +427,8 @@ def test_the_leaderboard_page_shows_the_paper_table(esgbench_table, tmp_path):
     from esgexp.leaderboard.board import export
 
     root = esgbench_table[0]
-    export(f"sqlite:///{root}/mlruns/mlflow.db", tmp_path, formats=("html",), papers_dir=root / "papers")
+    sections = leaderboard_sections(root / "papers")
+    export(f"sqlite:///{root}/mlruns/mlflow.db", tmp_path, formats=("html",), paper_sections=sections)
     page = (tmp_path / "index.html").read_text()
     assert "Paper tables" in page and "ESGBench Table 2" in page and "21.0 → " in page
 

@@ -49,7 +49,7 @@ from typing import ClassVar
 
 from omegaconf import DictConfig
 
-from esgexp.backends.base import Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
+from esgexp.backends.base import REASONING_OPEN, Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
 from esgexp.backends.batch import FAILED_CHOICES, MAX_REQUESTS, BatchRun, BatchSettings
 from esgexp.backends.openai_client import (
     ContextOverflow,
@@ -62,7 +62,6 @@ from esgexp.backends.openai_client import (
 from esgexp.backends.sigint import deferred_sigint
 from esgexp.core.rules import URL, Choice, Flag, Integer, Number
 from esgexp.errors import UserError
-from esgexp.eval.mcq import REASONING_OPEN
 
 log = logging.getLogger(__name__)
 

@@ -220,9 +220,3 @@ def built_from(dataset: Path) -> dict | None:
         return None
     corpus = recorded.get("corpus")
     return corpus if isinstance(corpus, dict) else None
-
-
-if __name__ == "__main__":  # python -m esgexp.builders.verify: the esgexp-verify command
-    from esgexp.cli.verify import cli
-
-    cli()

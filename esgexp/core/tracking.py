@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 
 from esgexp.core.file_lock import exclusive
 from esgexp.core.outputs import NoSpace, is_full, make_folder, mount_point, unwritable, write_json
+from esgexp.core.rules import Flag, Integer, Number, StoreURI, broken
 from esgexp.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,14 @@ PENDING_FILE = "tracking_pending.json"
 SYNCED_FILE = "tracking_synced.json"
 # mlflow's wait before retry n is this factor times 2**(n-1) seconds (its default 2 over 7 retries: ~4 min).
 HTTP_BACKOFF_FACTOR = 1
+# The tracking group's settings (conf/tracking/), checked by check_tracking and with every job's settings.
+TRACKING_RULES = {
+    "tracking.uri": StoreURI(),
+    "tracking.offline": Flag(),
+    "tracking.connect_timeout_s": Number(0, above=True),
+    "tracking.http_timeout_s": Integer(1),
+    "tracking.http_max_retries": Integer(0),
+}
 
 
 def is_local_store(uri: str) -> bool:
@@ -79,9 +88,9 @@ def check_tracking(tracking_cfg: DictConfig, offline_hint: bool = False) -> None
     within ``tracking.connect_timeout_s``; with ``tracking.offline=true`` the server is not asked."""
     from omegaconf import OmegaConf
 
-    from esgexp.jobs.settings import check_settings
-
-    check_settings(OmegaConf.create({"tracking": OmegaConf.to_container(tracking_cfg, resolve=True)}))  # uri scheme
+    found = broken(OmegaConf.create({"tracking": OmegaConf.to_container(tracking_cfg, resolve=True)}), TRACKING_RULES)
+    if found:  # the uri's scheme, the timeouts
+        raise UserError("; ".join(found))
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(tracking_cfg.http_timeout_s))
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(tracking_cfg.http_max_retries))
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = str(HTTP_BACKOFF_FACTOR)

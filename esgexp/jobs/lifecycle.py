@@ -26,8 +26,9 @@ class Job(ABC):
     step_metric: str | None = None  # the metric whose value is the step the metrics are logged at
     writes = True  # False on a multi-process job's ranks other than 0: no file, no tracked run
 
-    def __init__(self, cfg: DictConfig):
+    def __init__(self, cfg: DictConfig, kind):
         self.cfg = cfg
+        self.kind = kind  # its TaskKind (esgexp/tasks/kinds.py): run label, prompts class, records file
 
     @property
     def output_dir(self) -> Path:
@@ -68,10 +69,8 @@ def run_steps(job: Job) -> dict:
         job.work(None)
         return {}
     job.save(skipped)
-    from esgexp.tasks.kinds import kind_of
-
     tags = job_tags(job.cfg, job.output_dir, **job.tags())
-    with tracked_run(job.cfg, kind_of(job.cfg.task).run_label(tags), tags) as run:
+    with tracked_run(job.cfg, job.kind.run_label(tags), tags) as run:
         metrics, info = job.work(run)
         finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
         job.finished(run, metrics)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from esgexp.backends.cache import CACHE_MODES
-from esgexp.core.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
+from esgexp.core.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, broken, declared_rules
+from esgexp.core.tracking import TRACKING_RULES
 from esgexp.data.pdf import READERS
 from esgexp.errors import UserError
 from esgexp.eval.judge_prompts import PROMPTS as JUDGE_PROMPTS
@@ -111,16 +112,10 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "stats.bootstrap": Integer(100),  # fewer resamples leave a percentile interval's ends to chance
     "stats.seed": Integer(0, 2**32 - 1),
     "stats.confidence": Number(0.5, 1, below=True),
-    "tracking.uri": StoreURI(),
-    "tracking.offline": Flag(),
-    "tracking.connect_timeout_s": Number(0, above=True),
-    "tracking.http_timeout_s": Integer(1),
-    "tracking.http_max_retries": Integer(0),
+    **TRACKING_RULES,
     "corpus.reader": Choice(READERS),  # python -m esgexp.ingest
     "workers": Integer(1, optional=True),  # ingest: files read at once; null: every CPU
 }
-
-_ABSENT = object()
 
 
 def component_rules(cfg: DictConfig) -> dict[str, Rule]:
@@ -138,19 +133,7 @@ def component_rules(cfg: DictConfig) -> dict[str, Rule]:
 def problems(cfg: DictConfig) -> list[str]:
     """One ``KEY must be EXPECTED, got VALUE`` line per setting of ``cfg`` that breaks its rule (SCHEMA's, and
     those of its components)."""
-    found = []
-    for key, rule in {**SCHEMA, **component_rules(cfg)}.items():
-        value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
-        if value is _ABSENT:
-            continue
-        rule = rule(cfg) if callable(rule) else rule
-        if rule is None or _copies_another_key(cfg, key) or (value is None and rule.optional):
-            continue
-        if isinstance(value, ListConfig):
-            value = OmegaConf.to_container(value, resolve=True)
-        if not rule.accepts(value):
-            expected = rule.expected() + (" or null" if rule.optional else "")
-            found.append(f"{key} must be {expected}, got {'null' if value is None else repr(value)}")
+    found = broken(cfg, {**SCHEMA, **component_rules(cfg)})
     if trains(OmegaConf.select(cfg, "task")) and not cfg.trainer.get("max_steps") and not cfg.trainer.get("max_epochs"):
         found.append("trainer.max_steps or trainer.max_epochs must be set for fine-tuning")
     task = OmegaConf.select(cfg, "task")
@@ -160,13 +143,6 @@ def problems(cfg: DictConfig) -> list[str]:
             f"judge grades open answers (task={judged}); task={task} has none: drop judge=... (or set judge=null)"
         )
     return found
-
-
-def _copies_another_key(cfg: DictConfig, key: str) -> bool:
-    """Whether ``key`` is an interpolation (``${trainer.batch_size}``): its source is checked instead."""
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    return isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, leaf)
 
 
 def check_settings(cfg: DictConfig) -> None:

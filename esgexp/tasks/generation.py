@@ -34,7 +34,7 @@ class GenerationJob(Job):
 
     def load(self) -> list[str]:
         cfg = self.cfg
-        self.task = make_task(cfg)
+        self.task = self.kind.prompts_class()(cfg)
         self.loaded = instantiate(cfg.dataset).load()
         if not self.loaded.items:
             raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(self.loaded.skipped)})")
