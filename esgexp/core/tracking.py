@@ -23,7 +23,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from esgexp.core.file_lock import exclusive
 from esgexp.core.outputs import NoSpace, is_full, make_folder, mount_point, unwritable, write_json
 from esgexp.core.rules import Flag, Integer, Number, StoreURI, broken
 from esgexp.errors import UserError, one_line
@@ -141,8 +140,10 @@ def sqlite_path(uri: str) -> Path | None:
 @contextmanager
 def store_lock(uri: str):
     """Held by one process at a time: an exclusive lock on ``<db>.lock`` next to a sqlite store (its
-    folder is created); a no-op for other stores (file_lock.exclusive). UserError where the folder or
+    folder is created; filelock's ``flock``); a no-op for other stores. UserError where the folder or
     the lock file cannot be written."""
+    from filelock import FileLock  # 30 ms of imports (asyncio), only where a store is opened
+
     db = sqlite_path(uri)
     if db is None:
         yield
@@ -151,7 +152,7 @@ def store_lock(uri: str):
     with ExitStack() as held:
         make_folder(db.parent, STORE_FIX)
         try:
-            held.enter_context(exclusive(lock))
+            held.enter_context(FileLock(lock))
         except OSError as error:
             raise unwritable(lock, error, STORE_FIX) from error
         yield
