@@ -78,7 +78,7 @@ def shown(value: object) -> str:
 
 
 def rule_of(key: str) -> str:
-    """The rule ``SCHEMA`` (or a backend class, for ``backend.<key>``) checks for ``key`` (a rule that depends
+    """The rule ``SCHEMA`` (or a component class, for ``dataset.<key>``, ``backend.<key>``) checks for ``key`` (a rule that depends
     on the config: its docstring), or ``-``."""
     from esgexp.jobs.settings import SCHEMA
 
@@ -93,11 +93,11 @@ def rule_of(key: str) -> str:
 
 @cache
 def component_rules() -> dict:
-    """The rules every backend and retriever class declares, keyed as their settings (``backend.dtype``)."""
+    """The rules every dataset, backend and retriever class declares, keyed as their settings (``backend.dtype``)."""
     from esgexp.core.rules import declared_rules
 
     found = {}
-    for group in ("backend", "retriever"):
+    for group in ("dataset", "backend", "retriever"):
         for path in sorted((CONF_DIR / group).glob("*.yaml")):
             found.update(declared_rules(raw(path), f"{group}."))
     return found

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esgexp.core.records import LoadedDataset, QAItem
+from esgexp.data.base import Dataset
 from esgexp.data.text_files import SETTING, decoding, existing_file, open_text, valid_unicode
 from esgexp.errors import UserError
 
@@ -31,15 +32,8 @@ Key = tuple[str, str]
 
 
 @dataclass
-class ESGBenchGold:
+class ESGBenchGold(Dataset):
     """Loads ESGBench gold questions; ``limit`` keeps a seeded random subset."""
-
-    name: str
-    path: str | None = None
-    limit: int | None = None
-    seed: int = 42
-    cluster_key: str | None = None  # items sharing this field form one cluster of the intervals (esgexp/eval/stats.py)
-    encoding: str = "utf-8"
 
     def load(self) -> LoadedDataset:
         if not self.path:

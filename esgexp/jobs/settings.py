@@ -12,7 +12,7 @@ from collections.abc import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.backends.cache import CACHE_MODES
-from esgexp.core.rules import Choice, Encoding, Flag, Integer, Integers, Number, Rule, broken, declared_rules
+from esgexp.core.rules import Choice, Flag, Integer, Integers, Number, Rule, broken, declared_rules
 from esgexp.core.tracking import TRACKING_RULES
 from esgexp.data.pdf import READERS
 from esgexp.errors import UserError
@@ -50,12 +50,6 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "resume": Flag(),
     "skip_invalid_jobs": Flag(),
     "cache": Choice(CACHE_MODES),
-    "dataset.limit": Integer(1, optional=True),
-    "dataset.seed": Integer(0, 2**32 - 1),
-    "dataset.encoding": Encoding(),
-    "dataset.min_overlap": Number(0, 1, above=True),
-    "dataset.core_only": Flag(),
-    "dataset.merge_duplicates": Flag(),
     "scoring.max_new_tokens": Integer(1),
     "scoring.prefix_cache": Flag(),
     "scoring.circular": Flag(),
@@ -119,12 +113,13 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
 
 
 def component_rules(cfg: DictConfig) -> dict[str, Rule]:
-    """The rules the chosen components' classes declare (``backend.<key>``, ``retriever.<key>``, a hybrid's
-    ``retriever.bm25.<key>``, a second stage's ``retriever.rerank_depth``)."""
+    """The rules the chosen components' classes declare (``dataset.<key>``, ``backend.<key>``, ``retriever.<key>``,
+    a hybrid's ``retriever.bm25.<key>``, a second stage's ``retriever.rerank_depth``)."""
     from esgexp.retrieval.factory import retriever_rules
 
     retriever = cfg.get("retriever")
     return {
+        **declared_rules(cfg.get("dataset"), "dataset."),
         **declared_rules(cfg.get("backend"), "backend."),
         **(retriever_rules(retriever) if isinstance(retriever, DictConfig) else {}),
     }
