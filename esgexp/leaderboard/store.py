@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -10,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from esgexp.core.outputs import json_lines
 from esgexp.errors import UserError
 from esgexp.tasks.kinds import KINDS, kind_of
 
@@ -68,7 +68,8 @@ class Run:
         path = self.file(name)
         if path is None:
             return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        with path.open(encoding="utf-8") as handle:
+            return [record for _, record in json_lines(handle, path)]
 
 
 def locate_file(run: Run, name: str) -> Path | None:
