@@ -26,9 +26,11 @@ class Job(ABC):
     step_metric: str | None = None  # the metric whose value is the step the metrics are logged at
     writes = True  # False on a multi-process job's ranks other than 0: no file, no tracked run
 
-    def __init__(self, cfg: DictConfig, kind):
+    def __init__(self, cfg: DictConfig, kind=None):
         self.cfg = cfg
-        self.kind = kind  # its TaskKind (esgexp/tasks/kinds.py): run label, prompts class, records file
+        self.kind = (
+            kind  # its TaskKind (esgexp/tasks/kinds.py): run label, prompts class, records file; a build has none
+        )
 
     @property
     def output_dir(self) -> Path:
@@ -44,6 +46,14 @@ class Job(ABC):
     def tags(self) -> dict:
         """The kind's own tags, beside those of ``job_tags``."""
         return {}
+
+    def run_tags(self) -> dict[str, str]:
+        """The tags of its tracked run: those every run carries (``job_tags``) and the kind's own."""
+        return job_tags(self.cfg, self.output_dir, **self.tags())
+
+    def run_name(self, tags: dict) -> str:
+        """Its tracked run's name, made of its tags (the kind's run label)."""
+        return self.kind.run_label(tags)
 
     @abstractmethod
     def work(self, run: tracking.TrackedRun | None) -> tuple[dict, dict] | None:
@@ -69,8 +79,8 @@ def run_steps(job: Job) -> dict:
         job.work(None)
         return {}
     job.save(skipped)
-    tags = job_tags(job.cfg, job.output_dir, **job.tags())
-    with tracked_run(job.cfg, job.kind.run_label(tags), tags) as run:
+    tags = job.run_tags()
+    with tracked_run(job.cfg, job.run_name(tags), tags) as run:
         metrics, info = job.work(run)
         finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
         job.finished(run, metrics)
