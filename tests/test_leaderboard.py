@@ -400,8 +400,9 @@ def test_a_tracking_server_that_does_not_answer_is_named_at_once(tmp_path, clean
 
 def test_every_figure_a_task_kind_names_is_drawn_by_the_page():
     from esgexp.leaderboard import figures
-    from esgexp.leaderboard.page import FIGURES
+    from esgexp.leaderboard.page import FIGURES, TASK_FIGURES
     from esgexp.tasks.kinds import KINDS
 
-    named = {name for kind in KINDS.values() for name in kind.figures}
+    named = {name for names in TASK_FIGURES.values() for name in names}
     assert named == set(FIGURES) and all(callable(getattr(figures, name)) for name in FIGURES)
+    assert set(TASK_FIGURES) <= {name for name, kind in KINDS.items() if kind.scoring.ranked}

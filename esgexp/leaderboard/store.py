@@ -52,7 +52,7 @@ class Run:
         run_dir = self.tags.get("run_dir")
         if run_dir and Path(run_dir).is_dir():
             return Path(run_dir)
-        per_item = kind_of(self.tags.get("task")).records
+        per_item = kind_of(self.tags.get("task")).scoring.records
         paths = [self.file(name) for name in ("config.yaml", "metrics.json", per_item)]
         return paths[0].parent if all(paths) else None
 
@@ -136,7 +136,7 @@ def finished_runs(uri: str, latest_only: bool = True, download_dir: Path | None 
     for run in found:
         tags = dict(run.data.tags)
         kind = KINDS.get(tags.get("task"))
-        if kind is None or not kind.ranked:  # training runs: curves, not scores; dataset builds: counts
+        if kind is None or not kind.scoring.ranked:  # training runs: curves, not scores; dataset builds: counts
             continue
         config_hash = tags.get("config_hash")
         if latest_only and config_hash:
