@@ -1,7 +1,9 @@
 """Every numeric and enumerated setting a user sets, checked once before any work, each error naming its key.
 
-``SCHEMA`` maps a dotted config key to its rule; a key the composed config lacks (another task's group,
-an unset optional group) is not checked. ``check_settings(cfg)`` raises one UserError listing every bad
+``SCHEMA`` maps a dotted config key to its rule: the rules of the settings no component owns, and those the
+components declare beside what they check (``RULES`` of core/tracking.py, backends/cache.py, data/pdf.py,
+eval/judge_prompts.py); ``component_rules`` adds those of the chosen dataset, backend and retriever classes.
+A key the composed config lacks (another task's group, an unset optional group) is not checked. ``check_settings(cfg)`` raises one UserError listing every bad
 key as ``KEY must be EXPECTED, got VALUE``. The jobs then read these values without checking them again.
 """
 
@@ -11,12 +13,12 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.backends.cache import CACHE_MODES
+from esgexp.backends.cache import RULES as CACHE_RULES
 from esgexp.core.rules import Choice, Flag, Integer, Integers, Number, Rule, broken, declared_rules
 from esgexp.core.tracking import TRACKING_RULES
-from esgexp.data.pdf import READERS
+from esgexp.data.pdf import RULES as READER_RULES
 from esgexp.errors import UserError
-from esgexp.eval.judge_prompts import PROMPTS as JUDGE_PROMPTS
+from esgexp.eval.judge_prompts import RULES as JUDGE_RULES
 from esgexp.tasks.kinds import KINDS
 
 TASKS = tuple(KINDS)  # the registered task kinds (esgexp/tasks/kinds.py)
@@ -27,7 +29,6 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 MCQ_CONTEXTS = ("full", "best_line")
 QA_CONTEXTS = ("full",)
 NUMERIC_RULES = ("unit_aware", "esgbench")  # metrics.numeric: esgbench_metrics.NUMERIC_RULES
-JUDGE_BACKENDS = ("hf", "openai", "vllm")  # judge.backend: a conf/backend/ option for the judge model
 
 
 def _context_rule(cfg: DictConfig) -> Rule | None:
@@ -49,7 +50,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "seed": Integer(0, 2**32 - 1),
     "resume": Flag(),
     "skip_invalid_jobs": Flag(),
-    "cache": Choice(CACHE_MODES),
+    **CACHE_RULES,
     "scoring.max_new_tokens": Integer(1),
     "scoring.prefix_cache": Flag(),
     "scoring.circular": Flag(),
@@ -66,10 +67,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "retrieval.threshold": Integer(1, 3),
     "recall_k": Integer(1),
     "metrics.numeric": Choice(NUMERIC_RULES),
-    "judge.backend": Choice(JUDGE_BACKENDS, optional=True),
-    "judge.prompt_version": Choice(tuple(JUDGE_PROMPTS)),
-    "judge.evidence": Flag(),
-    "judge.max_new_tokens": Integer(1),
+    **JUDGE_RULES,
     "model.dtype": Choice(MODEL_DTYPES),
     "model.load_in_4bit": Flag(),
     "model.generation.max_new_tokens": Integer(1),
@@ -107,7 +105,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "stats.seed": Integer(0, 2**32 - 1),
     "stats.confidence": Number(0.5, 1, below=True),
     **TRACKING_RULES,
-    "corpus.reader": Choice(READERS),  # python -m esgexp.ingest
+    **READER_RULES,
     "workers": Integer(1, optional=True),  # ingest: files read at once; null: every CPU
 }
 
