@@ -62,9 +62,11 @@ run: bytecode
 	$(PY) -m esgexp
 
 # ruff (configured in pyproject.toml): the lint rules, then the formatter's check. `make format` applies both.
+# lint-imports: the layers contract of pyproject.toml (docs/architecture.md), from the code's own imports.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: install
 	$(VENV)/bin/ruff check --fix .

@@ -84,8 +84,8 @@ def job_config(backend: str, batch_size: int | None = None):
 
 
 def job_requests(cfg, items: list) -> tuple[dict[str, str], list]:
-    """Each item's prompt (``MCQTask``) and its ``GenerationRequest`` (``esgexp.core.run.make_requests``)."""
-    from esgexp.core.run import make_requests
+    """Each item's prompt (``MCQTask``) and its ``GenerationRequest`` (``esgexp.run.make_requests``)."""
+    from esgexp.run import make_requests
     from esgexp.tasks.mcq import MCQTask
 
     task = MCQTask(cfg)
@@ -175,7 +175,7 @@ def run_cached(cfg, base_url: str, requests: list, concurrency: int) -> dict:
 
 def run_hf(items: list, batch_size: int | None) -> dict:
     """The same chat prompts through ``HFBackend`` (float32, this process), weights loaded first."""
-    from esgexp.core.jobs import job_backend
+    from esgexp.jobs.lifecycle import job_backend
 
     cfg = job_config("hf", batch_size)
     _, requests = job_requests(cfg, items)

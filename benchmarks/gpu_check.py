@@ -247,7 +247,7 @@ def install(smoke: bool) -> dict:
     """Install the carried packages offline (pip takes from the folder only what the image lacks), unless
     the project imports already; with ``smoke``, into a scratch folder, to prove the wheels resolve offline."""
     pinned = f"from importlib.metadata import version as v; assert all(v(n) == p for n, p in (l.split('==') for l in open({str(PINS)!r}).read().split()))"
-    probe = [sys.executable, "-c", "import hydra, omegaconf, mlflow, esgexp.core.run; " + pinned]
+    probe = [sys.executable, "-c", "import hydra, omegaconf, mlflow, esgexp.run; " + pinned]
     wheels = sorted(glob.glob(str(WHEELS / "*.whl")))
     if not wheels:
         raise RuntimeError(f"no wheels in {WHEELS}: run benchmarks/gpu_check.py --build-wheels where PyPI is reachable")

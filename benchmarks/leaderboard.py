@@ -74,7 +74,7 @@ def write_questions(path: Path, n: int, rng: random.Random) -> list[dict]:
 
 def log_models(root: Path, questions: list[dict], n_models: int, rng: random.Random) -> str:
     """One finished zero-shot MCQ run per synthetic model; returns the store's URI."""
-    from esgexp.analysis.stats import wilson
+    from esgexp.eval.stats import wilson
 
     uri = f"sqlite:///{root}/mlruns/mlflow.db"
     dataset = {

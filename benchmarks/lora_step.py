@@ -1,4 +1,4 @@
-"""LoRA training-step throughput: our Lightning module (esgexp.models.lora_module) vs plain PyTorch + PEFT.
+"""LoRA training-step throughput: our Lightning module (esgexp.training.lora_module) vs plain PyTorch + PEFT.
 
 Both sides train the same peft-wrapped model (SmolLM2-135M-Instruct by default, fp32 weights, the
 project's LoRA config r=16, alpha=32, dropout 0.05, all-linear; seeded, so the same adapter init and
@@ -95,7 +95,7 @@ def usage() -> tuple[float, float, float]:
 
 
 def make_rows(vocab: int, n_rows: int, seq_len: int, seed: int):
-    from esgexp.models.sft_data import IGNORE_INDEX, Example
+    from esgexp.training.sft_data import IGNORE_INDEX, Example
 
     rng = random.Random(seed)
     rows = [[rng.randrange(vocab) for _ in range(seq_len)] for _ in range(n_rows)]
@@ -106,8 +106,8 @@ def run_ours(model, rows, cfg, args, dtype: str) -> dict:
     import lightning as L
     import torch
 
-    from esgexp.models.lora_module import LoraFineTuner, OptimSettings
-    from esgexp.models.sft_data import SFTDataModule
+    from esgexp.training.lora_module import LoraFineTuner, OptimSettings
+    from esgexp.training.sft_data import SFTDataModule
 
     class Recorder(L.Callback):  # Lightning calls its hooks just before the module's
         def __init__(self):
@@ -160,8 +160,8 @@ def run_plain(model, rows, cfg, args, dtype: str, autocast_to: str | None = None
     """The plain loop on the model's device, under autocast to ``autocast_to`` (bfloat16 when dtype is)."""
     import torch
 
-    from esgexp.models.lora_module import lr_factor
-    from esgexp.models.sft_data import collate
+    from esgexp.training.lora_module import lr_factor
+    from esgexp.training.sft_data import collate
 
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]

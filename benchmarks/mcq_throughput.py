@@ -3,10 +3,10 @@
 For each data file, dtype and scoring mode this measures questions per second, peak memory,
 accuracy and (against lm-eval) per-question agreement, prints a table and writes a JSON file.
 
-* ours:    the path a job runs (``esgexp.core.run``): the project config composed with ``backend=hf``,
+* ours:    the path a job runs (``esgexp.run``): the project config composed with ``backend=hf``,
            ``cache=off`` (no request cache: every item is computed), the backend from
-           ``esgexp.core.jobs.job_backend`` (an ``HFBackend``), the prompts from ``MCQTask``, the requests
-           from ``esgexp.core.run.make_requests`` (``LetterRequest`` for ``logprob``, prefix KV cache on;
+           ``esgexp.jobs.lifecycle.job_backend`` (an ``HFBackend``), the prompts from ``MCQTask``, the requests
+           from ``esgexp.run.make_requests`` (``LetterRequest`` for ``logprob``, prefix KV cache on;
            ``GenerationRequest`` for ``generate``, greedy, 16 new tokens) and ``HFBackend.run``.
 * lm-eval: lm-evaluation-harness, ``hf`` backend, on the same questions through a local task YAML
            whose Jinja prompt is derived from conf/template/esgenius.yaml. ``logprob`` is its
@@ -126,7 +126,7 @@ def build_prompts(items: list) -> list[str]:
 
 
 def model_inputs(prompts: list[str], tokenizer, chat_template: bool) -> list[str]:
-    """What the model reads: the raw prompt, or (--chat-template) one user turn, as esgexp.core.run does."""
+    """What the model reads: the raw prompt, or (--chat-template) one user turn, as esgexp.run does."""
     from esgexp.models.generation import model_input
 
     return [model_input(prompt, tokenizer, chat_template) for prompt in prompts]
@@ -220,14 +220,14 @@ def compose_job_config(job: dict):
 
 
 def run_ours(job: dict) -> dict:
-    """Score every question through ``HFBackend.run`` as ``esgexp.core.run`` does for a job.
+    """Score every question through ``HFBackend.run`` as ``esgexp.run`` does for a job.
 
     The weights load (``loaded_model``) before the clock starts, as a job loads them on its first
     request; the clock then covers rendering, tokenising, batching and the model.
     """
-    from esgexp.core.jobs import job_backend
-    from esgexp.core.run import make_requests
+    from esgexp.jobs.lifecycle import job_backend
     from esgexp.models.scoring import common_prefix
+    from esgexp.run import make_requests
     from esgexp.tasks.mcq import MCQTask
 
     threads = set_threads(job["threads"])
@@ -1230,7 +1230,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": {**machine, "torch_threads": runs[0]["torch_threads"], "load_average_at_end": os.getloadavg()},
         "model_dir": folder,
         "settings": {
-            "ours": "esgexp.core.jobs.job_backend (backend=hf, cache=off) -> HFBackend.run",
+            "ours": "esgexp.jobs.lifecycle.job_backend (backend=hf, cache=off) -> HFBackend.run",
             "batch_size": ours_batches,
             "lmeval_batch_sizes": args.lmeval_batch_sizes,
             "limit": args.limit,

@@ -5,7 +5,7 @@
 runs esgexp's command line exactly as ``python -m esgexp`` does (runpy, same arguments, a sweep with -m
 too) after wrapping three of its functions, none of which changes what they do:
 
-* ``esgexp.core.run.run_job``: each job's seconds end to end (data, prompts, model load, inference, scoring,
+* ``esgexp.run.run_job``: each job's seconds end to end (data, prompts, model load, inference, scoring,
   the run folder and the offline tracking record);
 * ``HFBackend.loaded_model``: the seconds of the model's load (its first call);
 * ``esgexp.models.inference.run_inference``: the seconds of the inference itself (the Lightning
@@ -42,8 +42,8 @@ def install(target: Path) -> list[dict]:
     """Wrap the job's functions; the records they fill are written to ``target`` as they change."""
     import torch
 
-    import esgexp.core.run as run
     import esgexp.models.inference as inference
+    import esgexp.run as run
     from esgexp.backends.hf import HFBackend
 
     counts = mcq_throughput().parameter_counts

@@ -111,7 +111,8 @@ def shared_corpus(tmp_path_factory) -> Path:
     """The two shared report PDFs ingested with the default chunker (paragraphs), once per test run: the
     first test process to need them ingests them (under a lock, in the run's temporary folder that every
     pytest-xdist process shares), the others wait for it and read the same folder (7 CPU-seconds each)."""
-    from esgexp.core.file_lock import exclusive
+    from filelock import FileLock
+
     from esgexp.data.chunking import CharChunker
     from esgexp.data.corpus import ingest
 
@@ -121,7 +122,7 @@ def shared_corpus(tmp_path_factory) -> Path:
     if os.environ.get("PYTEST_XDIST_WORKER"):  # each process's base folder is popen-gwN inside the run's
         run_root = run_root.parent
     corpus = run_root / "shared-corpus"
-    with exclusive(run_root / "shared-corpus.lock"):
+    with FileLock(run_root / "shared-corpus.lock"):
         if not corpus.is_dir():
             staging = Path(tempfile.mkdtemp(prefix="shared-corpus-", dir=run_root))
             pdfs = staging / "pdfs"

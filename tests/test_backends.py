@@ -13,9 +13,9 @@ from omegaconf import OmegaConf
 from esgexp.backends.base import GenerationRequest, LetterRequest, Response, RunContext
 from esgexp.backends.cache import CachedBackend, RequestCache, cache_key
 from esgexp.backends.hf import HFBackend
-from esgexp.core.identity import job_identity
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
+from esgexp.jobs.identity import job_identity
+from esgexp.run import run_job
 
 REFERENCE = Path(__file__).parent / "data" / "smollm2_sample_predictions.jsonl"  # see tests/test_smollm2.py
 PROMPT = "Question: Which GRI disclosure covers Scope 2?\nAnswer:"

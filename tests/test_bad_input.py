@@ -8,12 +8,12 @@ import pytest
 from cli import run_cli
 
 from esgexp.cli.overrides import did_you_mean
-from esgexp.core.settings import problems
 from esgexp.data.climretrieve import ClimRetrieveReportLevel
 from esgexp.data.esgbench import ESGBenchGold
 from esgexp.data.esgenius import ESGeniusCSV
 from esgexp.data.sustainableqa import SustainableQA
 from esgexp.errors import UserError
+from esgexp.jobs.settings import problems
 
 HEADER = "query_id,query,answer,A,B,C,D\n"
 # line 3 holds "café" saved as cp1252 (0xe9), not UTF-8: column 13 of that line
@@ -187,7 +187,7 @@ def test_each_bad_setting_is_named_with_what_it_must_be(make_cfg, overrides, mes
 
 def test_climretrieve_summary_shows_skipped_rows(make_cfg, capsys, tmp_path):
     from esgexp.core.config import BUNDLED_DIR
-    from esgexp.core.run import run_job
+    from esgexp.run import run_job
 
     data = tmp_path / "rl.csv"
     lines = (BUNDLED_DIR / "climretrieve" / "report_level_sample.csv").read_text(encoding="utf-8").splitlines()

@@ -69,8 +69,8 @@ SMALL = ("builder.max_new_tokens=100", "builder.max_question_chars=60", "builder
 def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_nothing(
     corpus_dir, tmp_path, store, tiny_model_dir
 ):
-    from esgexp.core.run import run_job
     from esgexp.data.esgbench import ESGBenchGold
+    from esgexp.run import run_job
 
     dataset = run_build(build_cfg(tmp_path, f"corpus={corpus_dir}", *SMALL))
     out = tmp_path / "built"
@@ -125,7 +125,7 @@ def test_esgbench_build_gives_verified_items_that_evaluate_and_a_rerun_asks_noth
     metrics = run_job(cfg)
     assert metrics["n_items"] == len(rows)
     # the evaluation run names where its data came from (the leaderboard's reproducibility card shows it)
-    from esgexp.core.jobs import job_tags
+    from esgexp.jobs.lifecycle import job_tags
 
     built = job_tags(cfg, tmp_path / "eval")["data_provenance"]
     assert built.startswith("built by esgexp.build builder=esgbench from corpus " + card["corpus"]["corpus_hash"][:16])

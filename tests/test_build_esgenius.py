@@ -273,7 +273,7 @@ def test_smollm2_build_on_the_shared_reports_loads_evaluates_and_a_rerun_asks_no
     (by the tiny random Llama: what is shown there is that the file runs as a job)."""
 
     from esgexp.builders.run import run_build
-    from esgexp.core.run import run_job
+    from esgexp.run import run_job
 
     (tmp_path / "mlruns").mkdir()  # the build's and the evaluation's store, its tables already made
     shutil.copy(empty_db, tmp_path / "mlruns" / "mlflow.db")

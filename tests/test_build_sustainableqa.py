@@ -316,9 +316,9 @@ def test_smollm2_build_gives_verbatim_factoids_that_evaluate_and_a_rerun_asks_no
     from pdf_factory import write_pdf
 
     from esgexp.builders.run import run_build
-    from esgexp.core.run import run_job
     from esgexp.data.chunking import CharChunker
     from esgexp.data.corpus import ingest
+    from esgexp.run import run_job
 
     with_store(tmp_path, empty_db)
     write_pdf(tmp_path / "pdfs" / "alpha.pdf", REPORT)

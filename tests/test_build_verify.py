@@ -92,7 +92,7 @@ def test_audit_command_on_the_shared_esgbench_sample(shared_samples, tmp_path, c
     sample = shared_samples / "esgbench" / "esgbench_open_source_sample40.jsonl"
     out = tmp_path / "audit"
     done = run_cli(
-        "esgexp.builders.verify",
+        "esgexp.verify",
         f"dataset.path={sample}",
         f"corpus={corpus}",
         f"out={out}",

@@ -17,9 +17,9 @@ from omegaconf import OmegaConf
 
 from esgexp.backends.base import Backend, Response
 from esgexp.core.records import MCQItem
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
 from esgexp.eval.circular import circular_metrics, position_bias, rotate_item, rotate_letters, rotated_items
+from esgexp.run import run_job
 
 OPTION_LINE = re.compile(r"^([A-D]): (.*)$", re.MULTILINE)
 RIGHT = "the right answer"

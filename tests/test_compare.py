@@ -13,11 +13,11 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from esgexp.analysis.compare import compare_pair, compare_runs, load_run
-from esgexp.analysis.stats import StatsSettings, mcnemar_exact
 from esgexp.cli.compare import main
 from esgexp.core.outputs import PredictionLog, write_atomic, write_json
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
+from esgexp.eval.stats import StatsSettings, mcnemar_exact
+from esgexp.run import run_job
 
 CLIM = ("experiment=climretrieve_retrieval", "dataset=climretrieve_sample")
 

@@ -83,7 +83,7 @@ def test_composing_and_help_import_no_heavy_library(tmp_path):
     import sys
 
     code = (
-        "import sys, esgexp.__main__, esgexp.core.run, esgexp.leaderboard\n"
+        "import sys, esgexp.__main__, esgexp.run, esgexp.leaderboard\n"
         "heavy = [m for m in ('torch', 'transformers', 'lightning', 'mlflow', 'datasets') if m in sys.modules]\n"
         "print(heavy)"
     )

@@ -9,10 +9,10 @@ import pytest
 from pdf_factory import pdf_bytes
 
 from esgexp.core.config import BUNDLED_DIR
-from esgexp.core.run import run_job
 from esgexp.data.chunking import WindowChunker
 from esgexp.data.corpus import ingest
 from esgexp.data.esgbench import ESGBenchGold
+from esgexp.run import run_job
 
 GOLD = BUNDLED_DIR / "esgbench" / "gold_sample.jsonl"
 

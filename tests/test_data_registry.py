@@ -78,7 +78,7 @@ def test_registry_entries_are_the_measured_sources():
 
 
 def test_how_files_arrive_is_not_part_of_a_jobs_identity(make_cfg):
-    from esgexp.core.identity import job_identity
+    from esgexp.jobs.identity import job_identity
 
     plain = job_identity(make_cfg("dataset=esgenius"))
     assert job_identity(make_cfg("dataset=esgenius", "data.download=true", "data.mirror=/m")) == plain

@@ -78,7 +78,7 @@ def test_an_unclosed_quote_in_a_quoted_file_is_skipped_with_its_lines(tmp_path):
 
 
 def test_the_run_lists_the_skipped_row_before_any_model_loads(make_cfg, tmp_path):
-    from esgexp.core.run import make_job
+    from esgexp.run import make_job
 
     path, line = sample_with(tmp_path, SHORT_ROW)
     job = make_job(make_cfg(f"dataset.path={path}", "tracking.offline=true"))

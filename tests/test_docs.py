@@ -27,7 +27,7 @@ CONFIGS = {
     "esgexp.ingest": "ingest",
     "esgexp.build": "build",
     "esgexp.builders": "build",
-    "esgexp.builders.verify": "verify",
+    "esgexp.verify": "verify",
     "esgexp.leaderboard": "leaderboard",
     "esgexp.compare": "compare",
     "esgexp.paper": "paper",

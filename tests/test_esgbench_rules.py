@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
 from esgexp.eval.esgbench_metrics import (
     ESGBenchMetrics,
@@ -15,6 +14,7 @@ from esgexp.eval.esgbench_metrics import (
     paper_number,
     paper_numeric_verdict,
 )
+from esgexp.run import run_job
 
 # (gold, prediction, the paper's verdict, ours): the five published items on which the rules differ
 # first, then shapes on which they agree or differ for a reason the five do not show.

@@ -15,8 +15,8 @@ from cli import run_cli
 from conftest import build_tiny_llama, compose_config
 from helpers import composed
 
-from esgexp.core.run import run_job
 from esgexp.errors import Interrupted, UserError
+from esgexp.run import run_job
 
 # 32-true: precision auto depends on the CPU (test_precision_auto_on_the_cpu_follows_native_bf16).
 FT = (
@@ -150,7 +150,7 @@ def test_resume_from_a_checkpoint_continues_to_the_same_weights(tmp_path, tiny_m
 
 
 def test_ctrl_c_keeps_the_steps_done_and_the_run_resumes(tmp_path, tiny_model_dir, monkeypatch):
-    from esgexp.models.lora_module import LoraFineTuner
+    from esgexp.training.lora_module import LoraFineTuner
 
     step = LoraFineTuner.training_step
 
@@ -443,7 +443,7 @@ def test_precision_auto_on_the_cpu_follows_native_bf16(
 ):
     """auto is bf16-mixed only on a CPU with native bf16, and says why; model.dtype=auto stays float32 for inference."""
     from esgexp.models.loading import torch_dtype
-    from esgexp.models.training import training_precision
+    from esgexp.training.trainer import training_precision
 
     fake_cpu(monkeypatch, capability, features)
     with caplog.at_level("INFO", logger="esgexp"):
@@ -454,7 +454,7 @@ def test_precision_auto_on_the_cpu_follows_native_bf16(
 
 
 def test_explicit_bf16_on_a_cpu_without_native_bf16_warns(make_cfg, monkeypatch, caplog):
-    from esgexp.models.training import training_precision
+    from esgexp.training.trainer import training_precision
 
     fake_cpu(monkeypatch, "AVX2")
     with caplog.at_level("WARNING", logger="esgexp"):
@@ -472,7 +472,7 @@ def test_explicit_bf16_on_a_cpu_without_native_bf16_warns(make_cfg, monkeypatch,
 
 
 def test_16_mixed_on_the_cpu_says_it_runs_bf16(make_cfg, monkeypatch, caplog):
-    from esgexp.models.training import training_precision
+    from esgexp.training.trainer import training_precision
 
     fake_cpu(monkeypatch, "AVX512", ("avx512_bf16",))
     cfg = make_cfg("trainer.precision=16-mixed")
@@ -486,7 +486,7 @@ def test_fsdp_wraps_each_decoder_layer(make_cfg, tiny_model_dir):
     from transformers import AutoModelForCausalLM
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
-    from esgexp.models.training import lightning_strategy
+    from esgexp.training.trainer import lightning_strategy
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     strategy = lightning_strategy(make_cfg("trainer=fsdp").trainer, model)
@@ -498,7 +498,7 @@ def test_fsdp_wraps_each_decoder_layer(make_cfg, tiny_model_dir):
 def test_any_lightning_trainer_argument_goes_through_trainer_lightning(tmp_path, tiny_model_dir):
     """``+trainer.lightning.NAME=VALUE`` reaches Lightning's Trainer as it is (a new Trainer setting needs no
     code); a name the Trainer does not take, or one esgexp sets from its own key, stops before any weights load."""
-    from esgexp.models.training import lightning_arguments
+    from esgexp.training.trainer import lightning_arguments
 
     assert lightning_arguments(finetune_cfg(tmp_path / "d", tiny_model_dir).trainer) == {}  # the default: none
     cfg = finetune_cfg(

@@ -1,8 +1,13 @@
-"""No import circle in esgexp: the graph of every import (top level, inside functions, under TYPE_CHECKING;
-not a module's ``if __name__ == "__main__":`` block, which never runs on import), read with ast."""
+"""No import circle in esgexp, and its layers as docs/architecture.md draws them: the graph of every import (top
+level, inside functions, under TYPE_CHECKING; not a module's ``if __name__ == "__main__":`` block, which never
+runs on import), read with ast. The layers are the contract of pyproject.toml that ``lint-imports`` checks."""
 
 import ast
 from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11's")
 
 PACKAGE = Path(__file__).resolve().parent.parent / "esgexp"
 
@@ -94,3 +99,55 @@ def test_no_module_of_esgexp_imports_itself_through_others():
 
 def test_the_circle_finder_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def contract() -> dict:
+    return tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"][
+        "contracts"
+    ][0]
+
+
+def layer_of() -> dict[str, int]:
+    """Each layer's module -> its level (0: the top), from the layers contract."""
+    return {name.strip(): level for level, line in enumerate(contract()["layers"]) for name in line.split("|")}
+
+
+def group(module: str, levels: dict[str, int]) -> str | None:
+    """The layer a module belongs to; None for a command-line entry (a ``__main__`` module, a ``python -m
+    esgexp.<command>`` form at the top level), which nothing imports."""
+    if module.endswith("__main__"):
+        return None
+    parts = module.split(".")
+    return next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in levels), None)
+
+
+def edges_up(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The imports (layer -> layer) that point up a level."""
+    levels = layer_of()
+    found = set()
+    for source, targets in graph.items():
+        low = group(source, levels)
+        for target in targets:
+            high = group(target, levels)
+            if low and high and levels[high] < levels[low]:
+                found.add((low, high))
+    return found
+
+
+def test_every_package_of_esgexp_is_in_a_layer():
+    packages = {f"esgexp.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")}
+    assert packages - set(layer_of()) == set()
+
+
+def test_no_import_points_up_a_level_but_the_task_kind_registry_lookup():
+    """The one edge up is the settings check asking the task-kind registry (documented in ignore_imports)."""
+    assert edges_up(import_graph()) == {("esgexp.jobs", "esgexp.tasks")}
+    assert "esgexp.jobs.settings -> esgexp.tasks.kinds" in contract()["ignore_imports"]
+
+
+def test_the_ground_floor_imports_nothing_above_it():
+    below = {"esgexp.core", "esgexp.errors"}
+    graph = import_graph()
+    assert {target for name in graph if name.startswith("esgexp.core") for target in graph[name]} <= {
+        name for name in graph if name.startswith(tuple(below))
+    }

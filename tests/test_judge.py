@@ -11,10 +11,7 @@ import pytest
 from cli import run_cli
 from helpers import read_jsonl
 
-from esgexp.analysis.stats import StatsSettings
-from esgexp.core.identity import job_identity
 from esgexp.core.records import QAItem
-from esgexp.core.settings import problems
 from esgexp.errors import UserError
 from esgexp.eval.judge import (
     EVIDENCE_CHARS,
@@ -27,6 +24,9 @@ from esgexp.eval.judge import (
     run_judge,
     set_verdict,
 )
+from esgexp.eval.stats import StatsSettings
+from esgexp.jobs.identity import job_identity
+from esgexp.jobs.settings import problems
 from esgexp.tasks.qa import item_scores
 
 FACTOID = ("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample")
@@ -166,7 +166,7 @@ def test_judge_is_part_of_the_identity_and_refused_outside_open_qa(make_cfg):
 
 @pytest.mark.usefixtures("made_store")
 def test_an_unknown_judge_model_is_named_before_any_answer(tiny_cfg, tmp_path):
-    from esgexp.core.run import run_job
+    from esgexp.run import run_job
 
     cfg = tiny_cfg(*FACTOID, "dataset.limit=2", "judge=default", "judge.model=no-such-model")
     with pytest.raises(UserError, match=r"judge.model: no model config 'no-such-model' .*known: .*smollm2-135m"):
@@ -318,7 +318,7 @@ def test_a_judge_grades_an_external_esgbench_predictions_file(make_cfg, tmp_path
     """experiment=esgbench_score judge=default: the predictions file's answers judged beside EM, F1 and the numeric
     rule; verdicts in the records, agreement with EM and F1, and compare reads the per-item verdicts."""
     from esgexp.core.config import BUNDLED_DIR
-    from esgexp.core.run import run_job
+    from esgexp.run import run_job
     from esgexp.tasks.esgbench_score import item_scores as scoring_item_scores
 
     cfg = make_cfg(

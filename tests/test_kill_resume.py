@@ -15,7 +15,7 @@ from cli import start_cli
 from conftest import REPO, compose_config
 from helpers import read_jsonl, read_jsonl_lenient
 
-from esgexp.core.run import run_job
+from esgexp.run import run_job
 
 # The run folder is the subject here, not MLflow: each run keeps what it would log in its folder.
 OFFLINE = ("tracking.offline=true",)
@@ -95,7 +95,7 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path, clean_env, tin
 
 def test_kill_9_during_fine_tuning_then_ckpt_path_last_equals_an_uninterrupted_run(tmp_path, clean_env, tiny_model_dir):
     """Two optimiser steps per epoch and a checkpoint every two steps: each checkpoint is at an epoch end,
-    where a resumed run continues exactly (esgexp/models/training.py)."""
+    where a resumed run continues exactly (esgexp/training/trainer.py)."""
     import torch
 
     job = (

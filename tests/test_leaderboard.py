@@ -93,7 +93,7 @@ def mcq_run(
     scoring: str = "generate",
     extra_files: dict | None = None,
 ) -> str:
-    from esgexp.analysis.stats import wilson
+    from esgexp.eval.stats import wilson
 
     n = len(records)
     hits = sum(r["correct"] for r in records)
@@ -266,7 +266,7 @@ def store(tmp_path_factory, empty_db) -> tuple[Path, dict[str, str]]:
 
 
 def test_rows_rank_by_the_declared_headline_with_its_interval_and_the_mark(store):
-    from esgexp.analysis.stats import wilson
+    from esgexp.eval.stats import wilson
     from esgexp.leaderboard.board import collect_rows
 
     _, runs = store
@@ -302,7 +302,7 @@ def test_csv_and_markdown_carry_the_interval_and_mark_columns(store, tmp_path, c
         rows = {row["run_id"]: row for row in csv.DictReader(handle)}
     gamma = rows[runs["gamma"]]
     assert (gamma["headline"], gamma["value"], gamma["not_worse"]) == ("accuracy", "0.2500", "no")
-    from esgexp.analysis.stats import wilson
+    from esgexp.eval.stats import wilson
 
     assert gamma["ci_low"] == f"{wilson(12, 48).low:.4f}" and float(gamma["p_vs_best"]) < 1e-6
     assert "| headline | value | ci_low | ci_high | stderr | not_worse | p_vs_best |" in markdown
@@ -400,8 +400,9 @@ def test_a_tracking_server_that_does_not_answer_is_named_at_once(tmp_path, clean
 
 def test_every_figure_a_task_kind_names_is_drawn_by_the_page():
     from esgexp.leaderboard import figures
-    from esgexp.leaderboard.page import FIGURES
+    from esgexp.leaderboard.page import FIGURES, TASK_FIGURES
     from esgexp.tasks.kinds import KINDS
 
-    named = {name for kind in KINDS.values() for name in kind.figures}
+    named = {name for names in TASK_FIGURES.values() for name in names}
     assert named == set(FIGURES) and all(callable(getattr(figures, name)) for name in FIGURES)
+    assert set(TASK_FIGURES) <= {name for name, kind in KINDS.items() if kind.scoring.ranked}

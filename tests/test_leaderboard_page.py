@@ -158,7 +158,7 @@ def test_page_from_synthetic_runs_sorts_hovers_and_fetches_nothing(browser, tmp_
 def test_page_from_a_real_cli_run_on_the_bundled_sample(browser, tiny_cfg, tmp_path, clean_env, empty_db):
     """A tiny-Llama job on the bundled sample whose run folder is then gone (the page reads its MLflow
     artifacts), and the leaderboard command as a user runs it."""
-    from esgexp.core.run import run_job
+    from esgexp.run import run_job
 
     (tmp_path / "mlruns").mkdir()
     shutil.copy(empty_db, tmp_path / "mlruns" / "mlflow.db")  # the job's store, its tables already made

@@ -13,7 +13,9 @@ from esgexp.core.config import CONF_DIR
 from esgexp.core.records import QAItem
 from esgexp.errors import UserError
 from esgexp.models.lora import attach_adapter, check_seq_len, check_target_modules, wrap_for_training
-from esgexp.models.lora_module import (
+from esgexp.models.scoring import GenerateScorer
+from esgexp.strategies.qa import QAPrompter
+from esgexp.training.lora_module import (
     GenerationCheck,
     LoraFineTuner,
     OptimSettings,
@@ -21,9 +23,7 @@ from esgexp.models.lora_module import (
     lr_factor,
     trainable_fingerprint,
 )
-from esgexp.models.scoring import GenerateScorer
-from esgexp.models.sft_data import ExampleBuilder, GenerationSet, collate, pack
-from esgexp.strategies.qa import QAPrompter
+from esgexp.training.sft_data import ExampleBuilder, GenerationSet, collate, pack
 
 LORA = OmegaConf.create(
     {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear", "bias": "none", "modules_to_save": None}

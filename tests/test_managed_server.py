@@ -12,8 +12,8 @@ from cli import start_cli
 from conftest import compose_config
 from openai_server import missing_server_modules
 
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
+from esgexp.run import run_job
 
 LLAMA = ("backend=openai", "backend/server=llama_cpp", "backend.max_concurrency=1", "tracking.offline=true")
 ONE_THREAD = "+backend.server.extra_args=[--n_threads,1,--n_threads_batch,1]"

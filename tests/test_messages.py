@@ -53,7 +53,7 @@ def the_error(result: subprocess.CompletedProcess, *fragments: str, code: int = 
         ("esgexp.ingest", ["corpus.pdf_dir=x", "corpus.nam=y"], "did you mean corpus.name? (corpus.name=y)"),
         ("esgexp.build", ["corpus=x", "outt=y"], "outt is not a setting: did you mean out? (out=y)"),
         ("esgexp.builders", ["corpus=x", "builder.max_new_token=9"], "did you mean builder.max_new_tokens?"),
-        ("esgexp.builders.verify", ["dataset.pat=x", "corpus=y"], "did you mean dataset.path? (dataset.path=x)"),
+        ("esgexp.verify", ["dataset.pat=x", "corpus=y"], "did you mean dataset.path? (dataset.path=x)"),
         ("esgexp.leaderboard", ["latest_onl=false"], "did you mean latest_only? (latest_only=false)"),
         ("esgexp.compare", ["run-a", "run-b", "agains=all"], "did you mean against? (against=all)"),
         ("esgexp.export_adapter", ["model.adaptr=x"], "did you mean model.adapter? (model.adapter=x)"),

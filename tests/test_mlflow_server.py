@@ -16,7 +16,7 @@ import pytest
 import esgexp.tasks.generation
 from esgexp.cli import sync
 from esgexp.core import tracking
-from esgexp.core.run import run_job
+from esgexp.run import run_job
 
 
 def free_port() -> int:

@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 from esgexp.backends.base import GenerationRequest, LetterRequest, RunContext
 from esgexp.backends.openai import OpenAIBackend
 from esgexp.backends.openai_client import retry_after
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
+from esgexp.run import run_job
 
 REFERENCE = Path(__file__).parent / "data" / "smollm2_sample_predictions.jsonl"
 REPO = Path(__file__).resolve().parent.parent

@@ -211,8 +211,8 @@ def test_climretrieve_metric_is_sklearn_on_every_report_row():
     """Rows = (paragraph, question) of each searched report; prediction = in the top K; gold = grade >= 2."""
     import random
 
-    from esgexp.analysis.stats import StatsSettings
     from esgexp.eval.retrieval_metrics import climretrieve_metrics
+    from esgexp.eval.stats import StatsSettings
 
     metrics_module = pytest.importorskip("sklearn.metrics")  # scikit-learn comes with sentence-transformers
     f1_score, precision_score, recall_score = (
@@ -244,9 +244,9 @@ def test_climretrieve_metric_is_sklearn_on_every_report_row():
 
 
 def test_climretrieve_metric_needs_rankings_to_15():
-    from esgexp.analysis.stats import StatsSettings
     from esgexp.errors import UserError
     from esgexp.eval.retrieval_metrics import climretrieve_metrics
+    from esgexp.eval.stats import StatsSettings
 
     with pytest.raises(UserError, match=r"retrieval.ks to include 15"):
         climretrieve_metrics({"q": ["a"]}, {"q": {"a": 2}}, None, StatsSettings(), searched_k=10)
@@ -428,7 +428,8 @@ def test_the_leaderboard_page_shows_the_paper_table(esgbench_table, tmp_path):
     from esgexp.leaderboard.board import export
 
     root = esgbench_table[0]
-    export(f"sqlite:///{root}/mlruns/mlflow.db", tmp_path, formats=("html",), papers_dir=root / "papers")
+    sections = leaderboard_sections(root / "papers")
+    export(f"sqlite:///{root}/mlruns/mlflow.db", tmp_path, formats=("html",), paper_sections=sections)
     page = (tmp_path / "index.html").read_text()
     assert "Paper tables" in page and "ESGBench Table 2" in page and "21.0 → " in page
 

@@ -10,8 +10,8 @@ from conftest import compose_config
 from helpers import read_jsonl
 
 from esgexp.core.records import QAItem
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
+from esgexp.run import run_job
 from esgexp.strategies.qa import QAPrompter, draw_examples
 
 # Jobs log to a store made in advance (tmp_path/mlruns, see conftest made_store); the first test makes its own.

@@ -10,9 +10,9 @@ from omegaconf import OmegaConf
 
 from esgexp.core.config import BUNDLED_DIR
 from esgexp.core.records import RetrievalQuery
-from esgexp.core.run import run_job
 from esgexp.data.climretrieve import ClimRetrieveReportLevel
 from esgexp.retrieval.explain import other_reports_examples, prompt_for
+from esgexp.run import run_job
 
 CLIM = ("experiment=climretrieve_retrieval", "dataset=climretrieve_sample")
 SQA = ("experiment=sustainableqa_retrieval", "dataset.path=${bundled:sustainableqa}")

@@ -18,7 +18,7 @@ import pytest
 from cli import run_cli
 from conftest import REPO, SAMPLE_CSV
 
-from esgexp.core.run import INCOMPLETE_EXIT
+from esgexp.run import INCOMPLETE_EXIT
 
 SHORT_TEMPLATE = "Question: {query}\nA: {A}\nB: {B}\nC: {C}\nD: {D}\nAnswer:"
 
@@ -90,7 +90,7 @@ def job(root: Path, name: str, *overrides: str) -> str:
 
     from conftest import compose_config
 
-    from esgexp.core.run import run_job
+    from esgexp.run import run_job
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

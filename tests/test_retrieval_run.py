@@ -9,9 +9,9 @@ import pytest
 from helpers import read_jsonl
 
 from esgexp.core.config import BUNDLED_DIR
-from esgexp.core.run import run_job
 from esgexp.data.climretrieve import ClimRetrieveReportLevel
 from esgexp.errors import UserError
+from esgexp.run import run_job
 
 CLIM = ("experiment=climretrieve_retrieval", "dataset=climretrieve_sample")
 REQUIRED = ["n_queries", "mrr"] + [

@@ -10,10 +10,10 @@ from helpers import read_jsonl
 from omegaconf import OmegaConf
 
 import esgexp.tasks.generation
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
 from esgexp.eval.mcq import parse_answer
 from esgexp.leaderboard.board import export
+from esgexp.run import run_job
 
 # Jobs log to a store made in advance (tmp_path/mlruns, see conftest made_store); the first test makes its own.
 pytestmark = pytest.mark.usefixtures("made_store")
@@ -210,7 +210,7 @@ def test_a_run_where_every_item_failed_is_kept_on_disk_but_marked_failed(tiny_cf
 
 
 def test_a_setting_nobody_listed_decides_resume_and_a_declared_runtime_setting_does_not(tiny_cfg, tmp_path):
-    """Every setting is part of a run's identity (esgexp/core/identity.py) unless it is declared not to change
+    """Every setting is part of a run's identity (esgexp/jobs/identity.py) unless it is declared not to change
     outputs: a new config group (``+grader.strictness``) changed means no answer is reused; a change of
     the batch size, the progress bar or the interval settings alone resumes every answer."""
 

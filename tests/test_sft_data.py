@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 
 from esgexp.core.config import CONF_DIR
 from esgexp.core.records import QAItem
-from esgexp.models.sft_data import IGNORE_INDEX, Example, ExampleBuilder, SFTDataModule, collate, pack
 from esgexp.strategies.qa import QAPrompter
+from esgexp.training.sft_data import IGNORE_INDEX, Example, ExampleBuilder, SFTDataModule, collate, pack
 
 TEMPLATE = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "template" / "qa.yaml"))
 # A chat template whose generation prompt is a prefix of the rendering with the assistant turn.

@@ -18,8 +18,8 @@ from test_finetune_run import FT
 
 from esgexp.backends.sigint import STOP_SIGNALS, stop_signals_as_ctrl_c
 from esgexp.cli.command import run_command
-from esgexp.core.run import run_job
 from esgexp.errors import Interrupted
+from esgexp.run import run_job
 
 N_ITEMS = 24
 PROBE = 1  # the request each job sends first to check the server (OpenAIBackend.check_server)
@@ -95,7 +95,7 @@ def test_sigterm_keeps_the_answers_marks_the_run_killed_and_resume_asks_the_rest
 def test_sigterm_during_fine_tuning_saves_last_ckpt_and_says_how_to_go_on(
     tmp_path, tiny_model_dir, made_store, monkeypatch, signal_handlers
 ):
-    from esgexp.models.lora_module import LoraFineTuner
+    from esgexp.training.lora_module import LoraFineTuner
 
     step = LoraFineTuner.training_step
 

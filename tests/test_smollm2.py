@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from esgexp.core.run import run_job
 from esgexp.models.loading import load_tokenizer, resolve_model_dir
 from esgexp.models.scoring import letter_token_ids
+from esgexp.run import run_job
 
 pytestmark = [
     pytest.mark.integration,

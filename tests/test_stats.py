@@ -1,4 +1,4 @@
-"""esgexp.analysis.stats against hand-computed values: Wilson, standard errors, bootstrap, McNemar, paired bootstrap, Holm."""
+"""esgexp.eval.stats against hand-computed values: Wilson, standard errors, bootstrap, McNemar, paired bootstrap, Holm."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from esgexp.analysis.stats import (
+from esgexp.core.records import QAItem
+from esgexp.errors import UserError
+from esgexp.eval.stats import (
     ItemScores,
     StatsSettings,
     binomial_two_sided,
@@ -25,8 +27,6 @@ from esgexp.analysis.stats import (
     wilson,
     with_interval,
 )
-from esgexp.core.records import QAItem
-from esgexp.errors import UserError
 
 SETTINGS = StatsSettings(bootstrap=1000, seed=0, confidence=0.95)
 
@@ -239,7 +239,7 @@ def test_a_paired_test_over_one_cluster_has_no_p_value():
 def test_a_clustered_share_of_0_or_1_gets_a_wilson_interval_over_its_clusters():
     """Resampling all-equal hits has nothing to vary ([1, 1] would claim certainty from 5 items): Wilson over
     the 5 clusters instead; one cluster stays without an interval."""
-    from esgexp.analysis.stats import StatsSettings, proportion_interval, wilson
+    from esgexp.eval.stats import StatsSettings, proportion_interval, wilson
 
     settings = StatsSettings()
     found = proportion_interval([1.0] * 8, ["a", "a", "b", "c", "c", "d", "e", "e"], settings)
@@ -252,7 +252,7 @@ def test_a_clustered_share_of_0_or_1_gets_a_wilson_interval_over_its_clusters():
 
 def test_a_mean_of_values_all_0_or_all_1_gets_the_shares_interval():
     """F1 of 1.0 on every one of 6 items is not certainty: Wilson's interval for 6 of 6, not the bootstrap's [1, 1]."""
-    from esgexp.analysis.stats import StatsSettings, mean_interval, wilson
+    from esgexp.eval.stats import StatsSettings, mean_interval, wilson
 
     found = mean_interval([1.0] * 6, None, StatsSettings())
     assert (found.low, found.high, found.method) == (wilson(6, 6).low, 1.0, "wilson")
@@ -263,7 +263,7 @@ def test_a_mean_of_values_all_0_or_all_1_gets_the_shares_interval():
 def test_every_metric_of_items_all_hits_gets_the_same_share_interval():
     """Pooled recall@K (a ratio of sums), MRR and nDCG (means) and a share of queries whose every relevant
     passage was found: one rule, Wilson over the queries (or their clusters), never the bootstrap's [1, 1]."""
-    from esgexp.analysis.stats import ItemScores, StatsSettings, wilson
+    from esgexp.eval.stats import ItemScores, StatsSettings, wilson
 
     settings = StatsSettings()
     ids, reports = [f"q{i}" for i in range(6)], list("aabbcd")
@@ -279,7 +279,7 @@ def test_every_metric_of_items_all_hits_gets_the_same_share_interval():
 def test_a_clustered_share_over_few_clusters_is_never_narrower_than_wilson():
     """ESGBench's Strategy category: 10 of 11 answers right, from 7 reports. The cluster bootstrap alone gives
     [0.81, 1.0], narrower than Wilson's [0.62, 0.98] for 10 of 11 independent answers: floored at Wilson."""
-    from esgexp.analysis.stats import StatsSettings, mean_interval, proportion_interval, wilson
+    from esgexp.eval.stats import StatsSettings, mean_interval, proportion_interval, wilson
 
     reports = ["a", "a", "b", "b", "c", "c", "d", "e", "f", "g", "g"]
     hits = [1.0] * 10 + [0.0]

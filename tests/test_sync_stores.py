@@ -12,7 +12,7 @@ from test_mlflow_server import mlflow_http_env, mlflow_server  # noqa: F401
 
 import esgexp.tasks.generation
 from esgexp.core import tracking
-from esgexp.core.run import run_job
+from esgexp.run import run_job
 
 
 def only_run(uri: str, experiment: str):

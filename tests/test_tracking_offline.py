@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 
 from esgexp.cli import sync
 from esgexp.core import tracking
-from esgexp.core.run import run_job
 from esgexp.errors import UserError
+from esgexp.run import run_job
 
 # The job kinds, each on a bundled sample, the cheapest way (the tiny model where one is needed).
 FT = (

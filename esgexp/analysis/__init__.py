@@ -1,2 +1,2 @@
-"""What finished runs say: intervals and paired tests (stats.py), comparing runs item by item (compare.py),
-and the settings that tell runs of one name apart (variants.py)."""
+"""What finished runs say: comparing runs item by item (compare.py, with the intervals and tests of
+esgexp/eval/stats.py) and the settings that tell runs of one name apart (variants.py)."""

@@ -30,9 +30,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from esgexp.analysis.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
 from esgexp.core.outputs import PredictionLog
 from esgexp.errors import UserError
+from esgexp.eval.stats import ItemScores, StatsSettings, holm, mcnemar_exact, paired_bootstrap
 from esgexp.tasks.kinds import TaskKind, kind_of
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
@@ -98,13 +98,13 @@ class RunData:
     def scores(self, metric: str) -> ItemScores:
         """The per-item values behind ``metric`` (the task's own definition of them) of the answered items."""
         records = [r for r in self.records.values() if not r.get("failed")]
-        if self.kind.item_scores is None:
+        if self.kind.scoring.item_scores is None:
             raise UserError(f"run {self.ref}: task={self.task} has no per-item scores to compare")
-        found = self.kind.scores(records, metric, self.config)
+        found = self.kind.scoring.scores(records, metric, self.config)
         if found is None or not found.ids:
             raise UserError(f"run {self.ref} has no per-item values for metric {metric!r} (task={self.task})")
         if (
-            self.kind.corpus_statistics
+            self.kind.scoring.corpus_statistics
             and self.metrics.get(metric) is not None
             and len(found.ids) == len(records_of(self, metric))
         ):
@@ -175,7 +175,7 @@ def read_run_folder(folder: Path, ref: str) -> RunData:
             raise UserError(f"run {ref}: no {name} in {folder} (not a finished run folder)")
     config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
     metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
-    name = kind_of(config.get("task")).records
+    name = kind_of(config.get("task")).scoring.records
     if not name or not (folder / name).is_file():
         raise UserError(f"run {ref}: no {name} in {folder}: nothing per item to compare")
     records = {r["id"]: r for r in PredictionLog(folder / name).read()}
@@ -217,7 +217,7 @@ def check_comparable(a: RunData, b: RunData) -> None:
                 f"runs {a.ref} and {b.ref} hold different item sets: dataset.{key}={dataset_a.get(key)!r} "
                 f"vs {dataset_b.get(key)!r}"
             )
-    for key in a.kind.scoring_keys:
+    for key in a.kind.scoring.scoring_keys:
         if dotted(a.config, key) != dotted(b.config, key):
             raise UserError(
                 f"runs {a.ref} and {b.ref} score items differently: {key} differs "
@@ -341,7 +341,7 @@ def fmt(value, digits: int = 4) -> str:
 
 def interval_text(c: dict) -> str:
     """``[low, high]``, or why there is none (``interval n/a: one cluster``)."""
-    from esgexp.analysis.stats import interval_na
+    from esgexp.eval.stats import interval_na
 
     return interval_na(c["ci_note"]) if c.get("ci_note") else f"[{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]"
 

@@ -6,7 +6,7 @@ give it) by run key. Out: a short label per run ("" when nothing tells it apart)
 
 from __future__ import annotations
 
-from esgexp.core.identity import backend_runtime_keys, ignored
+from esgexp.jobs.identity import backend_runtime_keys, ignored
 
 # The settings a reader looks for first (the item sample, the prompt, the server), in this order.
 PREFERRED = ("dataset.", "template.", "backend.", "scoring.", "strategy.", "retriever.", "query.", "model.")
@@ -23,7 +23,7 @@ def _value(value) -> str:
 
 def differing_keys(configs: list[dict]) -> list[str]:
     """The keys whose values are not the same in every one of ``configs``, those outside a run's identity
-    (esgexp/core/identity.py) left out, those of PREFERRED first; where a group's ``name`` differs
+    (esgexp/jobs/identity.py) left out, those of PREFERRED first; where a group's ``name`` differs
     (``template.name``), its other keys are left out."""
     keys = sorted({key for config in configs for key in config})
     runtime = tuple(

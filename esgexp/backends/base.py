@@ -22,6 +22,10 @@ from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 KINDS = ("generate", "logprob")
+# A reasoning model's delimiters around its thinking (every reasoning model config: the DeepSeek-R1 family,
+# QwQ, Qwen3; o-series and API models return their reasoning apart from the answer). A model config may name
+# its own pair (``model.reasoning_delimiters``); these are looked for in every reply, whatever the config says.
+REASONING_OPEN, REASONING_CLOSE = "<think>", "</think>"
 
 
 @dataclass(frozen=True)

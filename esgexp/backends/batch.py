@@ -38,7 +38,7 @@ from pathlib import Path
 from esgexp.backends.base import OnResults, Request, Response
 from esgexp.backends.cache import cache_key
 from esgexp.backends.openai_client import OpenAIClient, RequestFailed, RetryableError
-from esgexp.core.outputs import write_atomic
+from esgexp.core.outputs import json_lines, write_atomic
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -100,15 +100,17 @@ def batch_line(request_id: str, path: str, body: dict) -> str:
 def read_lines(text: str, where: str) -> dict[str, dict]:
     """The lines of a batch output or error file by ``custom_id``; a line that is not JSON names the file and
     line."""
+
+    def not_batch_line(number: int, line: str, error: object = None):
+        raise UserError(f"{where}, line {number}: not a batch output line ({line[:120]!r})") from None
+
     found = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    lines = text.splitlines()
+    for number, entry in json_lines(lines, where, not_batch_line):
         try:
-            entry = json.loads(line)
             found[str(entry["custom_id"])] = entry
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{where}, line {number}: not a batch output line ({line[:120]!r})") from None
+        except (KeyError, TypeError):
+            not_batch_line(number, lines[number - 1])
     return found
 
 

@@ -28,6 +28,7 @@ from contextlib import closing
 from pathlib import Path
 
 from esgexp.backends.base import Backend, OnResults, Request, Response, request_payload
+from esgexp.core.rules import Choice
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def cache_key(identity: dict, rendered: str, request: Request) -> str:
 
 
 CACHE_MODES = ("read_write", "read_only", "refresh", "off")
+RULES = {"cache": Choice(CACHE_MODES)}  # the top-level ``cache`` setting, checked before any job starts
 
 
 class RequestCache:

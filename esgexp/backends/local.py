@@ -10,8 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from esgexp.backends.base import Backend, Request, RunContext
-from esgexp.eval.mcq import REASONING_OPEN
+from esgexp.backends.base import REASONING_OPEN, Backend, Request, RunContext
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 

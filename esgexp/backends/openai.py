@@ -49,7 +49,7 @@ from typing import ClassVar
 
 from omegaconf import DictConfig
 
-from esgexp.backends.base import Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
+from esgexp.backends.base import REASONING_OPEN, Backend, GenerationRequest, LetterRequest, OnResults, Request, Response
 from esgexp.backends.batch import FAILED_CHOICES, MAX_REQUESTS, BatchRun, BatchSettings
 from esgexp.backends.openai_client import (
     ContextOverflow,
@@ -62,7 +62,6 @@ from esgexp.backends.openai_client import (
 from esgexp.backends.sigint import deferred_sigint
 from esgexp.core.rules import URL, Choice, Flag, Integer, Number
 from esgexp.errors import UserError
-from esgexp.eval.mcq import REASONING_OPEN
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +168,7 @@ class OpenAIBackend(Backend):
             self.server = start_server(server, model_cfg, self.served, context.output_dir or context.cache_dir)
             base_url = self.server.base_url
         self.base_url = str(base_url).rstrip("/")
-        # api, base_url and the numbers are checked with every setting (esgexp/core/settings.py).
+        # api, base_url and the numbers are checked with every setting (esgexp/jobs/settings.py).
         self.max_concurrency = int(max_concurrency)
         self.top_logprobs = int(top_logprobs)
         self.progress_bar = progress_bar

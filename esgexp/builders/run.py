@@ -21,10 +21,10 @@ from esgexp.builders.generate import StructuredGenerator
 from esgexp.builders.report import BuildReport
 from esgexp.core import tracking
 from esgexp.core.config import CONF_DIR
-from esgexp.core.jobs import check_config, finish, job_backend, package_versions, tracked_run
 from esgexp.core.outputs import write_atomic, write_json
 from esgexp.data.corpus import INGEST_HINT, Corpus
 from esgexp.errors import UserError
+from esgexp.jobs.lifecycle import Job, job_backend, package_versions, run_steps
 
 log = logging.getLogger(__name__)
 
@@ -35,45 +35,69 @@ REJECTED_FILE = "rejected.jsonl"
 
 def run_build(cfg: DictConfig) -> Path:
     """Build the dataset ``cfg.builder`` describes from ``cfg.corpus``; returns the path ``dataset.path`` takes."""
-    from hydra.utils import instantiate
+    job = BuildJob(cfg)
+    run_steps(job)
+    return job.dataset
 
-    out_dir = check_config(cfg).resolve()
-    check_out_dir(out_dir, cfg.resume)
-    corpus = load_corpus(cfg.corpus)
-    builder = instantiate(cfg.builder, _convert_="all")
-    report = BuildReport()
-    tags = {
-        "task": "build",
-        "builder": cfg.builder.name,
-        "corpus_hash": corpus.hash[:16],
-        "git_commit": tracking.git_commit(cfg.paths.root_dir),
-        "run_dir": str(out_dir),
-    }
-    with (
-        tracked_run(cfg, f"build-{cfg.builder.name}-{cfg.model.name}", tags) as run,
-        job_backend(cfg, "generate") as backend,
-    ):
-        # Written once the backend is ready: a build that fails before it asks anything leaves no file behind.
-        write_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        (out_dir / REJECTED_FILE).unlink(missing_ok=True)  # a resumed build writes its rejections anew
-        generator = StructuredGenerator(backend, builder.max_new_tokens, out_dir / REJECTED_FILE, cfg.progress)
-        solvers = Solvers(cfg)
-        try:
-            dataset = builder.build(corpus, BuildContext(generator, report, out_dir, cfg.seed, solvers.get))
-        finally:
-            write_json(out_dir / REPORT_FILE, {**report.to_dict(), "requests": backend.stats(), **solvers.stats()})
-            solvers.close()
-        n_items = report.n_items
-        if not n_items:
-            raise UserError(
-                f"no item survived the build (counts per stage in {out_dir / REPORT_FILE}, "
-                f"every discarded item with its reason in {out_dir / REJECTED_FILE})"
-            )
-        write_json(out_dir / PROVENANCE_FILE, provenance(cfg, corpus, backend, dataset, n_items))
-        metrics = {**report.metrics(), "n_items": n_items, **{f"requests/{k}": v for k, v in backend.stats().items()}}
-        files = [REPORT_FILE, PROVENANCE_FILE, REJECTED_FILE, *dataset_files(out_dir, dataset)]
-        finish(run, metrics, files, {"dataset_path": str(dataset)})
-    return dataset
+
+class BuildJob(Job):
+    """A build through the lifecycle every job has (esgexp/jobs/lifecycle.run_steps): the corpus and the builder
+    loaded and checked, one tracked run, the build inside it with the job's backend; no task kind names it."""
+
+    def load(self) -> list[str]:
+        from hydra.utils import instantiate
+
+        self.out_dir = self.output_dir.resolve()
+        check_out_dir(self.out_dir, self.cfg.resume)
+        self.corpus = load_corpus(self.cfg.corpus)
+        self.builder = instantiate(self.cfg.builder, _convert_="all")
+        return []
+
+    def save(self, skipped: list[str]) -> None:
+        """Nothing yet: config.yaml is written once the backend is ready, so a build that fails before it asks
+        anything leaves no file behind."""
+
+    def run_tags(self) -> dict[str, str]:
+        return {
+            "task": "build",
+            "builder": self.cfg.builder.name,
+            "corpus_hash": self.corpus.hash[:16],
+            "git_commit": tracking.git_commit(self.cfg.paths.root_dir),
+            "run_dir": str(self.out_dir),
+        }
+
+    def run_name(self, tags: dict) -> str:
+        return f"build-{self.cfg.builder.name}-{self.cfg.model.name}"
+
+    def work(self, run: tracking.TrackedRun) -> tuple[dict, dict]:
+        cfg, out_dir, report = self.cfg, self.out_dir, BuildReport()
+        with job_backend(cfg, "generate") as backend:
+            write_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+            (out_dir / REJECTED_FILE).unlink(missing_ok=True)  # a resumed build writes its rejections anew
+            generator = StructuredGenerator(backend, self.builder.max_new_tokens, out_dir / REJECTED_FILE, cfg.progress)
+            solvers = Solvers(cfg)
+            try:
+                context = BuildContext(generator, report, out_dir, cfg.seed, solvers.get)
+                self.dataset = dataset = self.builder.build(self.corpus, context)
+            finally:
+                write_json(out_dir / REPORT_FILE, {**report.to_dict(), "requests": backend.stats(), **solvers.stats()})
+                solvers.close()
+            n_items = report.n_items
+            if not n_items:
+                raise UserError(
+                    f"no item survived the build (counts per stage in {out_dir / REPORT_FILE}, "
+                    f"every discarded item with its reason in {out_dir / REJECTED_FILE})"
+                )
+            write_json(out_dir / PROVENANCE_FILE, provenance(cfg, self.corpus, backend, dataset, n_items))
+            requests = {f"requests/{k}": v for k, v in backend.stats().items()}
+        self.files = (REPORT_FILE, PROVENANCE_FILE, REJECTED_FILE, *dataset_files(out_dir, dataset))
+        return {**report.metrics(), "n_items": n_items, **requests}, {"dataset_path": str(dataset)}
+
+    def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
+        return f"build {self.cfg.builder.name}", [("items", str(metrics["n_items"]))]
+
+    def report(self, run: tracking.TrackedRun, metrics: dict) -> None:
+        """Nothing: the command prints the dataset's path."""
 
 
 class Solvers:

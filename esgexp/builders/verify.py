@@ -1,6 +1,6 @@
 """The ESGBench verifier: a question-answer pair is kept only when every evidence text occurs on its
 cited 0-based page of the report, and, for a numeric answer, when the answer's number (with its unit)
-is in the evidence. Builders call :func:`verify_pair`; ``python -m esgexp.builders.verify
+is in the evidence. Builders call :func:`verify_pair`; ``python -m esgexp.verify
 dataset.path=FILE corpus=PATH`` audits any ESGBench-format file against an ingested corpus.
 
 Texts are compared after the ingestion's cleaning (``data/pdf.clean_text``: NFKC, hyphen breaks,
@@ -220,9 +220,3 @@ def built_from(dataset: Path) -> dict | None:
         return None
     corpus = recorded.get("corpus")
     return corpus if isinstance(corpus, dict) else None
-
-
-if __name__ == "__main__":  # python -m esgexp.builders.verify: the esgexp-verify command
-    from esgexp.cli.verify import cli
-
-    cli()

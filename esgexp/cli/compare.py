@@ -20,7 +20,7 @@ def main(argv: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
     from esgexp.core.config import CONF_DIR
-    from esgexp.core.settings import check_settings
+    from esgexp.jobs.settings import check_settings
 
     if {"-h", "--help"} & set(argv):
         print(compare.__doc__)

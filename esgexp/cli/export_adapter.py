@@ -78,7 +78,7 @@ def adapter_given(args: list[str]) -> list[str]:
 
 
 def main(args: list[str]) -> None:
-    from esgexp.core.settings import check_settings
+    from esgexp.jobs.settings import check_settings
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

@@ -23,12 +23,12 @@ log = logging.getLogger("esgexp")
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="ingest")
 def job(cfg: DictConfig) -> None:
+    from filelock import FileLock
     from hydra.utils import instantiate
 
-    from esgexp.core import file_lock
-    from esgexp.core.settings import check_settings
     from esgexp.data.corpus import check_source, ingest
     from esgexp.data.text_files import existing_folder
+    from esgexp.jobs.settings import check_settings
 
     with exit_on_user_error(log):
         check_command_line(cfg, log)
@@ -40,7 +40,7 @@ def job(cfg: DictConfig) -> None:
         reader, workers = cfg.corpus.reader, cpus() if cfg.workers is None else cfg.workers
         tables = instantiate(cfg.table_extractor) if cfg.tables else None
         pdf_dir = existing_folder(cfg.corpus.pdf_dir, "corpus.pdf_dir", "of .pdf, .md or .txt files")
-        with file_lock.exclusive(lock_file(cfg, out_dir)):
+        with FileLock(lock_file(cfg, out_dir)):
             if not cfg.overwrite:
                 check_source(out_dir, pdf_dir)
             chunker = instantiate(cfg.chunker)

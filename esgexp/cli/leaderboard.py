@@ -13,6 +13,7 @@ def main(overrides: list[str]) -> None:
     from esgexp.core.config import CONF_DIR
     from esgexp.core.tracking import check_tracking
     from esgexp.leaderboard.board import FILES, FORMATS, export
+    from esgexp.papers.report import leaderboard_sections
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("leaderboard", overrides=overrides)
@@ -20,7 +21,8 @@ def main(overrides: list[str]) -> None:
     chosen = [cfg.format] if isinstance(cfg.format, str) else list(cfg.format)
     formats = FORMATS if chosen == ["all"] else tuple(chosen)
     out_dir = Path(cfg.out_dir)
-    markdown = export(cfg.tracking.uri, out_dir, cfg.latest_only, formats, cfg.alpha, cfg.get("papers_dir"))
+    sections = leaderboard_sections(cfg.get("papers_dir")) if "html" in formats else []
+    markdown = export(cfg.tracking.uri, out_dir, cfg.latest_only, formats, cfg.alpha, sections)
     if "md" in formats:
         print(markdown, end="")
     print("written: " + ", ".join(str(out_dir / FILES[f]) for f in FORMATS if f in formats))

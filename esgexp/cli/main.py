@@ -13,7 +13,7 @@ log = logging.getLogger("esgexp")
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> dict:
-    from esgexp.core.run import exit_if_incomplete, run_job
+    from esgexp.run import exit_if_incomplete, run_job
 
     with exit_on_user_error(log):
         check_command_line(cfg, log)

@@ -25,7 +25,6 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from esgexp.core.outputs import write_json
-from esgexp.core.settings import check_settings
 from esgexp.core.sweep import FAILED_FILE
 from esgexp.core.tracking import (
     PENDING_FILE,
@@ -38,6 +37,7 @@ from esgexp.core.tracking import (
     use_store,
 )
 from esgexp.errors import UserError
+from esgexp.jobs.settings import check_settings
 
 OVERRIDE = re.compile(r"^tracking\.(\w+)=(.*)$")
 

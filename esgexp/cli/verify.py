@@ -1,4 +1,4 @@
-"""``esgexp-verify`` / ``python -m esgexp.builders.verify dataset.path=PAIRS corpus=DIR [out=DIR]``: every
+"""``esgexp-verify`` / ``python -m esgexp.verify dataset.path=PAIRS corpus=DIR [out=DIR]``: every
 ESGBench-style pair checked against its corpus's pages (esgexp/builders/verify.py)."""
 
 import logging
@@ -10,7 +10,7 @@ log = logging.getLogger("esgexp.builders.verify")
 
 
 def cli() -> None:
-    """``esgexp-verify`` and ``python -m esgexp.builders.verify``."""
+    """``esgexp-verify`` and ``python -m esgexp.verify``."""
     import hydra
     from omegaconf import DictConfig
 

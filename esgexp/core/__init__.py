@@ -1,3 +1,3 @@
-"""The run lifecycle every command shares: config and its settings' rules, a job's identity, the run folder,
-outputs written whole, tracking (MLflow or a pending record), sweeps, locks, and the one order of a job's
-steps (jobs.py, run.py). Nothing here knows a task kind, a backend or a dataset by name."""
+"""The ground floor, importing nothing of esgexp above it: config and its resolvers, the kinds of rule a setting
+follows, the item records, outputs written whole, tracking (MLflow or a pending record), the run folder and
+sweep callbacks. Nothing here knows a task kind, a component or a job (those are esgexp/jobs/ and above)."""

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from esgexp.errors import RESUME, UserError
@@ -124,6 +125,23 @@ def no_nan(data):
     return data
 
 
+def json_lines(lines: Iterable[str], where: object, bad_line: Callable | None = None) -> Iterator[tuple[int, object]]:
+    """The value of each non-blank line of a JSON Lines text (``lines``: an open file, a list of lines) with its
+    1-based number. A line that is not JSON goes to ``bad_line(number, line, error)`` and is passed over; without
+    ``bad_line`` it is a UserError: ``WHERE line N: not valid JSON (why)``."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            if bad_line is None:
+                raise UserError(f"{where} line {number}: not valid JSON ({error.msg})") from error
+            bad_line(number, line, error)
+            continue
+        yield number, value
+
+
 def write_json(path: Path, data: dict) -> None:
     write_atomic(path, json.dumps(no_nan(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
@@ -138,16 +156,12 @@ class PredictionLog:
         """All complete records; a line cut short by an interrupted write is dropped with a warning."""
         if not self.path.is_file():
             return []
-        records = []
+
+        def cut_short(number: int, line: str, error: ValueError) -> None:
+            log.warning("%s line %d is incomplete (interrupted write); it will be redone", self.path, number)
+
         with self.path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    log.warning("%s line %d is incomplete (interrupted write); it will be redone", self.path, number)
-        return records
+            return [record for _, record in json_lines(handle, self.path, cut_short)]
 
     def append(self, records: list[dict]) -> None:
         """Add ``records`` (one line each) and sync them: all of them or, when the write fails (a full

@@ -1,5 +1,5 @@
 """The kinds of rule a setting follows (an integer in bounds, one of some choices, a URL, ...): each says
-whether a value ``accepts`` and what it ``expected``. esgexp/core/settings.py keys them by dotted config key; a
+whether a value ``accepts`` and what it ``expected``. esgexp/jobs/settings.py keys them by dotted config key; a
 component class (a backend, a retriever) declares its own in ``settings``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import codecs
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 @dataclass(frozen=True)
@@ -194,3 +194,32 @@ def declared_rules(node, prefix: str) -> dict[str, Rule]:
         if isinstance(child, (dict, DictConfig)):
             found.update(declared_rules(child, f"{prefix}{key}."))
     return found
+
+
+_ABSENT = object()
+
+
+def broken(cfg: DictConfig, rules: dict) -> list[str]:
+    """One ``KEY must be EXPECTED, got VALUE`` line per setting of ``cfg`` that breaks its rule in ``rules`` (a
+    dotted key -> a rule, or a function of ``cfg`` giving one or None); a key ``cfg`` lacks is not checked."""
+    found = []
+    for key, rule in rules.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
+        if value is _ABSENT:
+            continue
+        rule = rule(cfg) if callable(rule) else rule
+        if rule is None or _copies_another_key(cfg, key) or (value is None and rule.optional):
+            continue
+        if isinstance(value, ListConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+        if not rule.accepts(value):
+            expected = rule.expected() + (" or null" if rule.optional else "")
+            found.append(f"{key} must be {expected}, got {'null' if value is None else repr(value)}")
+    return found
+
+
+def _copies_another_key(cfg: DictConfig, key: str) -> bool:
+    """Whether ``key`` is an interpolation (``${trainer.batch_size}``): its source is checked instead."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, leaf)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from esgexp.core.file_lock import exclusive
 from esgexp.core.outputs import NoSpace, is_full, make_folder, mount_point, unwritable, write_json
+from esgexp.core.rules import Flag, Integer, Number, StoreURI, broken
 from esgexp.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,14 @@ PENDING_FILE = "tracking_pending.json"
 SYNCED_FILE = "tracking_synced.json"
 # mlflow's wait before retry n is this factor times 2**(n-1) seconds (its default 2 over 7 retries: ~4 min).
 HTTP_BACKOFF_FACTOR = 1
+# The tracking group's settings (conf/tracking/), checked by check_tracking and with every job's settings.
+TRACKING_RULES = {
+    "tracking.uri": StoreURI(),
+    "tracking.offline": Flag(),
+    "tracking.connect_timeout_s": Number(0, above=True),
+    "tracking.http_timeout_s": Integer(1),
+    "tracking.http_max_retries": Integer(0),
+}
 
 
 def is_local_store(uri: str) -> bool:
@@ -79,9 +87,9 @@ def check_tracking(tracking_cfg: DictConfig, offline_hint: bool = False) -> None
     within ``tracking.connect_timeout_s``; with ``tracking.offline=true`` the server is not asked."""
     from omegaconf import OmegaConf
 
-    from esgexp.core.settings import check_settings
-
-    check_settings(OmegaConf.create({"tracking": OmegaConf.to_container(tracking_cfg, resolve=True)}))  # uri scheme
+    found = broken(OmegaConf.create({"tracking": OmegaConf.to_container(tracking_cfg, resolve=True)}), TRACKING_RULES)
+    if found:  # the uri's scheme, the timeouts
+        raise UserError("; ".join(found))
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(tracking_cfg.http_timeout_s))
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(tracking_cfg.http_max_retries))
     os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = str(HTTP_BACKOFF_FACTOR)
@@ -132,8 +140,10 @@ def sqlite_path(uri: str) -> Path | None:
 @contextmanager
 def store_lock(uri: str):
     """Held by one process at a time: an exclusive lock on ``<db>.lock`` next to a sqlite store (its
-    folder is created); a no-op for other stores (file_lock.exclusive). UserError where the folder or
+    folder is created; filelock's ``flock``); a no-op for other stores. UserError where the folder or
     the lock file cannot be written."""
+    from filelock import FileLock  # 30 ms of imports (asyncio), only where a store is opened
+
     db = sqlite_path(uri)
     if db is None:
         yield
@@ -142,7 +152,7 @@ def store_lock(uri: str):
     with ExitStack() as held:
         make_folder(db.parent, STORE_FIX)
         try:
-            held.enter_context(exclusive(lock))
+            held.enter_context(FileLock(lock))
         except OSError as error:
             raise unwritable(lock, error, STORE_FIX) from error
         yield

@@ -35,8 +35,11 @@ import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from esgexp.core.records import LoadedDataset, Passage, RetrievalQuery
+from esgexp.core.rules import Flag, Number, Rule
+from esgexp.data.base import Dataset
 from esgexp.data.text_files import SETTING, csv_records, decoding, existing_file, open_text
 from esgexp.errors import UserError
 
@@ -65,39 +68,38 @@ class RetrievalDataset:
     n_candidates: dict[str, int]
     skipped: list[str] = field(default_factory=list)
 
+    def sample(self, limit: int | None, seed: int) -> RetrievalDataset:
+        """``limit`` queries drawn by a seeded shuffle (in their order here) and the passages of their reports;
+        this one where ``limit`` is None."""
+        if limit is None:
+            return self
+        shuffled = list(self.queries)
+        random.Random(seed).shuffle(shuffled)
+        keep = {query.id for query in shuffled[:limit]}
+        queries = [query for query in self.queries if query.id in keep]
+        docs = {query.doc_scope for query in queries}
+        return RetrievalDataset(
+            passages=[passage for passage in self.passages if passage.doc_id in docs],
+            queries=queries,
+            n_candidates={query.id: self.n_candidates[query.id] for query in queries},
+            skipped=self.skipped,
+        )
+
 
 @dataclass
-class ClimRetrieveReportLevel:
+class ClimRetrieveReportLevel(Dataset):
     """Loads the ClimRetrieve report-level CSV; ``limit`` keeps that many queries (drawn by a seeded shuffle,
     kept in file order) and the passages of their reports."""
 
-    name: str
-    path: str
-    limit: int | None = None
-    seed: int = 42
-    encoding: str = "utf-8"
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
     merge_duplicates: bool = True
+
+    rules: ClassVar[dict[str, Rule]] = {**Dataset.rules, "merge_duplicates": Flag()}
 
     def load(self) -> RetrievalDataset:
         skipped: list[str] = []
         rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "dataset.path", self.encoding, skipped=skipped)
         dataset = report_level_dataset(rows, str(self.path), self.merge_duplicates, skipped)
-        if self.limit is None:
-            return dataset
-        shuffled = list(dataset.queries)
-        random.Random(self.seed).shuffle(shuffled)
-        keep = {query.id for query in shuffled[: self.limit]}
-        queries = [query for query in dataset.queries if query.id in keep]
-        docs = {query.doc_scope for query in queries}
-        return RetrievalDataset(
-            passages=[passage for passage in dataset.passages if passage.doc_id in docs],
-            queries=queries,
-            n_candidates={query.id: dataset.n_candidates[query.id] for query in queries},
-            skipped=dataset.skipped,
-        )
+        return dataset.sample(self.limit, self.seed)
 
 
 def report_level_dataset(
@@ -240,28 +242,26 @@ class SourceMatcher:
 
 
 @dataclass
-class ClimRetrieveBase:
+class ClimRetrieveBase(Dataset):
     """The expert-annotated sources (ClimRetrieve_base.xlsx, or a CSV of it) graded on the passages of an
     ingested corpus of the same reports (``corpus``: its folder; doc ids are the PDF file stems)."""
 
-    name: str
-    path: str
-    corpus: str
+    corpus: str | None = None
     min_overlap: float = 0.5
     core_only: bool = False
-    encoding: str = "utf-8"
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
+
+    rules: ClassVar[dict[str, Rule]] = {**Dataset.rules, "min_overlap": Number(0, 1, above=True), "core_only": Flag()}
 
     def load(self) -> RetrievalDataset:
         from esgexp.data.corpus import Corpus
 
+        if not self.corpus:
+            raise UserError("dataset.corpus is not set: give the ingested corpus of the reports, dataset.corpus=DIR")
         loaded = load_base_annotations(self.path, self.encoding)
         annotations = [a for a in loaded.items if a.core or not self.core_only]
         dataset = annotations_to_queries(annotations, Corpus.load(self.corpus).passages, self.min_overlap)
         dataset.skipped[:0] = loaded.skipped
-        return dataset
+        return dataset.sample(self.limit, self.seed)
 
 
 def annotations_to_queries(

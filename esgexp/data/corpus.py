@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from esgexp.core.outputs import write_atomic, write_json
+from esgexp.core.outputs import json_lines, write_atomic, write_json
 from esgexp.core.records import Passage, passages_hash
 from esgexp.data import pdf
 from esgexp.data.chunking import Chunker
@@ -358,15 +358,8 @@ def _line(record: dict) -> str:
 
 def _read_jsonl(path: Path) -> list[dict]:
     """Every record of a JSON Lines file; a bad line raises UserError naming the file and line."""
-    records = []
     with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise UserError(f"{path} line {number}: not valid JSON ({error.msg})") from error
-    return records
+        return [record for _, record in json_lines(handle, path)]
 
 
 def _group_pages(records: list[dict], path: Path) -> dict[str, list[Page]]:

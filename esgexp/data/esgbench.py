@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from esgexp.core.outputs import json_lines
 from esgexp.core.records import LoadedDataset, QAItem
+from esgexp.data.base import Dataset
 from esgexp.data.text_files import SETTING, decoding, existing_file, open_text, valid_unicode
 from esgexp.errors import UserError
 
@@ -31,17 +33,8 @@ Key = tuple[str, str]
 
 
 @dataclass
-class ESGBenchGold:
+class ESGBenchGold(Dataset):
     """Loads ESGBench gold questions; ``limit`` keeps a seeded random subset."""
-
-    name: str
-    path: str | None = None
-    limit: int | None = None
-    seed: int = 42
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
-    encoding: str = "utf-8"
 
     def load(self) -> LoadedDataset:
         if not self.path:
@@ -219,36 +212,37 @@ def read_jsonl(
 
 def _objects(path: Path, lines: list[str], skipped: list[str], form: LineFormat) -> Iterator[tuple[int, object]]:
     usable, first_bad = 0, ""
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+
+    def unusable(number: int, problem: object, row: dict | None) -> None:
+        """Skip line ``number``; refuse the file when its first WRONG_KIND_AFTER lines are all unusable."""
+        nonlocal first_bad
+        shown = (
+            f"{problem}{form.foreign(row)}"
+            if row is not None
+            else f"{problem}: {_short(lines[number - 1].strip(), 60)!r}"
+        )
+        first_bad = first_bad or f"line {number}: {shown}"
+        if not usable and len(skipped) + 1 >= WRONG_KIND_AFTER:
+            raise UserError(
+                f"{path} is not {form.name}: its first {len(skipped) + 1} lines are unusable, e.g. {first_bad}; "
+                f"{form.name} holds one JSON object per line with {', '.join(form.fields)}"
+            ) from None
+        _skip(skipped, path, number, shown if row is not None else problem)
+
+    def not_json(number: int, line: str, error: json.JSONDecodeError) -> None:
+        unusable(number, f"invalid JSON ({error.msg} at column {error.colno})", None)
+
+    for number, row in json_lines(lines, path, not_json):
+        if not isinstance(row, dict):
+            unusable(number, "not a JSON object", None)
             continue
-        row = None
         try:
-            row = _object(line)
             value = form.read(row, number)
         except ValueError as problem:
-            message = f"{problem}{form.foreign(row)}" if row is not None else f"{problem}: {_short(line.strip(), 60)!r}"
-            first_bad = first_bad or f"line {number}: {message}"
-            if not usable and len(skipped) + 1 >= WRONG_KIND_AFTER:
-                raise UserError(
-                    f"{path} is not {form.name}: its first {len(skipped) + 1} lines are unusable, e.g. {first_bad}; "
-                    f"{form.name} holds one JSON object per line with {', '.join(form.fields)}"
-                ) from None
-            _skip(skipped, path, number, message if row is not None else problem)
+            unusable(number, problem, row)
             continue
         usable += 1
         yield number, value
-
-
-def _object(line: str) -> dict:
-    """The JSON object on ``line``; ValueError saying why there is none."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(row, dict):
-        raise ValueError("not a JSON object")
-    return row
 
 
 def _skip(skipped: list[str], path: str | Path, number: int, problem: object) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from esgexp.core.records import LoadedDataset, MCQItem
+from esgexp.data.base import Dataset
 from esgexp.data.text_files import csv_records, decoding, existing_file, open_text
 from esgexp.errors import UserError
 
@@ -25,19 +26,11 @@ VALID_ANSWER_LETTERS = set("ABCDZ")
 
 
 @dataclass
-class ESGeniusCSV:
+class ESGeniusCSV(Dataset):
     """Loads ESGenius-format questions from a CSV file or a hub dataset id."""
 
-    name: str
-    path: str | None = None
     hf_id: str | None = None
     split: str = "train"
-    limit: int | None = None
-    seed: int = 42
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
-    encoding: str = "utf-8"
 
     def load(self) -> LoadedDataset:
         source = f"hub dataset {self.hf_id}" if self.hf_id else str(self.path)

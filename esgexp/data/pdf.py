@@ -8,6 +8,8 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from esgexp.core.rules import Choice
+
 log = logging.getLogger(__name__)
 
 # Bump when the text cleaning changes: corpora ingested before are then read again.
@@ -79,6 +81,7 @@ def clean_text(text: str, keep_lines: bool = False, compounds: frozenset[str] = 
 
 # The page-text readers: pdfium (PDFium through pypdfium2, 10-20x faster) and pypdf (pure Python).
 READERS = ("pdfium", "pypdf")
+RULES = {"corpus.reader": Choice(READERS)}  # python -m esgexp.ingest: the reader is a setting of the corpus
 
 
 def read_pages(path: Path, reader: str = "pdfium") -> list[Page]:

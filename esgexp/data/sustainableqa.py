@@ -22,6 +22,7 @@ from pathlib import Path
 import ijson
 
 from esgexp.core.records import LoadedDataset, QAItem
+from esgexp.data.base import Dataset
 from esgexp.data.text_files import (
     Utf8Reader,
     codec,
@@ -46,19 +47,11 @@ CHUNK_SECTIONS = {"factoid": ("qa_pairs_factoid", "f"), "non_factoid": ("qa_pair
 
 
 @dataclass
-class SustainableQA:
+class SustainableQA(Dataset):
     """Loads one SustainableQA split as QAItems, keeping the question types in ``qtypes``."""
 
-    name: str
-    path: str
     split: str = "test"
     qtypes: Sequence[str] = QTYPES
-    limit: int | None = None
-    seed: int = 42
-    encoding: str = "utf-8"
-    cluster_key: str | None = (
-        None  # items sharing this field form one cluster of the intervals (esgexp/analysis/stats.py)
-    )
 
     def load(self) -> LoadedDataset:
         """The items of ``split``; with ``limit``, that many after a seeded shuffle."""

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.analysis.stats import ItemScores, StatsSettings, record_clusters
 from esgexp.errors import UserError
 from esgexp.eval.judge_prompts import PROMPTS
+from esgexp.eval.stats import ItemScores, StatsSettings, record_clusters
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,8 @@
 """The judge's prompts by version (``judge.prompt_version``; esgexp/eval/judge.py fills them in). A version's
 text never changes once runs were made with it: a change is a new version. Text only, so the settings check
-can list the versions without importing the judge."""
+can list the versions without importing the judge; with the judge group's rules (``RULES``), which it collects."""
+
+from esgexp.core.rules import Choice, Flag, Integer
 
 ESG_JUDGE_V1 = """You grade answers to questions about company sustainability (ESG) reports.
 Compare the candidate answer with the gold answer{evidence_note}. Judge what it says, not its wording.
@@ -24,3 +26,12 @@ Reply with a JSON object: first "reason", one short line on what in the candidat
 from the gold answer; then "verdict": correct, partially_correct or incorrect."""
 
 PROMPTS = {"esg-judge-v1": ESG_JUDGE_V1}
+
+JUDGE_BACKENDS = ("hf", "openai", "vllm")  # judge.backend: a conf/backend/ option for the judge model
+# The judge group's settings (conf/judge/), checked before any job starts.
+RULES = {
+    "judge.backend": Choice(JUDGE_BACKENDS, optional=True),
+    "judge.prompt_version": Choice(tuple(PROMPTS)),
+    "judge.evidence": Flag(),
+    "judge.max_new_tokens": Integer(1),
+}

@@ -6,6 +6,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from esgexp.backends.base import REASONING_CLOSE, REASONING_OPEN
 from esgexp.core.records import MCQItem
 
 INVALID = "INVALID"
@@ -13,10 +14,6 @@ ABSTAIN = "Z"
 ANSWER_LETTERS = "ABCD"
 
 _NON_LETTER = re.compile(r"[^A-Za-z]")
-# A reasoning model's delimiters around its thinking (every reasoning model config: the DeepSeek-R1 family,
-# QwQ, Qwen3; o-series and API models return their reasoning apart from the answer). A model config may name
-# its own pair (``model.reasoning_delimiters``); these are looked for in every reply, whatever the config says.
-REASONING_OPEN, REASONING_CLOSE = "<think>", "</think>"
 # A record's key and the run's metric for an answer that never left its reasoning (its token budget ran out).
 UNFINISHED = "unfinished_reasoning"
 UNFINISHED_RATE = "invalid/unfinished_reasoning"

@@ -200,9 +200,9 @@ def climretrieve_metrics(
     searched_k: int = max(PAPER_KS),
 ) -> dict:
     """The ClimRetrieve paper's metrics (``climretrieve_values``) with a percentile bootstrap interval each
-    (queries resampled, or whole ``clusters``; ``settings``: an esgexp.analysis.stats.StatsSettings). The rankings must
+    (queries resampled, or whole ``clusters``; ``settings``: an esgexp.eval.stats.StatsSettings). The rankings must
     go down to K = 15 (``searched_k``: how deep they were searched)."""
-    from esgexp.analysis.stats import statistic_interval
+    from esgexp.eval.stats import statistic_interval
 
     if searched_k < max(PAPER_KS):
         raise UserError(

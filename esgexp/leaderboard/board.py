@@ -59,10 +59,10 @@ def export(
     latest_only: bool = True,
     formats=("csv", "md"),
     alpha: float = 0.05,
-    papers_dir: Path | None = None,
+    paper_sections: list[str] = (),
 ) -> str:
     """Write the chosen ``formats`` (csv, md, html) into ``out_dir``; return the Markdown table. The page also
-    shows the paper tables ``python -m esgexp.paper`` wrote into ``papers_dir``."""
+    shows ``paper_sections``, the paper tables ``python -m esgexp.paper`` wrote (papers/report.leaderboard_sections)."""
     from esgexp.leaderboard.table import to_csv, to_markdown
 
     unknown = [f for f in formats if f not in FORMATS]
@@ -87,9 +87,8 @@ def export(
             write_atomic(out_dir / FILES["md"], markdown)
         if "html" in formats:
             from esgexp.leaderboard.page import render
-            from esgexp.papers.report import leaderboard_sections
 
-            page = render(groups, marks, tracking_uri, leaderboard_sections(papers_dir))
+            page = render(groups, marks, tracking_uri, list(paper_sections))
             write_atomic(out_dir / FILES["html"], page)
     return markdown
 

@@ -9,15 +9,14 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from html import escape
 
-from esgexp.analysis.stats import interval_na, with_interval
 from esgexp.core.tracking import metric_name
+from esgexp.eval.stats import interval_na, with_interval
 from esgexp.leaderboard import figures
 from esgexp.leaderboard.assets import PAGE_CSS, PAGE_JS
 from esgexp.leaderboard.questions import question_matrix
 from esgexp.leaderboard.significance import Mark
 from esgexp.leaderboard.store import Run
 from esgexp.leaderboard.table import headline, headline_values, interval_note, uses_model
-from esgexp.tasks.kinds import KINDS
 
 MARK_TEXT = {"best": "best", "yes": "✓", "no": "✗", "incomplete": "incomplete", "": "–"}
 
@@ -224,15 +223,20 @@ FIGURES = {
     "recall_curves": "recall@K per retriever and query",
     "category_accuracy": "accuracy per category",
 }
+# The figures a task kind's runs are drawn in (a kind not named here: none).
+TASK_FIGURES = {
+    "mcq": ("question_heatmap", "framework_heatmap", "size_accuracy", "calibration"),
+    "qa": ("qa_by_type", "qa_by_spans", "category_accuracy"),
+    "retrieval": ("recall_curves",),
+    "esgbench_score": ("category_accuracy",),
+}
 
 
 def dataset_figures(page: Page, dataset: str, runs: list[Run], cache: dict) -> None:
-    """The figures one dataset's runs hold: each run in the figures its task kind names (a task this esgexp
-    does not know: none)."""
+    """The figures one dataset's runs hold: each run in the figures of its task kind (TASK_FIGURES)."""
     drawn: dict[str, list[Run]] = {name: [] for name in FIGURES}
     for run in runs:
-        kind = KINDS.get(run.tags.get("task", ""))
-        for name in kind.figures if kind else ():
+        for name in TASK_FIGURES.get(run.tags.get("task", ""), ()):
             drawn[name].append(run)
     settings: dict[tuple[str, str], list[Run]] = {}
     for run in drawn["question_heatmap"]:

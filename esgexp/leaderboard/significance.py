@@ -37,7 +37,7 @@ def group_marks(group: list[Run], alpha: float = 0.05) -> dict[str, Mark]:
     if not group:
         return marks
     from esgexp.analysis.compare import compare_pair, load_run
-    from esgexp.analysis.stats import holm
+    from esgexp.eval.stats import holm
 
     best, others = group[0], group[1:]
     marks[best.run_id] = Mark("best")

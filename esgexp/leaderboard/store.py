@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -10,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from esgexp.core.outputs import json_lines
 from esgexp.errors import UserError
 from esgexp.tasks.kinds import KINDS, kind_of
 
@@ -52,7 +52,7 @@ class Run:
         run_dir = self.tags.get("run_dir")
         if run_dir and Path(run_dir).is_dir():
             return Path(run_dir)
-        per_item = kind_of(self.tags.get("task")).records
+        per_item = kind_of(self.tags.get("task")).scoring.records
         paths = [self.file(name) for name in ("config.yaml", "metrics.json", per_item)]
         return paths[0].parent if all(paths) else None
 
@@ -68,7 +68,8 @@ class Run:
         path = self.file(name)
         if path is None:
             return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        with path.open(encoding="utf-8") as handle:
+            return [record for _, record in json_lines(handle, path)]
 
 
 def locate_file(run: Run, name: str) -> Path | None:
@@ -135,7 +136,7 @@ def finished_runs(uri: str, latest_only: bool = True, download_dir: Path | None 
     for run in found:
         tags = dict(run.data.tags)
         kind = KINDS.get(tags.get("task"))
-        if kind is None or not kind.ranked:  # training runs: curves, not scores; dataset builds: counts
+        if kind is None or not kind.scoring.ranked:  # training runs: curves, not scores; dataset builds: counts
             continue
         config_hash = tags.get("config_hash")
         if latest_only and config_hash:

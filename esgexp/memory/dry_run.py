@@ -44,7 +44,7 @@ A100_SIZES_GB = (40, 80)  # the design card's GPUs, planned for when no memory i
 
 def dry_run(cfg: DictConfig) -> dict:
     """Check the settings, print the plan with its verdict and knobs, write memory_plan.json; return it."""
-    from esgexp.core.settings import check_settings
+    from esgexp.jobs.settings import check_settings
 
     check_settings(cfg)
     kind = kind_of(cfg.task)
@@ -176,7 +176,7 @@ def visible_gpu_mib() -> float | None:
 
 
 def training_precision(precision: str, on_gpu: bool) -> str:
-    """trainer.precision=auto as esgexp.models.training resolves it: 16-mixed on a GPU; on the CPU
+    """trainer.precision=auto as esgexp.training.trainer resolves it: 16-mixed on a GPU; on the CPU
     bf16-mixed where /proc/cpuinfo lists native bf16 (AMX or AVX512-BF16), else 32-true."""
     if precision != "auto":
         return precision
@@ -188,7 +188,7 @@ def training_precision(precision: str, on_gpu: bool) -> str:
 
 
 def base_weight_bytes(model_dtype: str, precision: str, on_gpu: bool) -> int:
-    """Bytes per frozen base weight, as esgexp.models.training.base_dtype picks the dtype."""
+    """Bytes per frozen base weight, as esgexp.training.trainer.base_dtype picks the dtype."""
     if model_dtype != "auto":
         return DTYPE_BYTES[model_dtype]
     return 2 if on_gpu and precision in ("16-mixed", "bf16-mixed") else 4

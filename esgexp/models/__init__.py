@@ -1,1 +1,2 @@
-"""Model backends: loading (hub, local path, packaged GGUF) and Lightning inference."""
+"""Models: loading (hub, local path, packaged GGUF), architectures, Lightning inference and scoring, LoRA
+adapters (fine-tuning itself is esgexp/training/)."""

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from esgexp.core.file_lock import exclusive
 from esgexp.errors import UserError
 from esgexp.models.gguf_conversion import convert_gguf
 
@@ -74,7 +73,9 @@ def converted_gguf_dir(name: str, package: str, filename: str, cache_dir: Path) 
     target = cache_dir / "models" / f"{name}-{stat.st_size}-{int(stat.st_mtime)}"
     if (target / "config.json").is_file():
         return target
-    with exclusive(target.with_name(f".{target.name}.lock")):
+    from filelock import FileLock
+
+    with FileLock(target.with_name(f".{target.name}.lock")):
         if not (target / "config.json").is_file():
             convert_gguf(gguf_path, target)
     return target

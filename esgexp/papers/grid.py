@@ -303,10 +303,10 @@ def missing_configs(overrides: list[str]) -> list[str]:
 
 
 def missing_files(cfg: DictConfig) -> list[str]:
-    """The data files a composed job reads that are not there, each named (esgexp/core/jobs.input_files)."""
-    from esgexp.core.jobs import input_files
+    """The data files a composed job reads that are not there, each named (esgexp/jobs/lifecycle.input_files)."""
+    from esgexp.jobs.lifecycle import input_files
 
-    return [f"{key}: {path} does not exist" for key, path in input_files(cfg) if not path.exists()]
+    return [f"{key}: {path} does not exist" for key, path in input_files(cfg, kind_of(cfg.task)) if not path.exists()]
 
 
 def job_problems(cfg: DictConfig) -> list[str]:

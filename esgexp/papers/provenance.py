@@ -13,11 +13,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.core.identity import identity
-from esgexp.core.jobs import data_sha256
 from esgexp.core.tracking import PENDING_FILE
 from esgexp.data.hashing import file_hashes
 from esgexp.data.registry import identify, serving
+from esgexp.jobs.identity import identity
+from esgexp.jobs.lifecycle import data_sha256
 from esgexp.papers.grid import Grid, Job
 from esgexp.tasks.kinds import kind_of
 

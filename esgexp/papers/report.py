@@ -24,7 +24,7 @@ from fnmatch import fnmatch
 from html import escape
 from pathlib import Path
 
-from esgexp.analysis.stats import interval_na
+from esgexp.eval.stats import interval_na
 from esgexp.papers.cells import Cell
 from esgexp.papers.grid import Grid
 
@@ -45,7 +45,7 @@ LEGEND = (
 )
 GOOD = ("exact", "exact to the scorer", "inside the published range", "within")
 BAD = ("differs", "outside the published range", "outside")
-# The interval methods a cell does not name (esgexp.analysis.stats): Wilson for a share, the item bootstrap for a mean.
+# The interval methods a cell does not name (esgexp.eval.stats): Wilson for a share, the item bootstrap for a mean.
 DEFAULT_METHODS = ("wilson", "bootstrap", None)
 METHOD_LABELS = {
     "cluster_bootstrap": "cluster bootstrap",

@@ -7,7 +7,12 @@ from pathlib import Path
 
 from hydra.utils import instantiate
 
-from esgexp.analysis.stats import (
+from esgexp.core.outputs import PredictionLog
+from esgexp.core.records import QAItem
+from esgexp.data.esgbench import join, load_predictions
+from esgexp.errors import UserError
+from esgexp.eval.esgbench_metrics import other_rules, score_esgbench
+from esgexp.eval.stats import (
     ItemScores,
     StatsSettings,
     cluster_records,
@@ -16,12 +21,7 @@ from esgexp.analysis.stats import (
     scored,
     with_interval,
 )
-from esgexp.core.jobs import Job
-from esgexp.core.outputs import PredictionLog
-from esgexp.core.records import QAItem
-from esgexp.data.esgbench import join, load_predictions
-from esgexp.errors import UserError
-from esgexp.eval.esgbench_metrics import other_rules, score_esgbench
+from esgexp.jobs.lifecycle import Job
 
 # The headline metric (higher is better): numeric accuracy over all items, as the ESGBench paper reports it.
 HEADLINE = "numeric_accuracy"

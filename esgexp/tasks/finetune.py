@@ -20,9 +20,9 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.core.jobs import Job, same_job
 from esgexp.core.outputs import write_atomic, write_json
 from esgexp.errors import Interrupted, UserError
+from esgexp.jobs.lifecycle import Job, same_job
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ class FinetuneJob(Job):
 
         from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-        from esgexp.models.lora_module import RankAgreement
-        from esgexp.models.training import make_trainer
+        from esgexp.training.lora_module import RankAgreement
+        from esgexp.training.trainer import make_trainer
 
         train_items, val_items, skipped = load_items(cfg)
         self.model_source = check_model(cfg)
@@ -71,7 +71,7 @@ class FinetuneJob(Job):
         }
 
     def work(self, run) -> tuple[dict, dict] | None:
-        from esgexp.models.training import RunLogger, launchable_as_one_job
+        from esgexp.training.trainer import RunLogger, launchable_as_one_job
 
         started = time.perf_counter()
         if run is not None:
@@ -125,7 +125,7 @@ def check_before_loading(cfg: DictConfig) -> tuple[bool, str, str | None]:
     ckpt_path = resolve_ckpt_path(cfg)
 
     from esgexp.models.loading import check_quantisation
-    from esgexp.models.training import (
+    from esgexp.training.trainer import (
         check_monitor,
         check_strategy,
         lightning_arguments,
@@ -155,7 +155,7 @@ def check_model(cfg: DictConfig) -> str:
 
 
 def check_groups(cfg: DictConfig) -> None:
-    """The groups fine-tuning needs (the numbers are checked with every setting, esgexp/core/settings.py)."""
+    """The groups fine-tuning needs (the numbers are checked with every setting, esgexp/jobs/settings.py)."""
     if cfg.strategy.name not in CONTEXT_STRATEGIES:
         raise UserError(
             f"fine-tuning prompts are {' or '.join(CONTEXT_STRATEGIES)} (with or without the passage), not strategy={cfg.strategy.name}"
@@ -202,10 +202,10 @@ def build_data(cfg: DictConfig, model_source: str, train_items: list, val_items:
     """The data module (tokenised examples, packed if asked), the build reports, the generative check, the tokenizer."""
     from transformers import AutoTokenizer
 
-    from esgexp.models.lora_module import GenerationCheck
     from esgexp.models.scoring import GenerateScorer
-    from esgexp.models.sft_data import BuildReport, ExampleBuilder, GenerationSet, SFTDataModule, pack
     from esgexp.strategies.qa import QAPrompter
+    from esgexp.training.lora_module import GenerationCheck
+    from esgexp.training.sft_data import BuildReport, ExampleBuilder, GenerationSet, SFTDataModule, pack
 
     tokenizer = AutoTokenizer.from_pretrained(model_source)
     if tokenizer.pad_token is None:
@@ -255,8 +255,8 @@ def build_module(cfg: DictConfig, model_source: str, on_gpu: bool, precision: st
 
     from esgexp.models.loading import load_model_and_tokenizer
     from esgexp.models.lora import wrap_for_training
-    from esgexp.models.lora_module import LoraFineTuner, OptimSettings
-    from esgexp.models.training import base_dtype
+    from esgexp.training.lora_module import LoraFineTuner, OptimSettings
+    from esgexp.training.trainer import base_dtype
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     dtype = base_dtype(str(cfg.model.dtype), precision, on_gpu)

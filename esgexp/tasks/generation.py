@@ -12,10 +12,10 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from esgexp.core.jobs import Job, job_backend, same_job
 from esgexp.core.outputs import PredictionLog, write_json
 from esgexp.core.records import DERIVED_FIELDS
 from esgexp.errors import Interrupted, UserError
+from esgexp.jobs.lifecycle import Job, job_backend, same_job
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class GenerationJob(Job):
 
     def load(self) -> list[str]:
         cfg = self.cfg
-        self.task = make_task(cfg)
+        self.task = self.kind.prompts_class()(cfg)
         self.loaded = instantiate(cfg.dataset).load()
         if not self.loaded.items:
             raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(self.loaded.skipped)})")

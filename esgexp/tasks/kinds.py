@@ -1,11 +1,13 @@
 """The task kinds (config key ``task``): what each kind is, declared once, asked by every other part.
 
-A kind names its job class and, for generation kinds, its prompt/scoring class (``module:Name`` strings,
-imported only when used, so composing a config stays fast), its per-item records file, the tags its runs
-are labelled by, the function behind its per-item scores, the settings that change what a score means,
-and whether it asks a model, trains, or reaches the leaderboard. run.py, compare, the leaderboard, the
-paper grid and estimate, settings and dry_run ask ``kind_of(cfg.task)``; none of them switches on the
-task string. A new kind is its module plus one ``register(TaskKind(...))`` line below.
+A kind says, by concern: what its job does (``TaskKind``: its job class and, for generation kinds, its
+prompt/scoring class as ``module:Name`` strings, imported only when used, so composing a config stays fast;
+the tags its runs are labelled by; whether it asks a model or trains) and how its runs are scored
+(``Scoring``: its per-item records file, the function behind its per-item scores, the settings that change
+what a score means, whether it reaches the leaderboard). How its runs are shown is the leaderboard's
+(``TASK_FIGURES`` in esgexp/leaderboard/page.py). run.py, compare, the leaderboard, the paper grid and
+estimate, settings and dry_run ask ``kind_of(cfg.task)``; none of them switches on the task string. A new
+kind is its module plus one ``register(TaskKind(...))`` line below.
 """
 
 from __future__ import annotations
@@ -50,28 +52,38 @@ def predictions_file(cfg) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class TaskKind:
-    """One value of ``task`` and everything the rest of esgexp needs to know about it."""
+class Scoring:
+    """How a kind's runs are scored and compared."""
 
-    name: str
-    job: str  # the Job class, "module:Class"
-    label: tuple[str, ...]  # the tags a run's name is made of, in order (a run name, a compare or figure label)
     records: str | None = None  # the per-item file in the run folder (compare, the leaderboard's question matrix)
     item_scores: str | None = None  # "module:function" (records, metric key, config) -> ItemScores | None
     scoring_keys: tuple[str, ...] = ()  # config keys that change what a per-item value means (compare)
     corpus_statistics: bool = False  # some metrics are corpus statistics, not means of the per-item values
+    ranked: bool = True  # its runs are scored, so they reach the leaderboard
+
+    def scores(self, records: list[dict], metric: str, config: Mapping):
+        """The per-item values behind ``metric`` (``item_scores``); None when it has none."""
+        return load(self.item_scores)(records, metric, config) if self.item_scores else None
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """One value of ``task``: what its job does, and how its runs are scored (``scoring``)."""
+
+    name: str
+    job: str  # the Job class, "module:Class"
+    label: tuple[str, ...]  # the tags a run's name is made of, in order (a run name, a compare or figure label)
+    scoring: Scoring = Scoring()
     prompts: str | None = None  # the prompt-and-score class of a generation kind, "module:Class"
     prompt_style: str | None = None  # "mcq" | "qa": the prompt contexts it takes (strategy.context)
     uses_model: Callable = always  # cfg -> whether the job asks a language model
     retrieves: bool = False  # its job searches with ``retriever`` (the paper grid checks the retriever can run)
     trains: bool = False  # a training job: memory plan for training, trainer.max_steps|max_epochs required
-    ranked: bool = True  # its runs are scored, so they reach the leaderboard
     inputs: Callable = no_inputs  # cfg -> config keys of the input files it reads beside dataset.path
     without_model: str = ""  # what it does instead of asking a model, where ``uses_model`` can be False
     estimate: str | None = None  # "module:function" (cfg, loaded) -> Estimate where requests are not item prompts
     prefix: tuple[str, ...] = ()  # fixed words before the label's tags in a run name
     suffix: tuple[str, ...] = ()  # fixed words after them
-    figures: tuple[str, ...] = ()  # the leaderboard page's figures its runs are drawn in (leaderboard/page.py FIGURES)
     judged: bool = False  # its items are open answers an LLM judge can grade (judge=..., esgexp/eval/judge.py)
 
     def job_class(self):
@@ -81,10 +93,6 @@ class TaskKind:
         if self.prompts is None:
             raise UserError(f"task={self.name} does not prompt a model item by item")
         return load(self.prompts)
-
-    def scores(self, records: list[dict], metric: str, config: Mapping):
-        """The per-item values behind ``metric`` (``item_scores`` of the kind); None when it has none."""
-        return load(self.item_scores)(records, metric, config) if self.item_scores else None
 
     def run_label(self, tags: Mapping, sep: str = "/") -> str:
         """The run's name from its tags: e.g. ``smollm2-135m/zero_shot/generate``, ``bm25/question``."""
@@ -125,11 +133,9 @@ register(
         "mcq",
         GENERATION,
         label=("model", "strategy", "scoring"),
-        records="predictions.jsonl",
-        item_scores="esgexp.tasks.mcq:item_scores",
+        scoring=Scoring(records="predictions.jsonl", item_scores="esgexp.tasks.mcq:item_scores"),
         prompts="esgexp.tasks.mcq:MCQTask",
         prompt_style="mcq",
-        figures=("question_heatmap", "framework_heatmap", "size_accuracy", "calibration"),
     )
 )
 register(
@@ -137,13 +143,14 @@ register(
         "qa",
         GENERATION,
         label=("model", "strategy", "scoring"),
-        records="predictions.jsonl",
-        item_scores="esgexp.tasks.qa:item_scores",
-        scoring_keys=("metrics",),
-        corpus_statistics=True,
+        scoring=Scoring(
+            records="predictions.jsonl",
+            item_scores="esgexp.tasks.qa:item_scores",
+            scoring_keys=("metrics",),
+            corpus_statistics=True,
+        ),
         prompts="esgexp.tasks.qa:QATask",
         prompt_style="qa",
-        figures=("qa_by_type", "qa_by_spans", "category_accuracy"),
         judged=True,
     )
 )
@@ -152,15 +159,16 @@ register(
         "retrieval",
         "esgexp.tasks.retrieval:RetrievalJob",
         label=("retriever", "encoder", "query"),
-        records="rankings.jsonl",
-        item_scores="esgexp.tasks.retrieval:item_scores",
-        scoring_keys=("retrieval.threshold",),
+        scoring=Scoring(
+            records="rankings.jsonl",
+            item_scores="esgexp.tasks.retrieval:item_scores",
+            scoring_keys=("retrieval.threshold",),
+        ),
         uses_model=explained_queries,
         retrieves=True,
         inputs=core_questions,
         without_model="retrieval with fixed query texts",
         estimate="esgexp.papers.estimate:explanation_estimate",
-        figures=("recall_curves",),
     )
 )
 register(
@@ -169,13 +177,14 @@ register(
         "esgexp.tasks.esgbench_score:ScoringJob",
         label=("predictions",),
         prefix=("score",),
-        records="predictions.jsonl",
-        item_scores="esgexp.tasks.esgbench_score:item_scores",
-        scoring_keys=("recall_k", "metrics.numeric"),
+        scoring=Scoring(
+            records="predictions.jsonl",
+            item_scores="esgexp.tasks.esgbench_score:item_scores",
+            scoring_keys=("recall_k", "metrics.numeric"),
+        ),
         uses_model=never,
         inputs=predictions_file,
         without_model="scores a predictions file",
-        figures=("category_accuracy",),
         judged=True,
     )
 )
@@ -186,7 +195,7 @@ register(
         label=("model",),
         suffix=("lora",),
         prompt_style="qa",
+        scoring=Scoring(ranked=False),
         trains=True,
-        ranked=False,
     )
 )

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from esgexp.analysis.stats import (
+from esgexp.core.records import MCQItem
+from esgexp.errors import UserError
+from esgexp.eval.calibration import calibration_report
+from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
+from esgexp.eval.mcq import ABSTAIN, INVALID, UNFINISHED, UNFINISHED_RATE, mcq_metrics, parse_answer, reply_answer
+from esgexp.eval.stats import (
     ItemScores,
     StatsSettings,
     cluster_records,
@@ -13,12 +18,7 @@ from esgexp.analysis.stats import (
     scored,
     with_interval,
 )
-from esgexp.core.jobs import rate
-from esgexp.core.records import MCQItem
-from esgexp.errors import UserError
-from esgexp.eval.calibration import calibration_report
-from esgexp.eval.circular import circular_metrics, position_bias, rotated_items
-from esgexp.eval.mcq import ABSTAIN, INVALID, UNFINISHED, UNFINISHED_RATE, mcq_metrics, parse_answer, reply_answer
+from esgexp.jobs.lifecycle import rate
 from esgexp.strategies.mcq import MCQPrompter
 
 CALIBRATION_FILE = "calibration.json"

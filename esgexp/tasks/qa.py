@@ -9,7 +9,10 @@ from collections import defaultdict
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from esgexp.analysis.stats import (
+from esgexp.core.records import QAItem
+from esgexp.errors import UserError
+from esgexp.eval.mcq import UNFINISHED, UNFINISHED_RATE, reply_answer
+from esgexp.eval.stats import (
     ItemScores,
     StatsSettings,
     cluster_records,
@@ -18,9 +21,6 @@ from esgexp.analysis.stats import (
     statistic_interval,
     with_interval,
 )
-from esgexp.core.records import QAItem
-from esgexp.errors import UserError
-from esgexp.eval.mcq import UNFINISHED, UNFINISHED_RATE, reply_answer
 from esgexp.models.scoring import cut_after_text
 from esgexp.strategies.qa import QAPrompter, draw_examples
 

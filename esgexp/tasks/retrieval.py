@@ -12,16 +12,6 @@ import logging
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from esgexp.analysis.stats import (
-    ItemScores,
-    StatsSettings,
-    cluster_records,
-    interval_metrics,
-    record_clusters,
-    scored,
-    with_interval,
-)
-from esgexp.core.jobs import Job
 from esgexp.core.outputs import PredictionLog
 from esgexp.core.records import QAItem
 from esgexp.errors import UserError
@@ -32,6 +22,16 @@ from esgexp.eval.retrieval_metrics import (
     per_query_metrics,
     retrieval_metrics,
 )
+from esgexp.eval.stats import (
+    ItemScores,
+    StatsSettings,
+    cluster_records,
+    interval_metrics,
+    record_clusters,
+    scored,
+    with_interval,
+)
+from esgexp.jobs.lifecycle import Job
 from esgexp.tasks.kinds import explained_queries
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ def graded_retrieval(cfg: DictConfig, data, ks: list[int]) -> tuple[list[dict], 
     if not data.queries:
         raise UserError(f"dataset {cfg.dataset.name!r} has no usable queries (skipped rows: {len(data.skipped)})")
     if explained_queries(cfg):  # explanations, unless the retriever ignores the query text
-        from esgexp.core.jobs import job_backend
+        from esgexp.jobs.lifecycle import job_backend
         from esgexp.retrieval.explain import explanation_queries
 
         with job_backend(cfg, "generate") as backend:

@@ -37,7 +37,7 @@ _CHUNK = 100
 @dataclass(frozen=True)
 class StatsSettings:
     """How intervals are computed: ``bootstrap`` resamples, their ``seed``, the ``confidence`` level
-    (checked with every setting, esgexp/core/settings.py)."""
+    (checked with every setting, esgexp/jobs/settings.py)."""
 
     bootstrap: int = 1000
     seed: int = 0

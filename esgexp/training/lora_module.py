@@ -14,7 +14,7 @@ import torch
 
 from esgexp.eval.qa_metrics import score_item
 from esgexp.models.inference import left_padded
-from esgexp.models.sft_data import IGNORE_INDEX, GenerationSet
+from esgexp.training.sft_data import IGNORE_INDEX, GenerationSet
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from esgexp.core import tracking
 from esgexp.core.config import flatten
-from esgexp.core.identity import job_identity
 from esgexp.core.outputs import write_atomic, write_json
 from esgexp.errors import UserError
+from esgexp.jobs.identity import job_identity
 
 
 class Job(ABC):
@@ -26,8 +26,11 @@ class Job(ABC):
     step_metric: str | None = None  # the metric whose value is the step the metrics are logged at
     writes = True  # False on a multi-process job's ranks other than 0: no file, no tracked run
 
-    def __init__(self, cfg: DictConfig):
+    def __init__(self, cfg: DictConfig, kind=None):
         self.cfg = cfg
+        self.kind = (
+            kind  # its TaskKind (esgexp/tasks/kinds.py): run label, prompts class, records file; a build has none
+        )
 
     @property
     def output_dir(self) -> Path:
@@ -43,6 +46,14 @@ class Job(ABC):
     def tags(self) -> dict:
         """The kind's own tags, beside those of ``job_tags``."""
         return {}
+
+    def run_tags(self) -> dict[str, str]:
+        """The tags of its tracked run: those every run carries (``job_tags``) and the kind's own."""
+        return job_tags(self.cfg, self.output_dir, **self.tags())
+
+    def run_name(self, tags: dict) -> str:
+        """Its tracked run's name, made of its tags (the kind's run label)."""
+        return self.kind.run_label(tags)
 
     @abstractmethod
     def work(self, run: tracking.TrackedRun | None) -> tuple[dict, dict] | None:
@@ -63,16 +74,14 @@ def run_steps(job: Job) -> dict:
     """Check the config, load, save the inputs, open the tracked run, work, finish, print the summary;
     return the metrics ({} on a rank that does not write)."""
     check_config(job.cfg)
-    check_input_files(job.cfg)
+    check_input_files(job.cfg, job.kind)
     skipped = job.load()
     if not job.writes:
         job.work(None)
         return {}
     job.save(skipped)
-    from esgexp.tasks.kinds import kind_of
-
-    tags = job_tags(job.cfg, job.output_dir, **job.tags())
-    with tracked_run(job.cfg, kind_of(job.cfg.task).run_label(tags), tags) as run:
+    tags = job.run_tags()
+    with tracked_run(job.cfg, job.run_name(tags), tags) as run:
         metrics, info = job.work(run)
         finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
         job.finished(run, metrics)
@@ -81,9 +90,9 @@ def run_steps(job: Job) -> dict:
 
 
 def check_config(cfg: DictConfig) -> Path:
-    """Fail early on a mandatory value left unset, a bad setting (esgexp/core/settings.py) or a tracking server
+    """Fail early on a mandatory value left unset, a bad setting (esgexp/jobs/settings.py) or a tracking server
     that does not answer; return the run folder."""
-    from esgexp.core.settings import check_settings
+    from esgexp.jobs.settings import check_settings
 
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
@@ -95,29 +104,27 @@ def check_config(cfg: DictConfig) -> Path:
     return Path(cfg.paths.output_dir)
 
 
-def input_files(cfg: DictConfig) -> list[tuple[str, Path]]:
+def input_files(cfg: DictConfig, kind=None) -> list[tuple[str, Path]]:
     """The data files a composed job reads, each with the setting that names it: ``dataset.path`` (for a folder
     dataset with splits, SustainableQA's, its ``<split>.json`` files: the evaluated split and the few-shot
-    examples' split) and the task kind's inputs (predictions, core questions)."""
-    from esgexp.tasks.kinds import kind_of
-
+    examples' split) and its task ``kind``'s inputs (predictions, core questions; a build has no kind)."""
     dataset = cfg.dataset.get("path") if not cfg.dataset.get("hf_id") else None
     found = [("dataset.path", Path(str(dataset)))] if dataset else []
     if dataset and cfg.dataset.get("split") and (Path(str(dataset)).is_dir() or not Path(str(dataset)).suffix):
         splits = dict.fromkeys(s for s in (cfg.dataset.split, (cfg.get("strategy") or {}).get("split")) if s)
         found = [("dataset.path", Path(str(dataset)) / f"{split}.json") for split in splits]
-    keys = kind_of(cfg.task).inputs(cfg)
+    keys = kind.inputs(cfg) if kind is not None else ()
     return found + [(key, Path(str(value))) for key in keys if (value := OmegaConf.select(cfg, key))]
 
 
-def check_input_files(cfg: DictConfig) -> None:
+def check_input_files(cfg: DictConfig, kind=None) -> None:
     """Registry files (conf/data/) the job reads and lacks: downloaded and verified with ``data.download=true``,
     else one error naming the ``esgexp-data get`` command; a Git LFS pointer given as data is refused
     (esgexp/data/fetch.py)."""
     from esgexp.data.fetch import FetchSettings, check_inputs
 
     if "data" in cfg:
-        check_inputs(input_files(cfg), FetchSettings.of(cfg))
+        check_inputs(input_files(cfg, kind), FetchSettings.of(cfg))
 
 
 def same_job(cfg: DictConfig, run_dir: Path) -> bool:

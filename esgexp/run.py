@@ -1,11 +1,11 @@
 """One job: ``run_job(cfg)`` makes the Job of ``cfg.task`` (its kind in esgexp/tasks/kinds.py) and runs its
-steps (esgexp/core/jobs.py), or with ``dry_run=true`` prints its memory plan instead."""
+steps (esgexp/jobs/lifecycle.py), or with ``dry_run=true`` prints its memory plan instead."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from esgexp.core.jobs import Job, run_steps
+from esgexp.jobs.lifecycle import Job, run_steps
 
 
 def run_job(cfg: DictConfig) -> dict:
@@ -18,10 +18,11 @@ def run_job(cfg: DictConfig) -> dict:
 
 
 def make_job(cfg: DictConfig) -> Job:
-    """The ``Job`` of ``cfg.task`` (esgexp/tasks/kinds.py)."""
+    """The ``Job`` of ``cfg.task``, carrying its kind (esgexp/tasks/kinds.py) from here on."""
     from esgexp.tasks.kinds import kind_of
 
-    return kind_of(cfg.task).job_class()(cfg)
+    kind = kind_of(cfg.task)
+    return kind.job_class()(cfg, kind)
 
 
 # The exit status of a job that ended with items never answered (0: complete, 2: a user error).

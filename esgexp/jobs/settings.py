@@ -1,7 +1,9 @@
 """Every numeric and enumerated setting a user sets, checked once before any work, each error naming its key.
 
-``SCHEMA`` maps a dotted config key to its rule; a key the composed config lacks (another task's group,
-an unset optional group) is not checked. ``check_settings(cfg)`` raises one UserError listing every bad
+``SCHEMA`` maps a dotted config key to its rule: the rules of the settings no component owns, and those the
+components declare beside what they check (``RULES`` of core/tracking.py, backends/cache.py, data/pdf.py,
+eval/judge_prompts.py); ``component_rules`` adds those of the chosen dataset, backend and retriever classes.
+A key the composed config lacks (another task's group, an unset optional group) is not checked. ``check_settings(cfg)`` raises one UserError listing every bad
 key as ``KEY must be EXPECTED, got VALUE``. The jobs then read these values without checking them again.
 """
 
@@ -9,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from esgexp.backends.cache import CACHE_MODES
-from esgexp.core.rules import URL, Choice, Encoding, Flag, Integer, Integers, Number, Rule, StoreURI, declared_rules
-from esgexp.data.pdf import READERS
+from esgexp.backends.cache import RULES as CACHE_RULES
+from esgexp.core.rules import URL, Choice, Flag, Integer, Integers, Number, Rule, broken, declared_rules
+from esgexp.core.tracking import TRACKING_RULES
+from esgexp.data.pdf import RULES as READER_RULES
 from esgexp.errors import UserError
-from esgexp.eval.judge_prompts import PROMPTS as JUDGE_PROMPTS
+from esgexp.eval.judge_prompts import RULES as JUDGE_RULES
 from esgexp.tasks.kinds import KINDS
 
 TASKS = tuple(KINDS)  # the registered task kinds (esgexp/tasks/kinds.py)
@@ -26,7 +29,6 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 MCQ_CONTEXTS = ("full", "best_line")
 QA_CONTEXTS = ("full",)
 NUMERIC_RULES = ("unit_aware", "esgbench")  # metrics.numeric: esgbench_metrics.NUMERIC_RULES
-JUDGE_BACKENDS = ("hf", "openai", "vllm")  # judge.backend: a conf/backend/ option for the judge model
 
 
 def _context_rule(cfg: DictConfig) -> Rule | None:
@@ -48,13 +50,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "seed": Integer(0, 2**32 - 1),
     "resume": Flag(),
     "skip_invalid_jobs": Flag(),
-    "cache": Choice(CACHE_MODES),
-    "dataset.limit": Integer(1, optional=True),
-    "dataset.seed": Integer(0, 2**32 - 1),
-    "dataset.encoding": Encoding(),
-    "dataset.min_overlap": Number(0, 1, above=True),
-    "dataset.core_only": Flag(),
-    "dataset.merge_duplicates": Flag(),
+    **CACHE_RULES,
     "data.download": Flag(),
     "data.retries": Integer(0),
     "data.hosts.github": URL(),
@@ -77,10 +73,7 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "retrieval.threshold": Integer(1, 3),
     "recall_k": Integer(1),
     "metrics.numeric": Choice(NUMERIC_RULES),
-    "judge.backend": Choice(JUDGE_BACKENDS, optional=True),
-    "judge.prompt_version": Choice(tuple(JUDGE_PROMPTS)),
-    "judge.evidence": Flag(),
-    "judge.max_new_tokens": Integer(1),
+    **JUDGE_RULES,
     "model.dtype": Choice(MODEL_DTYPES),
     "model.load_in_4bit": Flag(),
     "model.generation.max_new_tokens": Integer(1),
@@ -117,25 +110,20 @@ SCHEMA: dict[str, Rule | Callable[[DictConfig], Rule]] = {
     "stats.bootstrap": Integer(100),  # fewer resamples leave a percentile interval's ends to chance
     "stats.seed": Integer(0, 2**32 - 1),
     "stats.confidence": Number(0.5, 1, below=True),
-    "tracking.uri": StoreURI(),
-    "tracking.offline": Flag(),
-    "tracking.connect_timeout_s": Number(0, above=True),
-    "tracking.http_timeout_s": Integer(1),
-    "tracking.http_max_retries": Integer(0),
-    "corpus.reader": Choice(READERS),  # python -m esgexp.ingest
+    **TRACKING_RULES,
+    **READER_RULES,
     "workers": Integer(1, optional=True),  # ingest: files read at once; null: every CPU
 }
 
-_ABSENT = object()
-
 
 def component_rules(cfg: DictConfig) -> dict[str, Rule]:
-    """The rules the chosen components' classes declare (``backend.<key>``, ``retriever.<key>``, a hybrid's
-    ``retriever.bm25.<key>``, a second stage's ``retriever.rerank_depth``)."""
+    """The rules the chosen components' classes declare (``dataset.<key>``, ``backend.<key>``, ``retriever.<key>``,
+    a hybrid's ``retriever.bm25.<key>``, a second stage's ``retriever.rerank_depth``)."""
     from esgexp.retrieval.factory import retriever_rules
 
     retriever = cfg.get("retriever")
     return {
+        **declared_rules(cfg.get("dataset"), "dataset."),
         **declared_rules(cfg.get("backend"), "backend."),
         **(retriever_rules(retriever) if isinstance(retriever, DictConfig) else {}),
     }
@@ -144,19 +132,7 @@ def component_rules(cfg: DictConfig) -> dict[str, Rule]:
 def problems(cfg: DictConfig) -> list[str]:
     """One ``KEY must be EXPECTED, got VALUE`` line per setting of ``cfg`` that breaks its rule (SCHEMA's, and
     those of its components)."""
-    found = []
-    for key, rule in {**SCHEMA, **component_rules(cfg)}.items():
-        value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
-        if value is _ABSENT:
-            continue
-        rule = rule(cfg) if callable(rule) else rule
-        if rule is None or _copies_another_key(cfg, key) or (value is None and rule.optional):
-            continue
-        if isinstance(value, ListConfig):
-            value = OmegaConf.to_container(value, resolve=True)
-        if not rule.accepts(value):
-            expected = rule.expected() + (" or null" if rule.optional else "")
-            found.append(f"{key} must be {expected}, got {'null' if value is None else repr(value)}")
+    found = broken(cfg, {**SCHEMA, **component_rules(cfg)})
     if trains(OmegaConf.select(cfg, "task")) and not cfg.trainer.get("max_steps") and not cfg.trainer.get("max_epochs"):
         found.append("trainer.max_steps or trainer.max_epochs must be set for fine-tuning")
     task = OmegaConf.select(cfg, "task")
@@ -166,13 +142,6 @@ def problems(cfg: DictConfig) -> list[str]:
             f"judge grades open answers (task={judged}); task={task} has none: drop judge=... (or set judge=null)"
         )
     return found
-
-
-def _copies_another_key(cfg: DictConfig, key: str) -> bool:
-    """Whether ``key`` is an interpolation (``${trainer.batch_size}``): its source is checked instead."""
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    return isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, leaf)
 
 
 def check_settings(cfg: DictConfig) -> None:
