@@ -43,8 +43,11 @@ def no_inputs(cfg) -> tuple[str, ...]:
 
 
 def core_questions(cfg) -> tuple[str, ...]:
-    """ClimRetrieve's definition and concept queries are read from the core questions file."""
-    return ("query.core_questions",) if (cfg.get("query") or {}).get("mode") in ("definition", "concepts") else ()
+    """ClimRetrieve's definition and concept queries are read from the core questions file (only over a
+    ClimRetrieve dataset: another refuses those query modes when it runs)."""
+    climretrieve = str((cfg.get("dataset") or {}).get("_target_", "")).startswith("esgexp.data.climretrieve.")
+    wanted = (cfg.get("query") or {}).get("mode") in ("definition", "concepts")
+    return ("query.core_questions",) if climretrieve and wanted else ()
 
 
 def predictions_file(cfg) -> tuple[str, ...]:
