@@ -211,3 +211,18 @@ def test_the_leaderboard_reads_a_runs_questions_without_repeating_its_row_warnin
     questions = dataset_questions(Run("r1", {"run_dir": str(tmp_path)}, {}, {}), {})
     assert len(questions) == 48
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_build_never_resumes_into_a_jobs_run_folder(tmp_path):
+    """A job's run folder given as a build's out: named as such, with or without resume=true, and left as it was."""
+    from esgexp.builders.run import check_out_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("task: mcq\ndataset:\n  name: esg_sample\n")
+    (run / "predictions.jsonl").write_text('{"id": "1"}\n')
+    before = {p.name: p.read_text() for p in run.iterdir()}
+    for resume in (False, True):
+        with pytest.raises(UserError, match=r"holds a job's run folder \(task=mcq\), not a build: set out=NEW_DIR$"):
+            check_out_dir(run, resume=resume)
+    assert {p.name: p.read_text() for p in run.iterdir()} == before
