@@ -39,6 +39,7 @@ def test_a_job_starts_its_server_answers_and_stops_it(llama_cpp, tmp_path):
     assert metrics["n_items"] == 3 and metrics["n_failed"] == 0
     started = json.loads((tmp_path / "run" / "server.json").read_text())
     assert started["command"][1:3] == ["-m", "llama_cpp.server"] and started["base_url"].startswith("http://127.0.0.1:")
+    assert started["model_ids"] == ["smollm2-135m"]  # what the server said it serves, part of the cache's key
     assert "llama" in (tmp_path / "run" / "server.log").read_text(errors="replace").lower()
     assert gone(started["pid"])
     # the request cache knows the server by its command, not its port: a second run asks nothing
@@ -99,3 +100,37 @@ def test_a_shared_server_serves_every_job_of_a_sweep_and_stops_at_its_end(llama_
     assert len(records) == 2 and records[0] == records[1]
     assert len(list(tmp_path.glob("**/server.log"))) == 1
     assert gone(records[0]["pid"])
+
+
+def test_a_taken_port_is_one_line_naming_who_holds_it_and_nothing_is_asked(tmp_path):
+    """Another program's server on backend.server.port: refused before the job starts, never run on."""
+    from openai_server import FakeOpenAI
+
+    with FakeOpenAI() as other:
+        message = (
+            rf"backend.server.port={other.port} is taken by pid {os.getpid()} \(.*\): a server esgexp starts cannot "
+            r"listen there; stop that program, choose another backend.server.port, or leave it unset \(null\)"
+        )
+        with pytest.raises(UserError, match=message):
+            run_job(compose_config(tmp_path, *LLAMA, f"backend.server.port={other.port}", "dataset.limit=3"))
+        assert other.count == 0
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()
+
+
+def test_a_health_answer_from_a_process_not_the_servers_own_is_refused(tmp_path):
+    """The command esgexp started leaves the port to a program of another session (setsid): that program
+    answers the health check, but it is not the server esgexp started, so the job stops, naming who holds it."""
+    from openai_server import free_port
+
+    from esgexp.backends.ports import listeners
+
+    port = free_port()
+    command = "backend.server.command=[setsid,'{python}',-m,http.server,'{port}',--bind,127.0.0.1]"
+    overrides = (command, f"backend.server.port={port}", "backend.server.health_path=/", "dataset.limit=1")
+    try:
+        with pytest.raises(UserError, match=rf"backend.server.port={port} is taken by pid \d+ \(.*http.server {port}"):
+            run_job(compose_config(tmp_path, *LLAMA, *overrides))
+    finally:
+        for pid in listeners(port) or []:  # the other session's server outlives the job: it is not esgexp's
+            os.kill(pid, signal.SIGTERM)
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()

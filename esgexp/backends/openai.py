@@ -205,7 +205,13 @@ class OpenAIBackend(Backend):
         self.context = context  # where batch mode keeps its files (the run folder, the cache folder's registry)
 
     def identity(self) -> dict:
-        where = {"server": self.server_command} if self.server_command else {"base_url": self.base_url}
+        # a started server: its command (not its port, which changes from run to run) and the models it said it
+        # serves once it was known to be the one answering (backends/server.py)
+        where = (
+            {"server": self.server_command, "served_by": self.server.model_ids}
+            if self.server is not None
+            else {"base_url": self.base_url}
+        )
         identity = {"backend": "openai", **where, "model": self.served, "api": self.api}
         if self.api_params != "standard":
             identity.update(api_params=self.api_params, reasoning_effort=self.reasoning_effort)
