@@ -68,6 +68,43 @@ def test_a_server_that_dies_mid_run_ends_the_run_in_seconds_with_one_line(fake_p
     assert elapsed < 15, elapsed  # before: every item's 5 retries, 31 s each, 2 at a time
 
 
+@pytest.mark.parametrize(("kind", "said"), [("500", "HTTP 500: Internal server error"), ("drop", "connection dropped")])
+def test_a_server_that_starts_failing_every_item_ends_the_run_in_seconds(
+    fake_proxy, tmp_path, clean_env, made_store, kind, said
+):
+    """The server answers the start-up probe and 5 items, then fails every item's request while it still
+    answers (a crashed worker behind a proxy, an out-of-memory loop): the circuit breaker ends the run as
+    incomplete in seconds, naming what the server answered, instead of every item's retries (31 items: 145 s
+    before). A server that fails every item from the start ends the same way, as a run that failed."""
+    fake_proxy.fail_when(lambda request: fake_proxy.answered >= 6, kind, path="/v1/chat/completions")
+    started = time.monotonic()
+    args = (f"backend.base_url={fake_proxy.base_url}", f"paths.root_dir={tmp_path}", "trainer.progress_bar=false")
+    one_at_a_time = ("backend.max_concurrency=1", "backend.backoff_s=0.2")
+    done = run_cli("esgexp", "backend=openai", *one_at_a_time, "dataset.limit=31", *args, cwd=REPO, env=clean_env)
+    elapsed = time.monotonic() - started
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output[-3000:]
+    (predictions,) = tmp_path.glob("runs/**/predictions.jsonl")
+    records = [json.loads(line) for line in predictions.read_text().splitlines()]
+    failed = [r for r in records if r.get("failed")]
+    failing = f"the server at {fake_proxy.base_url} failed every request after 5 items (8 requests in a row failed"
+    # one item used up its retries, the next 6 got none, the 8th tripped the breaker: it and the other 18 end at once
+    assert len(records) == 31 and len(failed) == 26 and all(said in r["error"] for r in failed)
+    assert sum(r["error"].startswith(failing) for r in failed) == 19
+    assert output.count(failing) == 2 and "; resume=true continues" in output  # the warning, the end
+    assert "never answered                 26 (resume=true finishes them)" in output
+    assert elapsed < 20, elapsed
+
+    fake_proxy.reset()
+    fake_proxy.fail_when(lambda request: "Hello" not in request.text, kind, path="/v1/chat/completions")
+    started = time.monotonic()
+    done = run_cli("esgexp", "backend=openai", "dataset.limit=31", *args, cwd=REPO, env=clean_env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert "failed every request after 0 items" in output and "resume=true asks them again" in output
+    assert time.monotonic() - started < 20
+
+
 def test_a_prompt_longer_than_the_context_is_a_permanent_error_of_its_item(llama_server, tmp_path, caplog):
     """The real llama.cpp server's 400 (context 2,048): the item's error says its tokens, the context and the
     settings that shorten it, never resume; it is not retried."""

@@ -8,10 +8,10 @@ backoff and jitter (``Retry-After`` honoured) up to ``max_retries``, and timeout
 any other 4xx fails that item at once with the server's message, as ``permanent`` (asking again cannot mend
 it; a prompt longer than the model's context says its size and the settings that shorten it). An item
 whose retries run out is answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it.
-A server that stops answering mid-run (the client's ``ServerGone``) fails every item not yet answered at
-once, with one warning: ``the server at URL stopped answering after N items``. Ctrl-C stops sending:
-the answers of the requests in flight are awaited and handed over before ``KeyboardInterrupt`` (a second
-Ctrl-C stops at once).
+A server that stops answering mid-run, or fails every request for ``give_up_after`` requests in a row (the
+client's ``ServerGone``), fails every item not yet answered at once, with one warning: ``the server at URL
+stopped answering (failed every request) after N items``. Ctrl-C stops sending: the answers of the requests in flight are
+awaited and handed over before ``KeyboardInterrupt`` (a second Ctrl-C stops at once).
 
 ``model.api.params: reasoning`` is the parameter rule of OpenAI's o-series reasoning models (o3, o4-mini), which
 reject ``max_tokens``, ``temperature`` and ``stop``: the token limit goes as ``max_completion_tokens``
@@ -93,6 +93,7 @@ class OpenAIBackend(Backend):
         "batch_poll_s": Number(0, above=True),
         "batch_failed": Choice(FAILED_CHOICES),
         "batch_max_requests": Integer(1),
+        "give_up_after": Integer(2),
     }
     runtime_keys = (
         "max_concurrency",
@@ -100,6 +101,7 @@ class OpenAIBackend(Backend):
         "connect_timeout_s",
         "max_retries",
         "progress_bar",
+        "give_up_after",
         "server.host",  # where and how long a started server waits: not what it answers
         "server.port",
         "server.startup_timeout_s",
@@ -147,6 +149,7 @@ class OpenAIBackend(Backend):
         batch_output: str | None = None,
         batch_max_requests: int = MAX_REQUESTS,
         batch_wait: bool = True,
+        give_up_after: int = 8,
     ):
         self.response_format = response_format
         if model_cfg.get("adapter"):
@@ -183,6 +186,7 @@ class OpenAIBackend(Backend):
             needed_by=f"model {model_cfg.name!r} on {self.base_url}",
             key_setting="backend.api_key_env",
             max_concurrency=self.max_concurrency,
+            give_up_after=int(give_up_after),
         )
         self._checked: set[str] = set()
         self._letters_missing = 0
@@ -404,7 +408,8 @@ class OpenAIBackend(Backend):
     def stopped_answering(self) -> str:
         """The error of every item a gone server left unanswered; logged once, when it is first seen, with
         what to do."""
-        message = f"the server at {self.base_url} stopped answering after {self._answered} items ({self.client.gone})"
+        how = "failed every request" if self.client.failing else "stopped answering"
+        message = f"the server at {self.base_url} {how} after {self._answered} items ({self.client.gone})"
         self.warn_once("gone", f"{message}; resume=true continues")
         return message
 

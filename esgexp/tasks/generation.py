@@ -109,8 +109,10 @@ class GenerationJob(Job):
         if metrics["n_failed"] == len(self.items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
             first = next(r.get("error") for r in self.records if r.get("failed"))
+            again = "" if any(r.get("permanent") for r in self.records) else "; resume=true asks them again"
             raise UserError(
-                f"every item failed (e.g. {first}; errors in {self.predictions.path}); the MLflow run is marked FAILED"
+                f"every item failed (e.g. {first}; errors in {self.predictions.path}); the MLflow run is marked "
+                f"FAILED{again}"
             )
 
     def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
