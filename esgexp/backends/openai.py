@@ -94,6 +94,8 @@ class OpenAIBackend(Backend):
         "batch_failed": Choice(FAILED_CHOICES),
         "batch_max_requests": Integer(1),
         "give_up_after": Integer(2),
+        "server.port": Integer(1, 65535, optional=True),  # a started server's (backend/server=...): null for a free one
+        "server.startup_timeout_s": Number(0, above=True),
     }
     runtime_keys = (
         "max_concurrency",
