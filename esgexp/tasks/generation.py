@@ -103,7 +103,8 @@ class GenerationJob(Job):
         metrics["n_resumed"] = len(self.done)
         metrics.update(self.backend.stats())
         metrics.update(usage_metrics(usage, cfg.model.get("price")))
-        return metrics, {**info, "complete": "false" if metrics["n_failed"] else "true"}
+        incomplete = metrics["n_failed"] or metrics.get("judge/n_failed")
+        return metrics, {**info, "complete": "false" if incomplete else "true"}
 
     def finished(self, run, metrics: dict) -> None:
         if metrics["n_failed"] == len(self.items):
