@@ -134,3 +134,19 @@ def test_a_health_answer_from_a_process_not_the_servers_own_is_refused(tmp_path)
         for pid in listeners(port) or []:  # the other session's server outlives the job: it is not esgexp's
             os.kill(pid, signal.SIGTERM)
     assert not (tmp_path / "run" / "predictions.jsonl").exists()
+
+
+def test_a_server_command_that_cannot_run_for_this_model_says_what_mends_it(tmp_path):
+    """llama.cpp's server for a model without a GGUF file, vLLM's server where vLLM is not installed: one line
+    each naming the setting or the install, never a bare placeholder or errno."""
+    with pytest.raises(UserError, match=r"needs \{model_gguf\}: give a model with a packaged GGUF file"):
+        run_job(compose_config(tmp_path, *LLAMA, "model=qwen2.5-0.5b", "dataset.limit=1"))
+    vllm = ("backend=openai", "backend/server=vllm", "model=qwen2.5-0.5b", "tracking.offline=true")
+    missing = "backend.server.command=[no-such-vllm-here]"
+    with pytest.raises(UserError, match=r"'no-such-vllm-here' cannot be started: No such file or directory$"):
+        run_job(compose_config(tmp_path, *vllm, missing, "dataset.limit=1"))
+    if not __import__("shutil").which("vllm"):
+        with pytest.raises(
+            UserError, match=r"'vllm' cannot be started: .*pip install -e '.\[vllm\]' on a machine with"
+        ):
+            run_job(compose_config(tmp_path, *vllm, "dataset.limit=1"))

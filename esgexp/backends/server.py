@@ -34,6 +34,11 @@ from esgexp.backends import ports
 from esgexp.errors import UserError
 
 RUNNING: list[ManagedServer] = []
+#: What installs a server command that is not there, by its program's name.
+INSTALL_HINTS = {
+    "vllm": " (vLLM is not installed: pip install -e '.[vllm]' on a machine with an NVIDIA GPU; "
+    "without one, backend/server=llama_cpp serves a GGUF model on the CPU)",
+}
 #: The server a job left running for the next jobs of its sweep (``backend.server.shared``), by what it serves.
 KEPT: dict[str, ManagedServer] = {}
 LOG_TAIL = 15
@@ -66,6 +71,7 @@ class ManagedServer:
             except OSError as error:
                 raise UserError(
                     f"backend.server.command {self.command[0]!r} cannot be started: {error.strerror}"
+                    f"{INSTALL_HINTS.get(Path(self.command[0]).name, '')}"
                 ) from error
         RUNNING.append(self)
         self.record(self.log_path.parent / "server.json")
@@ -182,13 +188,25 @@ def stop_kept() -> None:
         KEPT.pop(key).stop()
 
 
+#: What gives a placeholder of a server's command its value, for a model that has none.
+PLACEHOLDER_SOURCES = {
+    "model_path": "model.path=DIR (a model folder) or model.hub_id=ORG/NAME: this model has neither",
+    "model_gguf": "a model with a packaged GGUF file (model.gguf, e.g. model=smollm2-135m): this model has none",
+}
+
+
 def fill(text: str, values: dict[str, str]) -> str:
-    """``text`` with its ``{name}`` placeholders filled; a placeholder with no value is a UserError."""
+    """``text`` with its ``{name}`` placeholders filled; a placeholder with no value is a UserError saying
+    which model setting gives it."""
     try:
         return text.format(**values)
     except KeyError as error:
+        name = error.args[0]
+        source = PLACEHOLDER_SOURCES.get(name)
+        if source:
+            raise UserError(f"backend.server.command needs {{{name}}}: give {source}") from None
         raise UserError(
-            f"backend.server.command: no value for {{{error.args[0]}}} (the placeholders: {', '.join(sorted(values))})"
+            f"backend.server.command: no value for {{{name}}} (the placeholders: {', '.join(sorted(values))})"
         ) from None
 
 
