@@ -107,6 +107,11 @@ class GenerationJob(Job):
         return metrics, {**info, "complete": "false" if incomplete else "true"}
 
     def finished(self, run, metrics: dict) -> None:
+        from esgexp.backends.batch import PENDING
+
+        failed = [r for r in self.records if r.get("failed")]
+        if failed and all(str(r.get("error")).startswith(PENDING) for r in failed):
+            return  # batch_wait=false: submitted as asked, collected by resume=true (an incomplete run, exit 3)
         if metrics["n_failed"] == len(self.items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
             first = next(r.get("error") for r in self.records if r.get("failed"))
