@@ -226,3 +226,31 @@ def test_a_build_never_resumes_into_a_jobs_run_folder(tmp_path):
         with pytest.raises(UserError, match=r"holds a job's run folder \(task=mcq\), not a build: set out=NEW_DIR$"):
             check_out_dir(run, resume=resume)
     assert {p.name: p.read_text() for p in run.iterdir()} == before
+
+
+def test_a_server_group_with_a_backend_that_has_none_names_the_backend_that_does(tmp_path, clean_env):
+    """backend/server=llama_cpp with backend=hf: the backend that takes a server, not Hydra's advice to add
+    +backend/server (which fails too)."""
+    from cli import run_cli
+
+    done = run_cli("esgexp", "backend=hf", "backend/server=llama_cpp", cwd=tmp_path, env=clean_env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: backend/server goes with backend=openai, not backend=hf: use backend=openai"
+
+
+def test_a_path_that_does_not_exist_is_named_as_such(tmp_path, monkeypatch):
+    """sync and compare of a folder that does not exist: "no such ...", not "not a run folder"; a bare file
+    name that is not there names the current folder, not "."."""
+    from esgexp.analysis.compare import load_run
+    from esgexp.cli.sync import check_folder
+    from esgexp.data.text_files import existing_file
+
+    with pytest.raises(UserError, match=rf"^{tmp_path}/gone: no such file or folder in {tmp_path}$"):
+        check_folder(tmp_path / "gone")
+    with pytest.raises(UserError, match=r"neither a run folder nor an MLflow run id \(32 hex digits\): no such file"):
+        load_run(tmp_path / "gone")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        UserError, match=rf"^dataset.path=x.csv: no such file or folder in the current folder \({tmp_path}\)$"
+    ):
+        existing_file("x.csv", "dataset.path")

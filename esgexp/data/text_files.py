@@ -119,7 +119,8 @@ def missing(path: Path, setting: str | None = None) -> str:
         return f"no such file or folder: the folder {parent} does not exist"
     names = [p.name for p in path.parent.iterdir()]
     near = difflib.get_close_matches(path.name, names, n=1, cutoff=0.8)
-    hint = f"; did you mean {path.parent / near[0]}?" if near else f" in {path.parent}"
+    folder = path.parent if path.parent != Path(".") else f"the current folder ({Path.cwd()})"
+    hint = f"; did you mean {path.parent / near[0]}?" if near else f" in {folder}"
     return f"no such file or folder{hint}"
 
 
