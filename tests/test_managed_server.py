@@ -15,6 +15,11 @@ from openai_server import missing_server_modules
 from esgexp.core.run import run_job
 from esgexp.errors import UserError
 
+# A command that starts http.server in a session of its own on the port it is given, then waits.
+HANDS_OVER = (
+    "import subprocess, sys, time; subprocess.Popen([sys.executable, \\'-m\\', \\'http.server\\', sys.argv[1], "
+    "\\'--bind\\', \\'127.0.0.1\\'], start_new_session=True); time.sleep(60)"
+)
 LLAMA = ("backend=openai", "backend/server=llama_cpp", "backend.max_concurrency=1", "tracking.offline=true")
 ONE_THREAD = "+backend.server.extra_args=[--n_threads,1,--n_threads_batch,1]"
 
@@ -118,14 +123,15 @@ def test_a_taken_port_is_one_line_naming_who_holds_it_and_nothing_is_asked(tmp_p
 
 
 def test_a_health_answer_from_a_process_not_the_servers_own_is_refused(tmp_path):
-    """The command esgexp started leaves the port to a program of another session (setsid): that program
-    answers the health check, but it is not the server esgexp started, so the job stops, naming who holds it."""
+    """The command esgexp started hands the port to a program of another session (a server it starts in a
+    session of its own) and waits: that program answers the health check, but it is not the server esgexp
+    started, so the job stops, naming who holds the port."""
     from openai_server import free_port
 
     from esgexp.backends.ports import listeners
 
     port = free_port()
-    command = "backend.server.command=[setsid,'{python}',-m,http.server,'{port}',--bind,127.0.0.1]"
+    command = f"backend.server.command=['{{python}}',-c,'{HANDS_OVER}','{{port}}']"
     overrides = (command, f"backend.server.port={port}", "backend.server.health_path=/", "dataset.limit=1")
     try:
         with pytest.raises(UserError, match=rf"backend.server.port={port} is taken by pid \d+ \(.*http.server {port}"):

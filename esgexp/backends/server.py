@@ -80,6 +80,8 @@ class ManagedServer:
             if self.process.poll() is not None:
                 code = self.process.returncode
                 self.stop()
+                if ports.listeners(self.port):  # it could not listen: another program holds the port
+                    raise UserError(port_taken(self.port, f"the server esgexp started exited (status {code})"))
                 raise UserError(f"the server exited (status {code}) before it answered{self.log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
