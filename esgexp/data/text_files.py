@@ -68,9 +68,14 @@ def not_text(path: str | Path) -> str | None:
     """What ``path`` is when its first bytes say it is not text, and what to do (``a gzip archive, not a
     text file: unpack it first ...``); None for anything else."""
     with Path(path).open("rb") as handle:
-        head = handle.read(8)
+        head = handle.read(4096)
     magic = next((m for m in MAGIC if head.startswith(m)), None)
     if magic is None:
+        # control bytes other than tab, line ends and NUL (UTF-16 text is half NULs): random or binary data,
+        # which no encoding setting would read
+        control = sum((byte < 32 and byte not in b"\t\n\r\0") or byte == 127 for byte in head)
+        if control > len(head) // 20:
+            return "binary data (not text in any encoding), not a text file: give the CSV, JSON or JSONL file"
         return None
     kind, todo = ZIP_KINDS.get(Path(path).suffix.lower(), MAGIC[magic]) if magic == b"PK\x03\x04" else MAGIC[magic]
     return f"{kind}, not a text file: {todo.format(path=path)}"
