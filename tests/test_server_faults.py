@@ -213,3 +213,24 @@ def test_the_end_of_a_run_offers_resume_only_for_what_it_can_finish():
     assert unanswered_advice([retried, {"id": "answered"}]) == "resume=true finishes them"
     assert "resume=true cannot finish them" in unanswered_advice([refused])
     assert unanswered_advice([refused, retried, retried]).endswith("resume=true finishes the other 2")
+
+
+def test_llama_cpp_pythons_500_past_the_context_is_said_to_be_the_context(tmp_path):
+    """llama-cpp-python's server (logits kept) answers a prompt that fits but leaves no room for the answer
+    with HTTP 500 "could not broadcast input array ...": named as a context too small, not retried (53 s
+    before), with what shortens it."""
+    from embedding_server import CACHE
+    from openai_server import LlamaServer, missing_server_modules, server_gguf
+
+    if missing_server_modules() or server_gguf(CACHE) is None:
+        pytest.skip("llama-cpp-python[server] or the SmolLM2 GGUF is not installed")
+    with LlamaServer(server_gguf(CACHE), tmp_path / "server.log", n_ctx=128).start(timeout=100) as server:
+        model = backend(server.base_url, tmp_path, max_concurrency=1)
+        answers = []
+        started = time.monotonic()
+        model.run([GenerationRequest("long", "word " * 90, max_new_tokens=100)], answers.extend)
+        model.close()
+    (answer,) = answers
+    assert answer.failed and answer.permanent, answer
+    assert "does not fit the context of model 'smollm2-135m'" in answer.error and "could not broadcast" in answer.error
+    assert time.monotonic() - started < 15

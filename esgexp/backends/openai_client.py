@@ -474,6 +474,13 @@ class OpenAIClient:
         """A reply's JSON (``raw``: its bytes), or why not: ``RetryableError`` (429, 5xx, not JSON) or
         ``RequestFailed`` (other 4xx)."""
         text = data.decode("utf-8", errors="replace")
+        if status == 500 and BROADCAST_OVERFLOW.search(text):  # llama-cpp-python: past the context while answering
+            raise ContextOverflow(
+                f"HTTP 500: {server_message(text)} (llama-cpp-python's way of saying that the prompt and the answer's "
+                "tokens do not fit the model's context)",
+                None,
+                None,
+            )
         if status == 429 or status >= 500:
             raise RetryableError(f"HTTP {status}: {server_message(text)}", retry_after(wait), status=status)
         if status >= 400:
@@ -577,6 +584,9 @@ ERROR_ADVICE = {
 CONTEXT_OVERFLOW = re.compile(
     r"maximum context length|maximum model length|context size|context window|context_length_exceeded", re.I
 )
+#: llama-cpp-python's HTTP 500 when the prompt fits but the prompt and the answer's tokens do not (with logits
+#: kept for log-probabilities): "could not broadcast input array from shape (49152,) into shape (0,)".
+BROADCAST_OVERFLOW = re.compile(r"could not broadcast input array from shape")
 CONTEXT_TOKENS = re.compile(
     r"maximum context length is (\d+)|maximum model length of (\d+)|context size \((\d+) tokens\)"
     r'|context window of (\d+)|"n_ctx":\s*(\d+)'
