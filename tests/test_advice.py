@@ -254,3 +254,27 @@ def test_a_path_that_does_not_exist_is_named_as_such(tmp_path, monkeypatch):
         UserError, match=rf"^dataset.path=x.csv: no such file or folder in the current folder \({tmp_path}\)$"
     ):
         existing_file("x.csv", "dataset.path")
+
+
+def test_ingest_into_a_folder_it_cannot_make_is_one_line(tmp_path, clean_env):
+    """A file where paths.corpus_dir's folder goes (as a read-only file system would): one line naming the
+    setting, before any document is read, not a traceback."""
+    from cli import run_cli
+
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "acme.md").write_text("Scope 1 emissions were 12,400 tCO2e in 2024.\n")
+    done = run_cli(
+        "esgexp.ingest",
+        f"corpus.pdf_dir={tmp_path / 'docs'}",
+        "corpus.name=r",
+        f"paths.corpus_dir={tmp_path}/afile/c",
+        f"paths.cache_dir={tmp_path}/cache",
+        cwd=tmp_path,
+        env=clean_env,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"error: cannot write {tmp_path}/afile/c/r/paragraphs: {tmp_path}/afile is a file, not a folder; "
+        "set paths.corpus_dir to a folder you can write to"
+    )
