@@ -234,6 +234,28 @@ def cases(tmp: Path, servers: dict) -> list[Case]:
     ):
         out.append(Case("settings", name, esgexp(*args, *common), (2,), said))
 
+    # --- other commands and files a new user tries --------------------------------------------------------
+    noise = tmp / "noise.csv"
+    noise.write_bytes(bytes(range(256)) * 12)
+    truncated = tmp / "truncated.db"
+    truncated.write_bytes(Path(servers["store"]).read_bytes()[:3000])
+    (tmp / "afile").write_text("x")
+    out.append(Case("other commands", "random bytes as dataset.path", esgexp(f"dataset.path={noise}", *common),
+                    (2,), r"is binary data \(not text in any encoding\)", bad=r"dataset.encoding=cp1252"))  # fmt: skip
+    out.append(Case("other commands", "a truncated mlflow.db given to the leaderboard",
+                    esgexp(f"tracking.uri=sqlite:///{truncated}", f"out_dir={tmp}/lb", module="esgexp.leaderboard"),
+                    (2,), r"^error: .*truncated.db"))  # fmt: skip
+    out.append(Case("other commands", "esgexp-paper with a misspelt key", esgexp("tabel=x", module="esgexp.paper"),
+                    (2,), r"error: tabel is not a setting: did you mean table\?"))  # fmt: skip
+    out.append(Case("other commands", "esgexp-ingest with a file where paths.corpus_dir's folder goes",
+                    esgexp(f"corpus.pdf_dir={servers['docs']}", "corpus.name=r", f"paths.corpus_dir={tmp}/afile/c", module="esgexp.ingest"),
+                    (2,), r"error: .*afile.*paths.corpus_dir"))  # fmt: skip
+    out.append(Case("other commands", "esgexp-leaderboard on an empty folder", esgexp(f"paths.root_dir={tmp}/nolb", module="esgexp.leaderboard"),
+                    (2,), r"error: no MLflow store at .*point tracking.uri at the store your jobs logged to"))  # fmt: skip
+    out.append(Case("other commands", "esgexp-build of a corpus that does not exist", esgexp("builder=esgbench", f"corpus={tmp}/nocorpus", f"out={tmp}/b9", module="esgexp.build"),
+                    (2,), r"error: corpus folder not found: .*nocorpus.*esgexp.ingest"))  # fmt: skip
+    out.append(Case("other commands", "esgexp-export-adapter with two adapters", esgexp("a", "b", module="esgexp.export_adapter"),
+                    (2,), r"error: one adapter at a time, got a, b"))  # fmt: skip
     # --- newcomer ---------------------------------------------------------------------------------------
     out.append(Case("newcomer", "papers/ and compare/ are git-ignored", f"cd {ROOT} && git check-ignore papers/x.md compare/y.md",
                     (0,), r"papers/x.md\s+compare/y.md"))  # fmt: skip
@@ -293,6 +315,11 @@ def start_servers(tmp: Path) -> tuple[dict, list]:
 
     ingest(docs, tmp / "corpus", CharChunker(), progress=False)
     servers["corpus"] = str(tmp / "corpus")
+    servers["docs"] = str(docs)
+    from esgexp.core.tracking import seed_new_store
+
+    seed_new_store(f"sqlite:///{tmp}/store/mlflow.db")
+    servers["store"] = str(tmp / "store" / "mlflow.db")
     return servers, closing
 
 
