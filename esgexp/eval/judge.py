@@ -245,7 +245,7 @@ def probe_judge(cfg: DictConfig, config: tuple[DictConfig, DictConfig]) -> None:
     )
     replies: list = []
     try:
-        server.run([request], replies.extend)
+        server.run_live([request], replies.extend)  # live even for a judge in batch mode: one answer, now
     except UserError as error:
         raise UserError(f"judge {cfg.judge.model}: {error}{format_hint(config[0], str(error))}") from None
     finally:
