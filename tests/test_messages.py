@@ -73,7 +73,7 @@ CONSOLE_MISTAKES = {
     "esgexp-verify": (["dataset.pat=x", "corpus=y"], "did you mean dataset.path?"),
     "esgexp-leaderboard": (["alpha=0.05", "formatt=md"], "did you mean format? (format=md)"),
     "esgexp-compare": (["run-a", "run-b", "metricc=x"], "did you mean metric? (metric=x)"),
-    "esgexp-sync": (["/no/such/run"], "/no/such/run is not a run folder"),
+    "esgexp-sync": (["/no/such/run"], "/no/such/run: no such file or folder: the folder /no does not exist"),
     "esgexp-export-adapter": (["out_dirr=x"], "did you mean out_dir? (out_dir=x)"),
     "esgexp-paper": (["tabel=x"], "did you mean table? (table=x)"),
 }
@@ -112,7 +112,7 @@ def test_every_console_command_turns_a_mistake_into_one_message(tmp_path, clean_
             ["run-a", "run-b", "tracking.uri=sqlite:/x.db"],
             "tracking.uri must be a tracking store",
         ),
-        ("esgexp.sync", ["/no/such/run"], "/no/such/run is not a run folder (no config.yaml)"),
+        ("esgexp.sync", ["/no/such/run"], "/no/such/run: no such file or folder: the folder /no does not exist"),
         ("esgexp.export_adapter", ["model.adapter=x", "model.dtype=float8"], "model.dtype must be one of auto,"),
         ("esgexp", ["dataset.limit=[1,2"], "cannot read 'dataset.limit=[1,2'"),
         ("esgexp.build", ["corpus=/no/such/corpus"], "/no/such/corpus"),
