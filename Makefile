@@ -89,4 +89,4 @@ bench: install
 	$(PY) benchmarks/leaderboard.py
 
 clean:
-	rm -rf runs leaderboard .pytest_cache
+	rm -rf runs leaderboard papers compare .pytest_cache

@@ -30,10 +30,11 @@ INCOMPLETE_EXIT = 3
 
 
 def exit_if_incomplete(metrics: dict) -> dict:
-    """``metrics`` back for a complete job; for one with items never answered (``n_failed``), exit with
-    INCOMPLETE_EXIT, except in a sweep's job (its end reports it, esgexp/core/sweep.py)."""
+    """``metrics`` back for a complete job; for one with items never answered (``n_failed``) or never judged
+    (``judge/n_failed``), exit with INCOMPLETE_EXIT, except in a sweep's job (its end reports it,
+    esgexp/core/sweep.py)."""
     from esgexp.core.sweep import in_multirun
 
-    if metrics.get("n_failed") and not in_multirun():
+    if (metrics.get("n_failed") or metrics.get("judge/n_failed")) and not in_multirun():
         raise SystemExit(INCOMPLETE_EXIT)
     return metrics

@@ -211,3 +211,70 @@ def test_the_leaderboard_reads_a_runs_questions_without_repeating_its_row_warnin
     questions = dataset_questions(Run("r1", {"run_dir": str(tmp_path)}, {}, {}), {})
     assert len(questions) == 48
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_build_never_resumes_into_a_jobs_run_folder(tmp_path):
+    """A job's run folder given as a build's out: named as such, with or without resume=true, and left as it was."""
+    from esgexp.builders.run import check_out_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("task: mcq\ndataset:\n  name: esg_sample\n")
+    (run / "predictions.jsonl").write_text('{"id": "1"}\n')
+    before = {p.name: p.read_text() for p in run.iterdir()}
+    for resume in (False, True):
+        with pytest.raises(UserError, match=r"holds a job's run folder \(task=mcq\), not a build: set out=NEW_DIR$"):
+            check_out_dir(run, resume=resume)
+    assert {p.name: p.read_text() for p in run.iterdir()} == before
+
+
+def test_a_server_group_with_a_backend_that_has_none_names_the_backend_that_does(tmp_path, clean_env):
+    """backend/server=llama_cpp with backend=hf: the backend that takes a server, not Hydra's advice to add
+    +backend/server (which fails too)."""
+    from cli import run_cli
+
+    done = run_cli("esgexp", "backend=hf", "backend/server=llama_cpp", cwd=tmp_path, env=clean_env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: backend/server goes with backend=openai, not backend=hf: use backend=openai"
+
+
+def test_a_path_that_does_not_exist_is_named_as_such(tmp_path, monkeypatch):
+    """sync and compare of a folder that does not exist: "no such ...", not "not a run folder"; a bare file
+    name that is not there names the current folder, not "."."""
+    from esgexp.analysis.compare import load_run
+    from esgexp.cli.sync import check_folder
+    from esgexp.data.text_files import existing_file
+
+    with pytest.raises(UserError, match=rf"^{tmp_path}/gone: no such file or folder in {tmp_path}$"):
+        check_folder(tmp_path / "gone")
+    with pytest.raises(UserError, match=r"neither a run folder nor an MLflow run id \(32 hex digits\): no such file"):
+        load_run(tmp_path / "gone")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        UserError, match=rf"^dataset.path=x.csv: no such file or folder in the current folder \({tmp_path}\)$"
+    ):
+        existing_file("x.csv", "dataset.path")
+
+
+def test_ingest_into_a_folder_it_cannot_make_is_one_line(tmp_path, clean_env):
+    """A file where paths.corpus_dir's folder goes (as a read-only file system would): one line naming the
+    setting, before any document is read, not a traceback."""
+    from cli import run_cli
+
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "acme.md").write_text("Scope 1 emissions were 12,400 tCO2e in 2024.\n")
+    done = run_cli(
+        "esgexp.ingest",
+        f"corpus.pdf_dir={tmp_path / 'docs'}",
+        "corpus.name=r",
+        f"paths.corpus_dir={tmp_path}/afile/c",
+        f"paths.cache_dir={tmp_path}/cache",
+        cwd=tmp_path,
+        env=clean_env,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"error: cannot write {tmp_path}/afile/c/r/paragraphs: {tmp_path}/afile is a file, not a folder; "
+        "set paths.corpus_dir to a folder you can write to"
+    )

@@ -144,7 +144,7 @@ def test_bad_input_is_named_before_any_model_loads(corpus_dir, tmp_path):
     (tmp_path / "full" / "notes.txt").write_text("mine")
     with pytest.raises(UserError, match="is not empty and holds no build: set out=NEW_DIR"):
         run_build(build_cfg(tmp_path, f"corpus={corpus_dir}", f"out={tmp_path}/full"))
-    with pytest.raises(UserError, match="holds no earlier build"):
+    with pytest.raises(UserError, match="is not empty and holds no build: set out=NEW_DIR"):
         run_build(build_cfg(tmp_path, f"corpus={corpus_dir}", f"out={tmp_path}/full", "resume=true"))
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
 

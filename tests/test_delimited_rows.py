@@ -74,7 +74,25 @@ def test_an_unclosed_quote_in_a_quoted_file_is_skipped_with_its_lines(tmp_path):
     path.write_text(MCQ_HEADER + "".join(rows), encoding="utf-8")
     loaded = load(path)
     assert [item.id for item in loaded.items] == ["1"]
-    assert loaded.skipped == [f"{path} lines 3-4: 13 fields, the header has 7; row skipped"]
+    assert loaded.skipped == [
+        f'{path} lines 3-4: field \'D\' opens a quote that is closed only on a later line (\'"d\\n"3","Third?"\'): '
+        "a quote left open; row skipped"
+    ]
+
+
+def test_a_quote_that_opens_mid_field_is_named_even_when_the_field_count_matches(tmp_path):
+    """``2866,"56,"Which of ...``: the csv module glues 56 to the question and cuts the question at its comma,
+    which gives the header's field count; the row is skipped, naming its line and field."""
+    lines = SAMPLE_CSV.read_text(encoding="utf-8").splitlines(keepends=True)
+    bad = '2866,"56,"Which of the following, is a Scope 3 category?",A,a,b,c,d,z,doc,1,text\n'
+    path = tmp_path / "esgenius.csv"
+    path.write_text(lines[0] + bad + "".join(lines[1:]), encoding="utf-8")
+    loaded = load(path)
+    assert loaded.skipped == [
+        f"{path} line 2: field 'new_id' is quoted, but text follows its closing quote ('\"56,\"Which of th'): a quote "
+        'that opens mid-field or is not escaped (write "" for a quote inside a quoted cell); row skipped'
+    ]
+    assert loaded.items == load(SAMPLE_CSV).items
 
 
 def test_the_run_lists_the_skipped_row_before_any_model_loads(make_cfg, tmp_path):

@@ -247,3 +247,18 @@ def test_generate_with_prefix_cache_equals_without(tiny, monkeypatch):
     collect(model, GenerateScorer(tokenizer, max_new_tokens=2, prefix_ids=prefix), tokenizer, prompts, 3)
     longest = max(len(t) for t in tokenizer(prompts)["input_ids"])
     assert widths[:2] == [len(prefix), longest - len(prefix)]  # the prefix once, then only the rest
+
+
+def test_a_local_model_with_a_chat_template_left_unused_is_warned_about(make_cfg, tiny_model_dir, tmp_path, caplog):
+    """model=local model.path=DIR keeps model.chat_template=false: an instruct model's tokenizer has a template,
+    and prompts sent as plain text answer badly (SmolLM2 this way: invalid rate 1.000), so one warning names the
+    setting; with the setting true, none."""
+    from esgexp.backends.base import RunContext
+    from esgexp.backends.hf import HFBackend
+
+    for chat_template, warned in (("false", True), ("true", False)):
+        cfg = make_cfg("model=local", f"model.path={tiny_model_dir}", f"model.chat_template={chat_template}")
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="esgexp"):
+            HFBackend(cfg.model, RunContext(str(tmp_path), "", 0)).tokenizer  # noqa: B018 (loads it)
+        assert ("model.chat_template=true" in caplog.text) == warned, caplog.text

@@ -4,6 +4,7 @@ the overrides, ``--key=value``, a sweep in a one-job command, the export command
 
 import gzip
 import json
+import random
 import sys
 import zipfile
 from pathlib import Path
@@ -70,7 +71,10 @@ def binary_files(folder: Path) -> dict[str, tuple[Path, str]]:
     pdf.write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     parquet = folder / "mcq.parquet"
     parquet.write_bytes(b"PAR1\x15\x04\x15\x10")
+    noise = folder / "noise.csv"  # random bytes: no encoding reads them, so no encoding advice
+    noise.write_bytes(random.Random(0).randbytes(3000))
     return {
+        "random": (noise, f"{noise} is binary data (not text in any encoding), not a text file: give the CSV"),
         "gzip": (gz, f"{gz} is a gzip archive, not a text file: unpack it first (gunzip -k {gz})"),
         "xlsx": (xlsx, f"{xlsx} is an Excel workbook (xlsx), not a text file: save the sheet as CSV UTF-8"),
         "pdf": (

@@ -339,3 +339,36 @@ def test_a_judge_grades_an_external_esgbench_predictions_file(make_cfg, tmp_path
     assert {"judge/accuracy/ci_low", "judge/agree/em_rate", "judge/agree/n_f1_high"} <= set(metrics)
     scores = scoring_item_scores(records, "judge/accuracy")
     assert scores.kind == "proportion" and sum(scores.values) == correct
+
+
+def test_the_judge_is_checked_before_the_first_item(make_cfg, llama_server, monkeypatch):
+    """The judge's key, server and response format are found wrong by one request at the start, before any
+    answer is generated: llama-cpp-python's server fails the default json_schema form (HTTP 500) and the error
+    names json_object; the judge's key unset and its server down are one line each."""
+    from openai_server import free_port
+
+    from esgexp.eval.judge import check_judge
+
+    served = ("judge=default", "judge.backend=openai", f"+judge.backend_overrides.base_url={llama_server}")
+    quick = "+judge.backend_overrides.backoff_s=0.05"
+    with pytest.raises(UserError, match=r"for it, \+judge.backend_overrides.response_format=json_object$"):
+        check_judge(make_cfg(*FACTOID, *served, quick, "cache=off"))
+    check_judge(make_cfg(*FACTOID, *served, "+judge.backend_overrides.response_format=json_object", "cache=off"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(
+        UserError, match=r"^judge: model gpt-4o: API key not set \(environment variable OPENAI_API_KEY\)"
+    ):
+        check_judge(make_cfg(*FACTOID, "judge=default", "judge.model=gpt-4o"))
+    down = f"+judge.backend_overrides.base_url=http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(UserError, match=r"^judge smollm2-135m: the server at http://127.0.0.1:\d+/v1 does not answer"):
+        check_judge(make_cfg(*FACTOID, "judge=default", "judge.backend=openai", down))
+
+
+def test_failed_judge_requests_make_the_run_incomplete():
+    """A judge request that failed is a verdict never given: the job ends incomplete (exit 3), never exit 0."""
+    from esgexp.run import INCOMPLETE_EXIT, exit_if_incomplete
+
+    with pytest.raises(SystemExit) as ended:
+        exit_if_incomplete({"n_failed": 0, "judge/n_failed": 2, "judge/accuracy": 1.0})
+    assert ended.value.code == INCOMPLETE_EXIT
+    assert exit_if_incomplete({"n_failed": 0, "judge/n_failed": 0}) == {"n_failed": 0, "judge/n_failed": 0}

@@ -15,6 +15,11 @@ from openai_server import missing_server_modules
 from esgexp.errors import UserError
 from esgexp.run import run_job
 
+# A command that starts http.server in a session of its own on the port it is given, then waits.
+HANDS_OVER = (
+    "import subprocess, sys, time; subprocess.Popen([sys.executable, \\'-m\\', \\'http.server\\', sys.argv[1], "
+    "\\'--bind\\', \\'127.0.0.1\\'], start_new_session=True); time.sleep(60)"
+)
 LLAMA = ("backend=openai", "backend/server=llama_cpp", "backend.max_concurrency=1", "tracking.offline=true")
 ONE_THREAD = "+backend.server.extra_args=[--n_threads,1,--n_threads_batch,1]"
 
@@ -39,6 +44,7 @@ def test_a_job_starts_its_server_answers_and_stops_it(llama_cpp, tmp_path):
     assert metrics["n_items"] == 3 and metrics["n_failed"] == 0
     started = json.loads((tmp_path / "run" / "server.json").read_text())
     assert started["command"][1:3] == ["-m", "llama_cpp.server"] and started["base_url"].startswith("http://127.0.0.1:")
+    assert started["model_ids"] == ["smollm2-135m"]  # what the server said it serves, part of the cache's key
     assert "llama" in (tmp_path / "run" / "server.log").read_text(errors="replace").lower()
     assert gone(started["pid"])
     # the request cache knows the server by its command, not its port: a second run asks nothing
@@ -99,3 +105,54 @@ def test_a_shared_server_serves_every_job_of_a_sweep_and_stops_at_its_end(llama_
     assert len(records) == 2 and records[0] == records[1]
     assert len(list(tmp_path.glob("**/server.log"))) == 1
     assert gone(records[0]["pid"])
+
+
+def test_a_taken_port_is_one_line_naming_who_holds_it_and_nothing_is_asked(tmp_path):
+    """Another program's server on backend.server.port: refused before the job starts, never run on."""
+    from openai_server import FakeOpenAI
+
+    with FakeOpenAI() as other:
+        message = (
+            rf"backend.server.port={other.port} is taken by pid {os.getpid()} \(.*\): a server esgexp starts cannot "
+            r"listen there; stop that program, choose another backend.server.port, or leave it unset \(null\)"
+        )
+        with pytest.raises(UserError, match=message):
+            run_job(compose_config(tmp_path, *LLAMA, f"backend.server.port={other.port}", "dataset.limit=3"))
+        assert other.count == 0
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()
+
+
+def test_a_health_answer_from_a_process_not_the_servers_own_is_refused(tmp_path):
+    """The command esgexp started hands the port to a program of another session (a server it starts in a
+    session of its own) and waits: that program answers the health check, but it is not the server esgexp
+    started, so the job stops, naming who holds the port."""
+    from openai_server import free_port
+
+    from esgexp.backends.ports import listeners
+
+    port = free_port()
+    command = f"backend.server.command=['{{python}}',-c,'{HANDS_OVER}','{{port}}']"
+    overrides = (command, f"backend.server.port={port}", "backend.server.health_path=/", "dataset.limit=1")
+    try:
+        with pytest.raises(UserError, match=rf"backend.server.port={port} is taken by pid \d+ \(.*http.server {port}"):
+            run_job(compose_config(tmp_path, *LLAMA, *overrides))
+    finally:
+        for pid in listeners(port) or []:  # the other session's server outlives the job: it is not esgexp's
+            os.kill(pid, signal.SIGTERM)
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()
+
+
+def test_a_server_command_that_cannot_run_for_this_model_says_what_mends_it(tmp_path):
+    """llama.cpp's server for a model without a GGUF file, vLLM's server where vLLM is not installed: one line
+    each naming the setting or the install, never a bare placeholder or errno."""
+    with pytest.raises(UserError, match=r"needs \{model_gguf\}: give a model with a packaged GGUF file"):
+        run_job(compose_config(tmp_path, *LLAMA, "model=qwen2.5-0.5b", "dataset.limit=1"))
+    vllm = ("backend=openai", "backend/server=vllm", "model=qwen2.5-0.5b", "tracking.offline=true")
+    missing = "backend.server.command=[no-such-vllm-here]"
+    with pytest.raises(UserError, match=r"'no-such-vllm-here' cannot be started: No such file or directory$"):
+        run_job(compose_config(tmp_path, *vllm, missing, "dataset.limit=1"))
+    if not __import__("shutil").which("vllm"):
+        with pytest.raises(
+            UserError, match=r"'vllm' cannot be started: .*pip install -e '.\[vllm\]' on a machine with"
+        ):
+            run_job(compose_config(tmp_path, *vllm, "dataset.limit=1"))

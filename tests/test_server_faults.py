@@ -27,6 +27,15 @@ def backend(base_url: str, tmp_path, **settings) -> OpenAIBackend:
     return OpenAIBackend(model, RunContext(str(tmp_path), "", 0), base_url, progress_bar=False, **settings)
 
 
+def incomplete_run(done, root: Path) -> tuple[str, list[dict], list[dict]]:
+    """The output, records and failed records of a job under ``root`` that ended incomplete (exit 3)."""
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output[-3000:]
+    (predictions,) = root.glob("runs/**/predictions.jsonl")
+    records = [json.loads(line) for line in predictions.read_text().splitlines()]
+    return output, records, [r for r in records if r.get("failed")]
+
+
 @pytest.fixture
 def fake_proxy():
     """The stand-in API (instant answers, no model) behind a fault proxy."""
@@ -52,11 +61,7 @@ def test_a_server_that_dies_mid_run_ends_the_run_in_seconds_with_one_line(fake_p
         env=clean_env,
     )
     elapsed = time.monotonic() - started
-    output = done.stdout + done.stderr
-    assert done.returncode == 3, output[-3000:]
-    (predictions,) = tmp_path.glob("runs/**/predictions.jsonl")
-    records = [json.loads(line) for line in predictions.read_text().splitlines()]
-    failed = [r for r in records if r.get("failed")]
+    output, records, failed = incomplete_run(done, tmp_path)
     # the 5 answers relayed before it died, and any that the server sent while it died
     answered = len(records) - len(failed)
     gone = f"the server at {fake_proxy.base_url} stopped answering after {answered} items ("
@@ -66,6 +71,39 @@ def test_a_server_that_dies_mid_run_ends_the_run_in_seconds_with_one_line(fake_p
     assert f"never answered                 {len(failed)} (resume=true finishes them)" in output
     assert not any(r.get("permanent") for r in failed)
     assert elapsed < 15, elapsed  # before: every item's 5 retries, 31 s each, 2 at a time
+
+
+@pytest.mark.parametrize(("kind", "said"), [("500", "HTTP 500: Internal server error"), ("drop", "connection dropped")])
+def test_a_server_that_starts_failing_every_item_ends_the_run_in_seconds(
+    fake_proxy, tmp_path, clean_env, made_store, kind, said
+):
+    """The server answers the start-up probe and 5 items, then fails every item's request while it still
+    answers (a crashed worker behind a proxy, an out-of-memory loop): the circuit breaker ends the run as
+    incomplete in seconds, naming what the server answered, instead of every item's retries (31 items: 145 s
+    before). A server that fails every item from the start ends the same way, as a run that failed."""
+    fake_proxy.fail_when(lambda request: fake_proxy.answered >= 6, kind, path="/v1/chat/completions")
+    started = time.monotonic()
+    args = (f"backend.base_url={fake_proxy.base_url}", f"paths.root_dir={tmp_path}", "trainer.progress_bar=false")
+    one_at_a_time = ("backend.max_concurrency=1", "backend.backoff_s=0.2")
+    done = run_cli("esgexp", "backend=openai", *one_at_a_time, "dataset.limit=31", *args, cwd=REPO, env=clean_env)
+    elapsed = time.monotonic() - started
+    output, records, failed = incomplete_run(done, tmp_path)
+    failing = f"the server at {fake_proxy.base_url} failed every request after 5 items (8 requests in a row failed"
+    # one item used up its retries, the next 6 got none, the 8th tripped the breaker: it and the other 18 end at once
+    assert len(records) == 31 and len(failed) == 26 and all(said in r["error"] for r in failed)
+    assert sum(r["error"].startswith(failing) for r in failed) == 19
+    assert failing in output and "; resume=true continues" in output  # the warning, once
+    assert "never answered                 26 (resume=true finishes them)" in output
+    assert elapsed < 20, elapsed
+
+    fake_proxy.reset()
+    fake_proxy.fail_when(lambda request: "Hello" not in request.text, kind, path="/v1/chat/completions")
+    started = time.monotonic()
+    done = run_cli("esgexp", "backend=openai", "dataset.limit=31", "cache=off", *args, cwd=REPO, env=clean_env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert "failed every request after 0 items" in output and "resume=true asks them again" in output
+    assert time.monotonic() - started < 20
 
 
 def test_a_prompt_longer_than_the_context_is_a_permanent_error_of_its_item(llama_server, tmp_path, caplog):
@@ -176,3 +214,24 @@ def test_the_end_of_a_run_offers_resume_only_for_what_it_can_finish():
     assert unanswered_advice([retried, {"id": "answered"}]) == "resume=true finishes them"
     assert "resume=true cannot finish them" in unanswered_advice([refused])
     assert unanswered_advice([refused, retried, retried]).endswith("resume=true finishes the other 2")
+
+
+def test_llama_cpp_pythons_500_past_the_context_is_said_to_be_the_context(tmp_path):
+    """llama-cpp-python's server (logits kept) answers a prompt that fits but leaves no room for the answer
+    with HTTP 500 "could not broadcast input array ...": named as a context too small, not retried (53 s
+    before), with what shortens it."""
+    from embedding_server import CACHE
+    from openai_server import LlamaServer, missing_server_modules, server_gguf
+
+    if missing_server_modules() or server_gguf(CACHE) is None:
+        pytest.skip("llama-cpp-python[server] or the SmolLM2 GGUF is not installed")
+    with LlamaServer(server_gguf(CACHE), tmp_path / "server.log", n_ctx=128).start(timeout=100) as server:
+        model = backend(server.base_url, tmp_path, max_concurrency=1)
+        answers = []
+        started = time.monotonic()
+        model.run([GenerationRequest("long", "word " * 90, max_new_tokens=100)], answers.extend)
+        model.close()
+    (answer,) = answers
+    assert answer.failed and answer.permanent, answer
+    assert "does not fit the context of model 'smollm2-135m'" in answer.error and "could not broadcast" in answer.error
+    assert time.monotonic() - started < 15

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import mlflow
@@ -16,7 +18,7 @@ from conftest import compose_config
 from openai_server import FakeOpenAI
 from test_finetune_run import FT
 
-from esgexp.backends.sigint import STOP_SIGNALS, stop_signals_as_ctrl_c
+from esgexp.backends.sigint import STOP_SIGNALS, deferred_sigint, stop_signals_as_ctrl_c
 from esgexp.cli.command import run_command
 from esgexp.errors import Interrupted
 from esgexp.run import run_job
@@ -50,6 +52,60 @@ def test_every_command_takes_sigterm_and_sigusr2_as_ctrl_c(capsys, signal_handle
         run_command(main, "leaderboard", [])
     assert ended.value.code == status
     assert capsys.readouterr().err == f"interrupted ({STOP_SIGNALS[signum]})\n"
+
+
+def test_sigterm_stops_a_command_started_with_sigint_ignored(capsys, signal_handlers):
+    """``cmd &`` in a script starts the command with SIGINT ignored: a stop signal still stops it, and SIGINT
+    stays ignored, as the shell asked."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def main():
+        os.kill(os.getpid(), signal.SIGINT)  # ignored
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)  # the handler raises before this ends
+
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as ended:
+        run_command(main, "leaderboard", [])
+    assert ended.value.code == 143 and time.monotonic() - started < 5
+    assert capsys.readouterr().err == "interrupted (SIGTERM)\n"
+
+
+def test_deferred_stop_with_sigint_ignored_waits_for_the_safe_point(signal_handlers):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with stop_signals_as_ctrl_c(), deferred_sigint() as interrupted:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert not interrupted.is_set()  # SIGINT is still ignored
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert interrupted.is_set()  # the stop waits for the caller's safe point
+        with pytest.raises(KeyboardInterrupt):  # a second one stops at once
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_kill_stops_a_job_started_in_the_background_by_a_script(tmp_path, clean_env):
+    """``esgexp ... &`` in a script, then ``kill PID``: the job stops with its answers kept, exit 143."""
+    run_dir = tmp_path / "run"
+    predictions = run_dir / "predictions.jsonl"
+    with FakeOpenAI(delay=0.3, answer="A") as server:
+        script = (
+            f"{sys.executable} -m esgexp backend=openai backend.max_concurrency=1 dataset.limit=30 "
+            f"backend.base_url={server.base_url} paths.root_dir={tmp_path} tracking.offline=true "
+            f"paths.request_cache={tmp_path}/requests.sqlite trainer.progress_bar=false hydra.run.dir={run_dir} "
+            "& echo $! > pid; wait $!; echo $? > status"
+        )
+        shell = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=clean_env, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and shell.poll() is None:
+            if predictions.is_file() and len(predictions.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.05)
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGTERM)
+        _, stderr = shell.communicate(timeout=60)
+    kept = len(predictions.read_text().splitlines())
+    assert (tmp_path / "status").read_text().strip() == "143", stderr[-3000:]
+    assert kept < 30
+    assert f"interrupted (SIGTERM): {kept} answers kept in {run_dir}; resume=true continues" in stderr
 
 
 def test_sigterm_keeps_the_answers_marks_the_run_killed_and_resume_asks_the_rest(tmp_path, clean_env, made_store):

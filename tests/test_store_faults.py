@@ -140,3 +140,15 @@ def test_an_ascii_terminal_prints_escapes_instead_of_failing(monkeypatch):
     run_command(lambda: print("esg · sample é"), "leaderboard", [])
     out.flush()
     assert out.buffer.getvalue() == b"esg \\xb7 sample \\xe9\n"
+
+
+def test_a_truncated_store_is_one_line_not_a_traceback(tmp_path):
+    """An mlflow.db cut off (a copy stopped midway, a full disk): named as damaged, with what to do."""
+    from esgexp.core.tracking import check_store_file, seed_new_store
+
+    seed_new_store(f"sqlite:///{tmp_path}/whole.db")
+    cut = tmp_path / "cut.db"
+    cut.write_bytes((tmp_path / "whole.db").read_bytes()[:3000])
+    check_store_file(f"sqlite:///{tmp_path}/whole.db")
+    with pytest.raises(UserError, match=r"the MLflow store .*cut.db is damaged \(sqlite: .*\): it was cut off"):
+        check_store_file(f"sqlite:///{cut}")

@@ -130,7 +130,10 @@ def load_run(ref: str | Path, tracking_uri: str | None = None) -> RunData:
     if path.is_dir():
         return read_run_folder(path, str(ref))
     if not RUN_ID.fullmatch(str(ref)):
-        raise UserError(f"{ref}: neither a run folder nor an MLflow run id (32 hex digits)")
+        from esgexp.data.text_files import missing
+
+        where = missing(path) if not path.exists() else "a file"
+        raise UserError(f"{ref}: neither a run folder nor an MLflow run id (32 hex digits): {where}")
     import mlflow
     from mlflow.exceptions import MlflowException
 

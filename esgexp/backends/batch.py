@@ -42,6 +42,8 @@ from esgexp.core.outputs import json_lines, write_atomic
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
+# How the error of an item whose batch still runs at the provider starts (batch_wait=false): not a failure of the run.
+PENDING = "pending in batch "
 
 #: OpenAI's limits on one batch input file: requests and bytes (a larger job is split into several batches).
 MAX_REQUESTS = 50_000
@@ -283,7 +285,7 @@ class BatchRun:
         if record.status not in ENDED:  # batch_wait=false: it runs on at the provider
             for cid in wanted:
                 self.backend.batch_errors[cid] = (
-                    f"pending in batch {record.batch_id} ({record.status}) at {record.base_url}: resume=true collects it"
+                    f"{PENDING}{record.batch_id} ({record.status}) at {record.base_url}: resume=true collects it"
                 )
             self.pending.update(wanted)
             return set()

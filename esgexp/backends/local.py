@@ -5,12 +5,15 @@ the tokenizer (loaded without the model: a cached rerun never loads weights) and
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from esgexp.backends.base import REASONING_OPEN, Backend, Request, RunContext
+
+log = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 
@@ -96,6 +99,13 @@ class LocalModelBackend(Backend):
             from esgexp.models.loading import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.source)
+            # model=local knows nothing of the model: a named config (conf/model/) chose its setting on purpose
+            if self.model_cfg.name == "local" and self._tokenizer.chat_template and not self.model_cfg.chat_template:
+                log.warning(
+                    "model %s: its tokenizer has a chat template, but model.chat_template=false sends prompts as "
+                    "plain text; an instruct model answers far better through it: model.chat_template=true",
+                    self.model_cfg.name,
+                )
         return self._tokenizer
 
     def rendered(self, request: Request) -> str:

@@ -8,10 +8,10 @@ backoff and jitter (``Retry-After`` honoured) up to ``max_retries``, and timeout
 any other 4xx fails that item at once with the server's message, as ``permanent`` (asking again cannot mend
 it; a prompt longer than the model's context says its size and the settings that shorten it). An item
 whose retries run out is answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it.
-A server that stops answering mid-run (the client's ``ServerGone``) fails every item not yet answered at
-once, with one warning: ``the server at URL stopped answering after N items``. Ctrl-C stops sending:
-the answers of the requests in flight are awaited and handed over before ``KeyboardInterrupt`` (a second
-Ctrl-C stops at once).
+A server that stops answering mid-run, or fails every request for ``give_up_after`` requests in a row (the
+client's ``ServerGone``), fails every item not yet answered at once, with one warning: ``the server at URL
+stopped answering (failed every request) after N items``. Ctrl-C stops sending: the answers of the requests in flight are
+awaited and handed over before ``KeyboardInterrupt`` (a second Ctrl-C stops at once).
 
 ``model.api.params: reasoning`` is the parameter rule of OpenAI's o-series reasoning models (o3, o4-mini), which
 reject ``max_tokens``, ``temperature`` and ``stop``: the token limit goes as ``max_completion_tokens``
@@ -92,6 +92,9 @@ class OpenAIBackend(Backend):
         "batch_poll_s": Number(0, above=True),
         "batch_failed": Choice(FAILED_CHOICES),
         "batch_max_requests": Integer(1),
+        "give_up_after": Integer(2),
+        "server.port": Integer(1, 65535, optional=True),  # a started server's (backend/server=...): null for a free one
+        "server.startup_timeout_s": Number(0, above=True),
     }
     runtime_keys = (
         "max_concurrency",
@@ -99,6 +102,7 @@ class OpenAIBackend(Backend):
         "connect_timeout_s",
         "max_retries",
         "progress_bar",
+        "give_up_after",
         "server.host",  # where and how long a started server waits: not what it answers
         "server.port",
         "server.startup_timeout_s",
@@ -146,6 +150,7 @@ class OpenAIBackend(Backend):
         batch_output: str | None = None,
         batch_max_requests: int = MAX_REQUESTS,
         batch_wait: bool = True,
+        give_up_after: int = 8,
     ):
         self.response_format = response_format
         if model_cfg.get("adapter"):
@@ -182,6 +187,7 @@ class OpenAIBackend(Backend):
             needed_by=f"model {model_cfg.name!r} on {self.base_url}",
             key_setting="backend.api_key_env",
             max_concurrency=self.max_concurrency,
+            give_up_after=int(give_up_after),
         )
         self._checked: set[str] = set()
         self._letters_missing = 0
@@ -204,7 +210,13 @@ class OpenAIBackend(Backend):
         self.context = context  # where batch mode keeps its files (the run folder, the cache folder's registry)
 
     def identity(self) -> dict:
-        where = {"server": self.server_command} if self.server_command else {"base_url": self.base_url}
+        # a started server: its command (not its port, which changes from run to run) and the models it said it
+        # serves once it was known to be the one answering (backends/server.py)
+        where = (
+            {"server": self.server_command, "served_by": self.server.model_ids}
+            if self.server is not None
+            else {"base_url": self.base_url}
+        )
         identity = {"backend": "openai", **where, "model": self.served, "api": self.api}
         if self.api_params != "standard":
             identity.update(api_params=self.api_params, reasoning_effort=self.reasoning_effort)
@@ -397,7 +409,8 @@ class OpenAIBackend(Backend):
     def stopped_answering(self) -> str:
         """The error of every item a gone server left unanswered; logged once, when it is first seen, with
         what to do."""
-        message = f"the server at {self.base_url} stopped answering after {self._answered} items ({self.client.gone})"
+        how = "failed every request" if self.client.failing else "stopped answering"
+        message = f"the server at {self.base_url} {how} after {self._answered} items ({self.client.gone})"
         self.warn_once("gone", f"{message}; resume=true continues")
         return message
 

@@ -12,7 +12,11 @@ A reply cut off after its headers (``IncompleteRead``, a reset mid-body) is a dr
 other: retried and counted. After ``DOWN_AFTER`` connections lost in a row (refused, reset; HTTP errors
 do not count) the client asks the server's ``/models`` once; when that fails too the server is gone:
 every request waiting or retrying ends at once with ``ServerGone``, so a server that dies mid-run costs
-seconds, not every item's retries. The key is read from the environment variable
+seconds, not every item's retries. A server that answers but fails every request (HTTP 5xx, a dropped
+connection, a reply that is not JSON; not a 429 or a timeout) trips a circuit breaker: once ``give_up_after``
+requests in a row have failed with no answer in between, at least one of them after a retry, every
+request ends with ``ServerGone`` too (``failing`` says so), and while one request has already used up its
+retries in such a run of failures the next ones are not retried. The key is read from the environment variable
 ``api_key_env`` names and goes into the ``Authorization`` header only. Retries and failed requests are
 counted (``stats()``).
 
@@ -27,6 +31,7 @@ every request, not only the one that got it; a long wait is logged with how long
 from __future__ import annotations
 
 import email.utils
+import itertools
 import json
 import logging
 import os
@@ -161,6 +166,7 @@ class OpenAIClient:
         key_setting: str = "api_key_env",
         max_concurrency: int | None = None,
         max_wait_s: float = MAX_WAIT_S,
+        give_up_after: int | None = None,
     ):
         self.base_url = str(base_url).rstrip("/")
         self.timeout_s = float(timeout_s)
@@ -185,6 +191,13 @@ class OpenAIClient:
         self._lost_in_a_row = 0  # connections lost since the server's last reply (any request)
         self._looking = False  # one thread is asking the server's /models whether it is still there
         self.gone: str | None = None  # once the server is taken for gone (ServerGone): why
+        # the circuit breaker: requests failed since the server's last good answer (None: no breaker)
+        self.give_up_after = give_up_after
+        self.failing = False  # gone because every request failed (the breaker), not because nothing answers
+        self._failed_calls: set[int] = set()  # the serial number of each request failed since the last good answer
+        self._serial = itertools.count()
+        self._retried_in_streak = False  # one of them failed again after a retry
+        self._exhausted_in_streak = False  # one of them used up its retries
 
     # --- counting ---------------------------------------------------------------------------------
 
@@ -264,7 +277,8 @@ class OpenAIClient:
     def _halted(self) -> Exception:
         """What a request stopped by ``stop()`` raises: ``ServerGone`` once the server is gone, else ``Interrupted``."""
         if self.gone:
-            return ServerGone(f"the server at {self.base_url} stopped answering ({self.gone})")
+            how = "fails every request" if self.failing else "stopped answering"
+            return ServerGone(f"the server at {self.base_url} {how} ({self.gone})")
         return Interrupted("stopped")
 
     def _enter(self) -> int:
@@ -274,7 +288,7 @@ class OpenAIClient:
             raise self._halted() from None
 
     def _with_retries(self, call: Call) -> tuple:
-        own_timeouts = 0
+        own_timeouts, serial = 0, next(self._serial)
         for attempt in range(self.max_retries + 1):
             self._sleep(self._resume_at - time.monotonic())
             round_ = self._enter()
@@ -285,6 +299,7 @@ class OpenAIClient:
             try:
                 reply = self.send_once(call, timeout_s=timeout_s)
                 self.gate.leave(round_)
+                self._answered_well()
                 return reply, attempt
             except RetryableError as error:
                 self.gate.leave(round_, timed_out=error.timed_out)
@@ -293,12 +308,18 @@ class OpenAIClient:
                     raise
                 if error.lost:
                     self._connection_lost(error)
+                failing_run = self._failed(serial, attempt, error)
                 if self._stopped.is_set():
                     raise self._halted() from None
-                if attempt == self.max_retries:
-                    raise RetryableError(
-                        f"{error} (gave up after {self.max_retries} retries)", status=error.status
-                    ) from None
+                if attempt == self.max_retries or failing_run:
+                    with self._lock:
+                        self._exhausted_in_streak = self._exhausted_in_streak or bool(self._failed_calls)
+                    tries = (
+                        f"{self.max_retries} retries"
+                        if attempt == self.max_retries
+                        else "no retry: every request fails"
+                    )
+                    raise RetryableError(f"{error} (gave up after {tries})", status=error.status) from None
                 self.count("n_retries")
                 if error.wait is not None:
                     self._pause(error)
@@ -311,6 +332,32 @@ class OpenAIClient:
                 self.gate.leave(round_)
                 raise
         raise AssertionError("unreachable")
+
+    def _answered_well(self) -> None:
+        """A good answer: the circuit breaker's count starts again."""
+        with self._lock:
+            self._failed_calls.clear()
+            self._retried_in_streak = self._exhausted_in_streak = False
+
+    def _failed(self, serial: int, attempt: int, error: RetryableError) -> bool:
+        """Count a failed try for the circuit breaker; the ``give_up_after``-th request failed in a row (one of
+        them after a retry) takes the server for failing: every request ends (``ServerGone``). True when this
+        request is not worth retrying: another one already used up its retries since the last good answer."""
+        if self.give_up_after is None or error.timed_out or error.status == 429:
+            return False
+        with self._lock:
+            self._failed_calls.add(serial)
+            self._retried_in_streak = self._retried_in_streak or attempt > 0
+            tripped = len(self._failed_calls) >= self.give_up_after and self._retried_in_streak and not self.gone
+            if tripped:
+                self.gone = (
+                    f"{len(self._failed_calls)} requests in a row failed, none answered in between; the last: {error}"
+                )
+                self.failing = True
+            exhausted = self._exhausted_in_streak
+        if tripped:
+            self.stop()
+        return exhausted
 
     def _connection_lost(self, error: RetryableError) -> None:
         """Count a lost connection; the ``DOWN_AFTER``-th in a row makes one thread ask the server's ``/models``:
@@ -427,6 +474,13 @@ class OpenAIClient:
         """A reply's JSON (``raw``: its bytes), or why not: ``RetryableError`` (429, 5xx, not JSON) or
         ``RequestFailed`` (other 4xx)."""
         text = data.decode("utf-8", errors="replace")
+        if status == 500 and BROADCAST_OVERFLOW.search(text):  # llama-cpp-python: past the context while answering
+            raise ContextOverflow(
+                f"HTTP 500: {server_message(text)} (llama-cpp-python's way of saying that the prompt and the answer's "
+                "tokens do not fit the model's context)",
+                None,
+                None,
+            )
         if status == 429 or status >= 500:
             raise RetryableError(f"HTTP {status}: {server_message(text)}", retry_after(wait), status=status)
         if status >= 400:
@@ -530,6 +584,9 @@ ERROR_ADVICE = {
 CONTEXT_OVERFLOW = re.compile(
     r"maximum context length|maximum model length|context size|context window|context_length_exceeded", re.I
 )
+#: llama-cpp-python's HTTP 500 when the prompt fits but the prompt and the answer's tokens do not (with logits
+#: kept for log-probabilities): "could not broadcast input array from shape (49152,) into shape (0,)".
+BROADCAST_OVERFLOW = re.compile(r"could not broadcast input array from shape")
 CONTEXT_TOKENS = re.compile(
     r"maximum context length is (\d+)|maximum model length of (\d+)|context size \((\d+) tokens\)"
     r'|context window of (\d+)|"n_ctx":\s*(\d+)'

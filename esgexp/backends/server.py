@@ -6,7 +6,10 @@ In: the ``server`` node (``command`` and ``extra_args``, lists whose items may h
 ``{served}`` (the model name the client asks for), ``{model_path}`` (``model.path`` or ``model.hub_id``) and
 ``{model_gguf}`` (the model's packaged GGUF file); ``host``; ``port``, null for a free one;
 ``health_path``; ``startup_timeout_s``; ``env``) and the folder its log goes to. Out: a running process and
-its ``base_url`` (and ``server.json``, its command and pid, beside its log). It is stopped by ``stop()`` (the
+its ``base_url`` (and ``server.json``, its command, pid and the model ids it answered, beside its log). The server
+is known by its own process: a port another program holds is refused before it starts, and a health answer
+counts only when a process of the server's own session listens on the port (``ports.py``), so a job never runs
+on someone else's server. It is stopped by ``stop()`` (the
 backend's ``close``; with ``shared: true``, when the next job of the sweep needs another server), at
 interpreter exit (Ctrl-C, SIGTERM, an error, the end of a sweep) and, on Linux, when the esgexp process
 dies (kill -9): no server outlives its job, or with ``shared``, its sweep.
@@ -15,6 +18,7 @@ dies (kill -9): no server outlives its job, or with ``shared``, its sweep.
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import os
 import signal
@@ -26,9 +30,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from esgexp.backends import ports
 from esgexp.errors import UserError
 
 RUNNING: list[ManagedServer] = []
+#: What installs a server command that is not there, by its program's name.
+INSTALL_HINTS = {
+    "vllm": " (vLLM is not installed: pip install -e '.[vllm]' on a machine with an NVIDIA GPU; "
+    "without one, backend/server=llama_cpp serves a GGUF model on the CPU)",
+}
 #: The server a job left running for the next jobs of its sweep (``backend.server.shared``), by what it serves.
 KEPT: dict[str, ManagedServer] = {}
 LOG_TAIL = 15
@@ -43,6 +53,7 @@ class ManagedServer:
         self.timeout_s, self.log_path = timeout_s, log_path
         self.base_url = f"http://{host}:{port}/v1"
         self.process: subprocess.Popen | None = None
+        self.model_ids: list[str] = []  # what the server says it serves (GET /v1/models), once it answers
 
     def start(self, env: dict[str, str]) -> ManagedServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,6 +71,7 @@ class ManagedServer:
             except OSError as error:
                 raise UserError(
                     f"backend.server.command {self.command[0]!r} cannot be started: {error.strerror}"
+                    f"{INSTALL_HINTS.get(Path(self.command[0]).name, '')}"
                 ) from error
         RUNNING.append(self)
         self.record(self.log_path.parent / "server.json")
@@ -68,6 +80,8 @@ class ManagedServer:
             if self.process.poll() is not None:
                 code = self.process.returncode
                 self.stop()
+                if ports.listeners(self.port):  # it could not listen: another program holds the port
+                    raise UserError(port_taken(self.port, f"the server esgexp started exited (status {code})"))
                 raise UserError(f"the server exited (status {code}) before it answered{self.log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
@@ -76,7 +90,20 @@ class ManagedServer:
                     f"{self.timeout_s:g}{self.log_tail()}"
                 )
             time.sleep(0.25)
+        if ports.held_by_session(self.port, self.process.pid) is False:  # someone else's server answered
+            self.stop()
+            raise UserError(port_taken(self.port, "the server esgexp started could not listen there"))
+        self.model_ids = self.served_models()
+        self.record(self.log_path.parent / "server.json")
         return self
+
+    def served_models(self) -> list[str]:
+        """The model ids the server lists at ``/v1/models`` (none where it does not answer that)."""
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/models", timeout=5) as response:
+                return [str(model.get("id")) for model in json.load(response).get("data") or []]
+        except (urllib.error.URLError, OSError, ValueError, AttributeError):
+            return []
 
     def record(self, path: Path) -> None:
         """Its command, pid, base URL and log, as JSON at ``path`` (every run folder it serves has one)."""
@@ -84,6 +111,7 @@ class ManagedServer:
             "command": self.command,
             "pid": self.process.pid,
             "base_url": self.base_url,
+            "model_ids": self.model_ids,
             "log": str(self.log_path),
         }
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +155,8 @@ def start_server(node, model_cfg, served: str, log_dir: str | Path) -> ManagedSe
     server an earlier job of this process (a sweep) left for it is used when it serves the same command and
     still answers; a server for something else is stopped first (it holds the GPUs)."""
     host = str(node.get("host") or "127.0.0.1")
+    if node.get("port"):
+        check_port_free(host, int(node["port"]))
     values = {"python": sys.executable, "host": host, "served": served, **model_files(model_cfg)}
     parts = [*node["command"], *(node.get("extra_args") or [])]
     env_node = {str(k): str(v) for k, v in (node.get("env") or {}).items()}
@@ -160,13 +190,25 @@ def stop_kept() -> None:
         KEPT.pop(key).stop()
 
 
+#: What gives a placeholder of a server's command its value, for a model that has none.
+PLACEHOLDER_SOURCES = {
+    "model_path": "model.path=DIR (a model folder) or model.hub_id=ORG/NAME: this model has neither",
+    "model_gguf": "a model with a packaged GGUF file (model.gguf, e.g. model=smollm2-135m): this model has none",
+}
+
+
 def fill(text: str, values: dict[str, str]) -> str:
-    """``text`` with its ``{name}`` placeholders filled; a placeholder with no value is a UserError."""
+    """``text`` with its ``{name}`` placeholders filled; a placeholder with no value is a UserError saying
+    which model setting gives it."""
     try:
         return text.format(**values)
     except KeyError as error:
+        name = error.args[0]
+        source = PLACEHOLDER_SOURCES.get(name)
+        if source:
+            raise UserError(f"backend.server.command needs {{{name}}}: give {source}") from None
         raise UserError(
-            f"backend.server.command: no value for {{{error.args[0]}}} (the placeholders: {', '.join(sorted(values))})"
+            f"backend.server.command: no value for {{{name}}} (the placeholders: {', '.join(sorted(values))})"
         ) from None
 
 
@@ -180,6 +222,26 @@ def model_files(model_cfg) -> dict[str, str]:
     if model_cfg.get("gguf"):
         found["model_gguf"] = str(find_package_file(model_cfg.gguf.package, model_cfg.gguf.file))
     return found
+
+
+def port_taken(port: int, consequence: str) -> str:
+    """The one line for a ``backend.server.port`` that another program holds, naming who."""
+    return (
+        f"backend.server.port={port} is taken by {ports.describe(port)}: {consequence}; stop that program, "
+        "choose another backend.server.port, or leave it unset (null) for a free one"
+    )
+
+
+def check_port_free(host: str, port: int) -> None:
+    """A UserError naming who holds ``host:port`` when a server could not listen there."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: a closed port's TIME_WAIT is free
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise UserError(port_taken(port, "a server esgexp starts cannot listen there")) from None
+            raise UserError(f"backend.server.port={port} on {host} cannot be used: {error.strerror}") from None
 
 
 def free_port(host: str) -> int:

@@ -3,7 +3,8 @@
 ``kill``, ``timeout``, ``docker stop`` and Slurm send SIGTERM; Slurm's preemption and time-limit warning
 (``--signal``) is SIGUSR2. ``stop_signals_as_ctrl_c`` (every command, ``cli.command.run_command``) hands both to
 the SIGINT handler in place, so they take Ctrl-C's path everywhere; ``stop_signal`` says which one came, for
-the ``interrupted`` line and the exit status (128 + its number: 130, 143, 140)."""
+the ``interrupted`` line and the exit status (128 + its number: 130, 143, 140). A command started with SIGINT
+ignored (``cmd &`` in a script, ``nohup``) keeps ignoring SIGINT only: SIGTERM and SIGUSR2 still stop it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from contextlib import contextmanager
 # The signals that stop a command as Ctrl-C does, and how the ``interrupted`` line names them.
 STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGUSR2: "SIGUSR2"}
 _received: list[int] = []  # SIGTERM/SIGUSR2 received since the command started, in order
+# deferred_sigint's handler while SIGINT is ignored: the stop signals reach it without SIGINT's disposition changing
+_deferred: list = []
 
 
 def stop_signal() -> int:
@@ -23,11 +26,12 @@ def stop_signal() -> int:
 
 def as_ctrl_c(signum: int, frame) -> None:
     """A SIGTERM or SIGUSR2 handler: recorded, then given to the SIGINT handler in place (Python's, which
-    raises ``KeyboardInterrupt``, or ``deferred_sigint``'s); nothing while SIGINT is ignored."""
+    raises ``KeyboardInterrupt``, or ``deferred_sigint``'s). While SIGINT is ignored it is a stop all the
+    same: ``deferred_sigint``'s handler where one waits for a safe point, else ``KeyboardInterrupt``."""
     _received.append(signum)
     handler = signal.getsignal(signal.SIGINT)
-    if handler is signal.SIG_IGN:
-        return
+    if handler is signal.SIG_IGN and _deferred:
+        handler = _deferred[-1]
     if not callable(handler):
         raise KeyboardInterrupt
     handler(signum, frame)
@@ -56,11 +60,13 @@ def stop_signals_as_ctrl_c():
 def deferred_sigint():
     """Inside, on the main thread, the first SIGINT (or SIGTERM/SIGUSR2, through ``as_ctrl_c``) only sets
     the event this yields (the caller stops at a safe point and raises ``KeyboardInterrupt`` itself); a
-    second one raises ``KeyboardInterrupt`` at once. Elsewhere (another thread, a handler of someone
-    else's) SIGINT is left as it is."""
+    second one raises ``KeyboardInterrupt`` at once. While SIGINT is ignored, it stays ignored and only
+    SIGTERM/SIGUSR2 set the event. Elsewhere (another thread, a handler of someone else's) SIGINT is left as
+    it is."""
     interrupted = threading.Event()
+    current = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        current is not signal.default_int_handler and current is not signal.SIG_IGN
     ):
         yield interrupted
         return
@@ -70,8 +76,14 @@ def deferred_sigint():
             raise KeyboardInterrupt
         interrupted.set()
 
-    signal.signal(signal.SIGINT, handler)
+    if current is signal.SIG_IGN:
+        _deferred.append(handler)
+    else:
+        signal.signal(signal.SIGINT, handler)
     try:
         yield interrupted
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if current is signal.SIG_IGN:
+            _deferred.remove(handler)
+        else:
+            signal.signal(signal.SIGINT, signal.default_int_handler)

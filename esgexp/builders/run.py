@@ -140,21 +140,38 @@ class Solvers:
 
 
 def check_out_dir(out_dir: Path, resume: bool) -> None:
-    """A new build needs an empty (or absent) folder; ``resume=true`` reuses one a build started."""
+    """A new build needs an empty (or absent) folder; ``resume=true`` reuses one a build started, and only
+    that: a folder of another kind (a job's run folder, anything else) is never written into."""
     if not out_dir.exists() or not any(out_dir.iterdir()):
         out_dir.mkdir(parents=True, exist_ok=True)
         return
-    started = (out_dir / "config.yaml").is_file()
-    if not resume and not started:
-        raise UserError(f"output folder {out_dir} is not empty and holds no build: set out=NEW_DIR")
+    kind = folder_kind(out_dir)
+    if kind != "build":
+        raise UserError(f"output folder {out_dir} is not empty and holds {kind}: set out=NEW_DIR")
     if not resume:
         held = "a finished build" if (out_dir / PROVENANCE_FILE).is_file() else "a build that did not finish"
         raise UserError(
             f"output folder {out_dir} holds {held}: resume=true continues it there, asking the model only what "
             "the request cache lacks, or set out=NEW_DIR"
         )
-    if not started:
-        raise UserError(f"resume=true but {out_dir} holds no earlier build (no config.yaml): choose an empty out=DIR")
+
+
+def folder_kind(folder: Path) -> str:
+    """``"build"`` when ``folder``'s config.yaml is a build's (it names a builder), else what the folder holds,
+    for a message: a job's run folder (its task), or no build."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        config = None
+    if isinstance(config, dict) and "builder" in config:
+        return "build"
+    if isinstance(config, dict) and "task" in config:
+        return f"a job's run folder (task={config['task']}), not a build"
+    if (folder / "predictions.jsonl").is_file() or (folder / "metrics.json").is_file():
+        return "a job's run folder, not a build"
+    return "no build"
 
 
 def load_corpus(path: str) -> Corpus:

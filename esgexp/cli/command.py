@@ -235,6 +235,9 @@ UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'\.\s*To append to your co
 ALREADY_THERE = re.compile(r"An item is already at '([^']+)'")
 
 
+NOT_IN_DEFAULTS = re.compile(r"Could not override '([^']+)'\.\s*No match in the defaults list")
+
+
 SWEEP_IN_ONE_RUN = re.compile(r"(?:Ambiguous value for argument|Sweep parameters) '([^']+)'")
 
 
@@ -256,11 +259,37 @@ def composition_message(error: BaseException, config: str | None, overrides: lis
     sweep = SWEEP_IN_ONE_RUN.search(text)
     if sweep:
         return sweep_message(sweep.group(1), config, overrides)
+    nested = NOT_IN_DEFAULTS.search(text)
+    if nested and "/" in nested.group(1):
+        return nested_group_message(nested.group(1), overrides)
     there = ALREADY_THERE.search(text)
     if there:
         return f"+{there.group(1)}: {there.group(1)} is already a setting; set it without the + ({there.group(1)}=...)"
     cause = error.__cause__
     return one_line(error) + (f": {one_line(cause)}" if cause is not None else "")
+
+
+def nested_group_message(group: str, overrides: list[str]) -> str:
+    """A group nested in another group's option (``backend/server``) chosen with an option that has no such
+    group (``backend=hf``): which options take it (the ``conf/`` options whose defaults list it)."""
+    from omegaconf import OmegaConf
+
+    from esgexp.core.config import CONF_DIR
+
+    parent, _, leaf = group.rpartition("/")
+    takers = sorted(
+        path.stem
+        for path in (CONF_DIR / parent).glob("*.yaml")
+        if any(
+            isinstance(d, dict) and leaf in d
+            for d in OmegaConf.to_container(OmegaConf.load(path)).get("defaults") or []
+        )
+    )
+    chosen = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == parent), None)
+    here = f"{parent}={chosen}" if chosen else f"the default {parent}"
+    if not takers:
+        return f"{group}: {here} has no {leaf} options"
+    return f"{group} goes with {' or '.join(f'{parent}={t}' for t in takers)}, not {here}: use {parent}={takers[0]}"
 
 
 def sweep_message(override: str, config: str | None, overrides: list[str]) -> str:

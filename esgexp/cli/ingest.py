@@ -26,6 +26,7 @@ def job(cfg: DictConfig) -> None:
     from filelock import FileLock
     from hydra.utils import instantiate
 
+    from esgexp.core.outputs import make_folder
     from esgexp.data.corpus import check_source, ingest
     from esgexp.data.text_files import existing_folder
     from esgexp.jobs.settings import check_settings
@@ -40,6 +41,7 @@ def job(cfg: DictConfig) -> None:
         reader, workers = cfg.corpus.reader, cpus() if cfg.workers is None else cfg.workers
         tables = instantiate(cfg.table_extractor) if cfg.tables else None
         pdf_dir = existing_folder(cfg.corpus.pdf_dir, "corpus.pdf_dir", "of .pdf, .md or .txt files")
+        make_folder(out_dir, "set paths.corpus_dir to a folder you can write to")  # one line, before any work
         with FileLock(lock_file(cfg, out_dir)):
             if not cfg.overwrite:
                 check_source(out_dir, pdf_dir)

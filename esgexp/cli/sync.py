@@ -66,7 +66,9 @@ def tracking_settings(run_dir: Path, overrides: dict[str, str]) -> DictConfig:
 def check_folder(run_dir: Path) -> dict | None:
     """The folder's pending record once it is a finished run; None when it has none (it was tracked while
     it ran: ``nothing_to_do`` says so); UserError for a folder that cannot be synced."""
-    if not (run_dir / "config.yaml").is_file():
+    from esgexp.data.text_files import existing_folder
+
+    if not (existing_folder(run_dir, holding="of a run (its config.yaml)") / "config.yaml").is_file():
         raise UserError(f"{run_dir} is not a run folder (no config.yaml)")
     if (run_dir / FAILED_FILE).is_file():
         reason = (run_dir / FAILED_FILE).read_text(encoding="utf-8").strip()

@@ -168,9 +168,19 @@ def check_store_file(uri: str) -> None:
         header = handle.read(len(SQLITE_HEADER))
     what = "it is not a sqlite database"
     if header == SQLITE_HEADER:
-        with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as connection:
-            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        connection.close()
+        try:
+            with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as connection:
+                tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                pages = [connection.execute(f"PRAGMA {name}").fetchone()[0] for name in ("page_count", "page_size")]
+            connection.close()
+            wal = db.with_name(f"{db.name}-wal").exists()  # pages not yet written back live in the -wal file
+            if pages[0] * pages[1] > db.stat().st_size and not wal:  # it counts pages the file does not hold
+                raise sqlite3.DatabaseError(f"{db.stat().st_size} bytes of its {pages[0] * pages[1]}")
+        except sqlite3.DatabaseError as error:
+            raise UserError(
+                f"tracking.uri={uri}: the MLflow store {db} is damaged (sqlite: {error}): it was cut off or "
+                "overwritten; point tracking.uri at another store, or restore the file from a copy"
+            ) from None
         if not tables or {"alembic_version", "experiments"} <= tables:
             return
         what = f"a sqlite database without MLflow's tables; it has {', '.join(sorted(tables)[:3])}"

@@ -68,9 +68,14 @@ def not_text(path: str | Path) -> str | None:
     """What ``path`` is when its first bytes say it is not text, and what to do (``a gzip archive, not a
     text file: unpack it first ...``); None for anything else."""
     with Path(path).open("rb") as handle:
-        head = handle.read(8)
+        head = handle.read(4096)
     magic = next((m for m in MAGIC if head.startswith(m)), None)
     if magic is None:
+        # control bytes other than tab, line ends and NUL (UTF-16 text is half NULs): random or binary data,
+        # which no encoding setting would read
+        control = sum((byte < 32 and byte not in b"\t\n\r\0") or byte == 127 for byte in head)
+        if control > len(head) // 20:
+            return "binary data (not text in any encoding), not a text file: give the CSV, JSON or JSONL file"
         return None
     kind, todo = ZIP_KINDS.get(Path(path).suffix.lower(), MAGIC[magic]) if magic == b"PK\x03\x04" else MAGIC[magic]
     return f"{kind}, not a text file: {todo.format(path=path)}"
@@ -119,7 +124,8 @@ def missing(path: Path, setting: str | None = None) -> str:
         return f"no such file or folder: the folder {parent} does not exist"
     names = [p.name for p in path.parent.iterdir()]
     near = difflib.get_close_matches(path.name, names, n=1, cutoff=0.8)
-    hint = f"; did you mean {path.parent / near[0]}?" if near else f" in {path.parent}"
+    folder = path.parent if path.parent != Path(".") else f"the current folder ({Path.cwd()})"
+    hint = f"; did you mean {path.parent / near[0]}?" if near else f" in {folder}"
     return f"no such file or folder{hint}"
 
 
@@ -188,16 +194,26 @@ def csv_records(
     import csv
 
     csv.field_size_limit(2**31 - 1)
-    reader = csv.reader(handle)
+    raw: list[str] = []  # the file lines of the record being read, for stray_quote
+
+    def lines():
+        for line in handle:
+            raw.append(line)
+            yield line
+
+    reader = csv.reader(lines())
     records, end = [], 0
     try:
         header = next(reader, [])
         end = reader.line_num
+        raw.clear()
         for cells in reader:
             start, end = end + 1, reader.line_num
+            text = "".join(raw)
+            raw.clear()
             if not cells:
                 continue
-            problem = record_problem(cells, header) if header else None
+            problem = record_problem(cells, header, text) if header else None
             if problem:
                 _skip_record(f"{path} {_line_span(start, end)}: {problem}", skipped)
             else:
@@ -207,17 +223,58 @@ def csv_records(
     return header, records
 
 
-def record_problem(cells: list[str], header: list[str]) -> str | None:
-    """Why a CSV record cannot be read by its header, or None: a field count other than the header's (a
-    cell left out or added shifts every column after it), or a cell holding, after a line break, a line
-    that looks like another row: as many fields and a first field of the same shape as the record's (a
-    quote left open swallowed the rows after it)."""
-    if len(cells) != len(header):
-        return f"{len(cells)} field{'s' * (len(cells) != 1)}, the header has {len(header)}"
+def stray_quote(text: str, header: list[str], across_lines: bool = False) -> str | None:
+    """Why the CSV record ``text`` (its file lines) cannot be split into cells, or None: a quoted cell whose
+    closing quote is followed by more text (``2866,"56,"Which of ...``: a quote that opened mid-field or was
+    left unescaped, so the reader glues cells together and cuts the one after them); ``across_lines``: only
+    such a cell whose quote is closed on a later line (a quote left open), else only one within a line."""
+    text = text.rstrip("\r\n")
+    field, i = 0, 0
+    while i < len(text):
+        if text[i] == '"':  # a quoted cell: up to its closing quote ("" is a quote inside it)
+            close = i + 1
+            while (close := text.find('"', close)) >= 0 and text.startswith('""', close):
+                close += 2
+            if close < 0:  # open to the record's end: record_problem's case
+                return None
+            if close + 1 < len(text) and text[close + 1] != ",":  # the first such cell says what went wrong
+                if ("\n" in text[i:close]) != across_lines:
+                    return None
+                name = repr(header[field]) if field < len(header) else str(field + 1)
+                if across_lines:
+                    shown = text[i : close + 12][:60]
+                    return (
+                        f"field {name} opens a quote that is closed only on a later line ({shown!r}): a quote left open"
+                    )
+                return (
+                    f"field {name} is quoted, but text follows its closing quote ({text[i : close + 12]!r}): a quote "
+                    'that opens mid-field or is not escaped (write "" for a quote inside a quoted cell)'
+                )
+            i = close + 1
+        else:
+            i = len(text) if (comma := text.find(",", i)) < 0 else comma
+        field, i = field + 1, i + 1  # past the comma
+    return None
+
+
+def record_problem(cells: list[str], header: list[str], text: str) -> str | None:
+    """Why a CSV record (its ``cells`` as read, the file lines ``text`` they came from) cannot be read by its
+    header, or None, the likeliest cause first: a quote that opens mid-field (``stray_quote``); a cell
+    holding, after a line break, a line that looks like another row (as many fields, a first field of the same
+    shape as the record's: a quote left open swallowed the rows after it); a quote closed only on a later
+    line; a field count other than the header's (a cell left out or added shifts every column after it)."""
+    problem = stray_quote(text, header)
+    if problem:
+        return problem
     for name, value in zip(header, cells):
         row = next((line for line in value.splitlines()[1:] if _looks_like_row(line, cells[0], len(header))), None)
         if row is not None:
             return f"field {name!r} runs on into what looks like another row ({row[:60]!r}): a quote left open"
+    problem = stray_quote(text, header, across_lines=True)
+    if problem:
+        return problem
+    if len(cells) != len(header):
+        return f"{len(cells)} field{'s' * (len(cells) != 1)}, the header has {len(header)}"
     return None
 
 

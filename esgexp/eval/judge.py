@@ -216,15 +216,63 @@ def judge_model_config(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
 
 
 def check_judge(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
-    """The judge's (backend node, model node), checked before a run asks anything: its model config exists and
-    its backend's optional packages are installed (a UserError names what is missing)."""
+    """The judge's (backend node, model node), checked before a run asks anything: its model config exists,
+    its backend's optional packages are installed, its key is set (``preflight``), and a judge on a server
+    answers one judge request with a verdict (``probe_judge``); a UserError names what is wrong."""
     from esgexp.backends import backend_class
 
     backend_cfg, model_cfg = judge_model_config(cfg)
-    missing = backend_class(backend_cfg._target_).missing_requirements()
-    if missing:
-        raise UserError(f"judge: {missing[0]}")
+    cls = backend_class(backend_cfg._target_)
+    problems = cls.missing_requirements() or cls.preflight(backend_cfg, model_cfg, cfg.paths.cache_dir)
+    if problems:
+        raise UserError(f"judge: {problems[0]} (judge.model={cfg.judge.model})")
+    if backend_cfg.name == "openai":
+        probe_judge(cfg, (backend_cfg, model_cfg))
     return backend_cfg, model_cfg
+
+
+def probe_judge(cfg: DictConfig, config: tuple[DictConfig, DictConfig]) -> None:
+    """One judge request (a known question and answer) to a judge on a server, past the request cache, before
+    the run's first item: a server that is down, refuses the model or the structured output's form is one
+    UserError now, not after every answer was generated. A reply that is not a verdict is a warning."""
+    from esgexp.backends.base import GenerationRequest, schema_text
+
+    backend = make_judge_backend(cfg, config)
+    server = getattr(backend, "inner", backend)
+    prompt = judge_prompt(cfg.judge.prompt_version, "What is 2 + 2?", ["4"], "4", ())
+    request = GenerationRequest(
+        "judge-probe", prompt, max_new_tokens=int(cfg.judge.max_new_tokens), json_schema=schema_text(SCHEMA)
+    )
+    replies: list = []
+    try:
+        server.run_live([request], replies.extend)  # live even for a judge in batch mode: one answer, now
+    except UserError as error:
+        raise UserError(f"judge {cfg.judge.model}: {error}{format_hint(config[0], str(error))}") from None
+    finally:
+        backend.close()
+    reply = replies[0] if replies else None
+    if reply is None or reply.failed:
+        error = getattr(reply, "error", "no reply")
+        raise UserError(
+            f"judge {cfg.judge.model} on {server.base_url}: a first judge request failed ({error}){format_hint(config[0], error)}"
+        )
+    verdict, why = parse_verdict(reply.output)
+    if verdict is None:
+        log.warning(
+            "judge %s: its reply to a first judge request is not a verdict (%s): %r", cfg.judge.model, why, reply.output
+        )
+
+
+def format_hint(backend_cfg: DictConfig, error: str) -> str:
+    """For a server that fails a request sent with response_format json_schema: the other form to try."""
+    if backend_cfg.get("response_format") != "json_schema" or not any(
+        code in error for code in ("HTTP 500", "HTTP 400", "HTTP 422")
+    ):
+        return ""
+    return (
+        "; llama-cpp-python's server rejects response_format json_schema: for it, "
+        "+judge.backend_overrides.response_format=json_object"
+    )
 
 
 def make_judge_backend(cfg: DictConfig, config: tuple[DictConfig, DictConfig] | None = None):
@@ -292,9 +340,10 @@ def run_judge(cfg: DictConfig, items: list, records: list[dict], backend=None, c
             metrics[f"judge/{key}"] = stats[key]
     if metrics["judge/n_invalid"] or metrics["judge/n_failed"]:
         log.warning(
-            "judge %s: %d invalid replies and %d failed requests, scored as incorrect (record['judge'] says why)",
+            "judge %s: %d invalid replies and %d failed requests, scored as incorrect (record['judge'] says why)%s",
             cfg.judge.model,
             metrics["judge/n_invalid"],
             metrics["judge/n_failed"],
+            "; the run is incomplete: resume=true asks the judge again" if metrics["judge/n_failed"] else "",
         )
     return metrics

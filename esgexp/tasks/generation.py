@@ -107,14 +107,22 @@ class GenerationJob(Job):
         if served:  # what the server says answered (a hosted alias's dated model id), for the paper tables
             metrics["served_model"] = ", ".join(served)
             info = {**info, "served_model": metrics["served_model"]}
-        return metrics, {**info, "complete": "false" if metrics["n_failed"] else "true"}
+        incomplete = metrics["n_failed"] or metrics.get("judge/n_failed")
+        return metrics, {**info, "complete": "false" if incomplete else "true"}
 
     def finished(self, run, metrics: dict) -> None:
+        from esgexp.backends.batch import PENDING
+
+        failed = [r for r in self.records if r.get("failed")]
+        if failed and all(str(r.get("error")).startswith(PENDING) for r in failed):
+            return  # batch_wait=false: submitted as asked, collected by resume=true (an incomplete run, exit 3)
         if metrics["n_failed"] == len(self.items):
             # Kept on disk for a look, but a run with no answer at all must not reach the leaderboard.
             first = next(r.get("error") for r in self.records if r.get("failed"))
+            again = "" if any(r.get("permanent") for r in self.records) else "; resume=true asks them again"
             raise UserError(
-                f"every item failed (e.g. {first}; errors in {self.predictions.path}); the MLflow run is marked FAILED"
+                f"every item failed (e.g. {first}; errors in {self.predictions.path}); the MLflow run is marked "
+                f"FAILED{again}"
             )
 
     def summary(self, metrics: dict) -> tuple[str, list[tuple[str, str]]]:
