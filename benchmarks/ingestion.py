@@ -1,4 +1,5 @@
-"""PDF ingestion speed: pages per second on the two real sample reports, per stage and per chunker.
+"""PDF ingestion speed: pages per second on the PDFs of a folder (default: the two short
+shared sample reports), per stage and per chunker.
 
 * parse:   ``esgexp.data.pdf.read_pages`` (text extraction by --reader, pdfium or pypdf, and cleaning) per PDF.
 * chunk:   each chunker on the pages already in memory (both PDFs).
@@ -42,7 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT.parent / "shared" / "data" / "samples"
 DEFAULT_PDFS = SAMPLES / "pdfs"
 DEFAULT_JSON = ROOT / "benchmarks" / "ingestion.json"
-FILES = ("1_1_AG.pdf", "MAX_AUTOMATION_SE.pdf")
 PARAGRAPHS = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # conf/chunker/paragraphs.yaml, the default
 CHUNKERS = (PARAGRAPHS, CharChunker(), SentenceChunker(), WindowChunker(), MarkdownChunker())
 STRATEGIES = ("rules", "lines", "text")
@@ -92,7 +92,7 @@ def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
     rows = []
     for strategy in STRATEGIES:
         extractor = TableExtractor(strategy=strategy)
-        for name in FILES:
+        for name in pages:
             seconds, found = best_time(repeats, partial(extractor.found, pdf_dir / name))
             kept = extractor.keep(found, name)
             rows.append(
@@ -111,7 +111,7 @@ def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
 
 def chunk_all(chunker, pages: dict) -> list:
     """Every file's passages from ``pages`` (file name -> page texts)."""
-    return [p for name in FILES for p in chunker.chunk(name, pages[name])]
+    return [p for name, doc_pages in pages.items() for p in chunker.chunk(name, doc_pages)]
 
 
 def ingest_into(folder: Path, out_dirs: Iterator[Path], chunker, reader: str, workers: int) -> dict:
@@ -124,14 +124,15 @@ def measure(
 ) -> list[dict]:
     """Every stage's rows; the table stages only with ``table_repeats`` >= 1."""
     rows, pages = [], {}
-    for name in FILES:
+    names = sorted(path.name for path in pdf_dir.glob("*.pdf"))
+    for name in names:
         seconds, pages[name] = best_time(repeats, partial(read_pages, pdf_dir / name, reader))
         rows.append(row("parse", name, len(pages[name]), seconds))
     total = sum(len(p) for p in pages.values())
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "pdfs"
         folder.mkdir()
-        for name in FILES:
+        for name in names:
             (folder / name).symlink_to(pdf_dir / name)
         for chunker in CHUNKERS:
             seconds, passages = best_time(repeats, partial(chunk_all, chunker, pages))
@@ -184,7 +185,9 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pdfs", default=str(DEFAULT_PDFS), help="folder holding the two sample PDFs")
+    parser.add_argument(
+        "--pdfs", default=str(DEFAULT_PDFS), help="a folder of PDFs (default: the two short sample reports)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best counts")
     parser.add_argument("--table-repeats", type=int, default=1, help="runs per table-extraction measurement")
     parser.add_argument("--reader", default="pdfium", choices=READERS, help="PDF page text reader")
