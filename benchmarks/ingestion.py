@@ -168,6 +168,43 @@ def measure(
     return rows
 
 
+def corpus_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file of a corpus folder but report.json (which holds the seconds and the workers)."""
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.name != "report.json"}
+
+
+def measure_scaling(files: list[Path], repeats: int, reader: str, workers: int) -> dict:
+    """``ingest`` of ``files`` end to end (hash, parse, chunk, write, the worker processes' start) with 1 and
+    with ``workers`` workers, alternating which goes first, ``repeats`` rounds with the load average of each;
+    the best of each, their ratio, and whether every corpus file came out byte for byte the same."""
+    rounds, best, corpora = [], {1: float("inf"), workers: float("inf")}, {}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "pdfs"
+        folder.mkdir()
+        for path in files:
+            (folder / path.name).symlink_to(path)
+        for round_ in range(repeats):
+            order = (1, workers) if round_ % 2 == 0 else (workers, 1)
+            for n in order:
+                out = Path(scratch) / f"corpus-{n}-{round_}"
+                load = os.getloadavg()[0]
+                started = time.perf_counter()
+                report = ingest(folder, out, PARAGRAPHS, progress=False, reader=reader, workers=n)
+                seconds = time.perf_counter() - started
+                best[n] = min(best[n], seconds)
+                corpora.setdefault(n, corpus_bytes(out))
+                rounds.append({"workers": n, "seconds": round(seconds, 3), "load_avg_1min": round(load, 2)})
+    return {
+        "files": [path.name for path in files],
+        "pages": report["n_pages"],
+        "passages": report["n_chunks"],
+        "best_s": {str(n): round(s, 3) for n, s in best.items()},
+        "speedup": round(best[1] / best[workers], 3),
+        "identical_corpus": corpora[1] == corpora[workers],
+        "rounds": rounds,
+    }
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| stage | target | pages | ms | pages/s | passages | tables found / kept |",
@@ -185,18 +222,30 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--pdfs", default=str(DEFAULT_PDFS), help="a folder of PDFs (default: the two short sample reports)"
-    )
+    add_report_folders(parser)  # --pdfs: the stages' PDFs; with --large: the scaling run's
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best counts")
     parser.add_argument("--table-repeats", type=int, default=1, help="runs per table-extraction measurement")
     parser.add_argument("--reader", default="pdfium", choices=READERS, help="PDF page text reader")
     parser.add_argument("--workers", type=int, default=1, help="files an ingest reads at once")
+    parser.add_argument(
+        "--scaling",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also ingest every PDF of --pdfs and --large with 1 and N workers, --repeats rounds alternating",
+    )
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the numbers")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
     rows = measure(Path(args.pdfs).resolve(), args.repeats, args.table_repeats, args.reader, args.workers)
     print(table(rows))
+    scaling = measure_scaling(report_files(args), args.repeats, args.reader, args.scaling) if args.scaling else None
+    if scaling:
+        print(
+            f"\ningest of {len(scaling['files'])} files, {scaling['pages']} pages: 1 worker {scaling['best_s']['1']} s, "
+            f"{args.scaling} workers {scaling['best_s'][str(args.scaling)]} s: {scaling['speedup']}x; corpus identical: "
+            f"{scaling['identical_corpus']}; rounds: {scaling['rounds']}"
+        )
     result = {
         "date": datetime.date.today().isoformat(),
         "machine": {
@@ -212,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         "pdfplumber": version("pdfplumber"),
         "repeats": args.repeats,
         "rows": rows,
+        "scaling": scaling,
     }
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nload average at start: {load:.2f}; raw numbers: {args.json}")

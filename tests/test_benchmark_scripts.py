@@ -77,7 +77,7 @@ def smoke_args(inputs: dict[str, Path]) -> dict[str, list[str]]:
         "chunking.py": f"--reports {pdfs} --annotations {annotations} --pages-only {none}",
         "evidence_verbatim.py": f"--pdfs {pdfs} --large {none} --step 1",
         "gpu_check.py": "--cpu-smoke --only throughput",
-        "ingestion.py": f"--pdfs {pdfs} --repeats 1 --table-repeats 1",
+        "ingestion.py": f"--pdfs {pdfs} --large {none} --repeats 1 --table-repeats 1 --scaling 2",
         "judge_check.py": "--cases 2",
         "leaderboard.py": "--models 3 --questions 12 --repeats 1",
         "lora_step.py": "--dtypes float32 --steps 2 --warmup 0 --repeats 1 --seq-len 32 --batch-size 1 --threads 1",
