@@ -36,8 +36,8 @@ from esgexp.errors import UserError
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".pdf", ".md", ".txt")
-# A long PDF read by several workers is cut into units of this many pages (the 300-page shared reports: 10).
-PAGES_PER_UNIT = 32
+# A long PDF read by several workers is cut into units of this many pages (the 300-page shared reports: 5).
+PAGES_PER_UNIT = 64
 INGEST_HINT = "build it with: python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=...]"
 
 

@@ -272,7 +272,7 @@ class DenseRetriever(VectorRetriever):
         passage_prompt: str = "",
         pooling: str | None = None,
         normalize: bool = True,
-        batch_size: int = 32,
+        batch_size: int = 16,
         backend: str = "numpy",
         device: str = "auto",
         precision: str = "auto",
