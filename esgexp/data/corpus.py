@@ -95,8 +95,9 @@ def ingest(
     pages_per_unit: int = PAGES_PER_UNIT,
 ) -> dict:
     """Read every PDF/Markdown/text file under ``pdf_dir`` (PDF page text by ``reader``; with ``workers`` > 1,
-    files and page ranges of long PDFs in that many processes: ``read_all``), chunk it, and write the corpus to ``out_dir``; with ``tables``, each PDF's tables
-    become passages of kind ``table`` too. The corpus is the same whatever ``workers``.
+    files and page ranges of long PDFs in that many processes: ``read_all``), chunk it, and write the corpus
+    to ``out_dir``; with ``tables``, each PDF's tables become passages of kind ``table`` too. The corpus is
+    the same whatever ``workers``.
 
     A file that cannot be read is skipped with a warning (and listed in the report); an unchanged file
     (same sha256, same reader) reuses its stored pages and, under the same chunker config, its passages
@@ -267,7 +268,7 @@ def _gathered(units: list[tuple], done: list) -> dict[Path, Parsed]:
             found[args[0]] = result
         else:  # a split PDF's tables
             parsed = found.setdefault(args[0], Parsed())
-            parsed.tables, parsed.tables_skipped = result.tables, result.tables_skipped
+            parsed.tables, parsed.tables_skipped = result.tables, result.tables_skipped or result.skipped
     for path, parts in ranges.items():
         failed = [part for part in parts if isinstance(part, Parsed)]
         parsed = found.setdefault(path, Parsed())
