@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install bytecode run lint format test bench clean
+.PHONY: install bytecode run lint format test bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -76,6 +76,10 @@ format: install
 # One torch/OpenMP thread per process: with a process per core, more threads only contend.
 test: bytecode lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal --durations=15
+
+# Every benchmarks/ script at its smallest setting, without lm-eval (tests/test_benchmark_scripts.py: `make test` runs it too).
+bench-smoke: bytecode
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 tests/test_benchmark_scripts.py
 
 # lm-evaluation-harness is only for the throughput comparison, not a dependency of esgexp.
 bench: install

@@ -68,6 +68,7 @@ def job_config(backend: str, batch_size: int | None = None):
 
     overrides = [
         f"paths.root_dir={ROOT}",
+        "paths.output_dir=null",  # no run folder (its default needs Hydra's runtime); a server logs to the cache
         f"backend={backend}",
         "scoring=generate",
         "model.dtype=float32",
@@ -84,8 +85,8 @@ def job_config(backend: str, batch_size: int | None = None):
 
 
 def job_requests(cfg, items: list) -> tuple[dict[str, str], list]:
-    """Each item's prompt (``MCQTask``) and its ``GenerationRequest`` (``esgexp.run.make_requests``)."""
-    from esgexp.run import make_requests
+    """Each item's prompt (``MCQTask``) and its ``GenerationRequest`` (``esgexp.tasks.generation.make_requests``)."""
+    from esgexp.tasks.generation import make_requests
     from esgexp.tasks.mcq import MCQTask
 
     task = MCQTask(cfg)

@@ -35,13 +35,13 @@ PDFS = ROOT.parent / "shared" / "data" / "samples" / "pdfs"
 DEFAULT_JSON = ROOT / "benchmarks" / "build.json"
 
 
-def table_rates() -> list[dict]:
-    """pages/s of the default table extractor (pdfplumber, ``rules``) per shared report, and the tables it keeps."""
+def table_rates(pdfs: Path) -> list[dict]:
+    """pages/s of the default table extractor (pdfplumber, ``rules``) per report PDF in ``pdfs``, and the tables it keeps."""
     from esgexp.data.pdf import read_pages
     from esgexp.data.tables import TableExtractor
 
     extractor, rows = TableExtractor(), []
-    for pdf in sorted(PDFS.glob("*.pdf")):
+    for pdf in sorted(pdfs.glob("*.pdf")):
         n_pages = len(read_pages(pdf))
         started = time.perf_counter()
         kept = extractor.keep(extractor.found(pdf), pdf.stem)
@@ -58,8 +58,8 @@ def table_rates() -> list[dict]:
     return rows
 
 
-def make_corpus(folder: Path) -> Path:
-    """The shared report PDFs (only the PDFs) ingested with the default chunker and their tables."""
+def make_corpus(folder: Path, source: Path) -> Path:
+    """The report PDFs of ``source`` (only the PDFs) ingested with the default chunker and their tables."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
@@ -69,7 +69,7 @@ def make_corpus(folder: Path) -> Path:
 
     pdfs = folder / "pdfs"
     pdfs.mkdir(parents=True)
-    for pdf in sorted(PDFS.glob("*.pdf")):
+    for pdf in sorted(source.glob("*.pdf")):
         (pdfs / pdf.name).symlink_to(pdf)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         chunker = instantiate(compose("ingest", overrides=["corpus.pdf_dir=x", "corpus.name=x"]).chunker)
@@ -129,21 +129,23 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--builders", default="esgbench,esgenius,sustainableqa")
+    parser.add_argument("--pdfs", default=str(PDFS), help="the report PDFs (default: the shared samples)")
     parser.add_argument("--no-server", action="store_true", help="skip the llama.cpp server runs")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a build override for every run (repeatable)"
     )
     parser.add_argument("--json", default=str(DEFAULT_JSON))
     args = parser.parse_args(argv)
-    if not PDFS.is_dir():
-        sys.exit(f"the shared report PDFs are not at {PDFS}")
-    tables = table_rates()
+    pdfs = Path(args.pdfs)
+    if not pdfs.is_dir():
+        sys.exit(f"the report PDFs are not at {pdfs} (--pdfs DIR)")
+    tables = table_rates(pdfs)
     for entry in tables:
         print(json.dumps(entry), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        corpus = make_corpus(root / "corpus-src")
+        corpus = make_corpus(root / "corpus-src", pdfs)
         backends = [["backend=hf"]]
         server = None
         if not args.no_server:

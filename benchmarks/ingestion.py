@@ -1,4 +1,5 @@
-"""PDF ingestion speed: pages per second on the two real sample reports, per stage and per chunker.
+"""PDF ingestion speed: pages per second on the PDFs of a folder (default: the two short
+shared sample reports), per stage and per chunker.
 
 * parse:   ``esgexp.data.pdf.read_pages`` (text extraction by --reader, pdfium or pypdf, and cleaning) per PDF.
 * chunk:   each chunker on the pages already in memory (both PDFs).
@@ -42,7 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT.parent / "shared" / "data" / "samples"
 DEFAULT_PDFS = SAMPLES / "pdfs"
 DEFAULT_JSON = ROOT / "benchmarks" / "ingestion.json"
-FILES = ("1_1_AG.pdf", "MAX_AUTOMATION_SE.pdf")
 PARAGRAPHS = CharChunker(name="paragraphs", min_chars=200, max_chars=800)  # conf/chunker/paragraphs.yaml, the default
 CHUNKERS = (PARAGRAPHS, CharChunker(), SentenceChunker(), WindowChunker(), MarkdownChunker())
 STRATEGIES = ("rules", "lines", "text")
@@ -92,7 +92,7 @@ def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
     rows = []
     for strategy in STRATEGIES:
         extractor = TableExtractor(strategy=strategy)
-        for name in FILES:
+        for name in pages:
             seconds, found = best_time(repeats, partial(extractor.found, pdf_dir / name))
             kept = extractor.keep(found, name)
             rows.append(
@@ -111,7 +111,7 @@ def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
 
 def chunk_all(chunker, pages: dict) -> list:
     """Every file's passages from ``pages`` (file name -> page texts)."""
-    return [p for name in FILES for p in chunker.chunk(name, pages[name])]
+    return [p for name, doc_pages in pages.items() for p in chunker.chunk(name, doc_pages)]
 
 
 def ingest_into(folder: Path, out_dirs: Iterator[Path], chunker, reader: str, workers: int) -> dict:
@@ -124,14 +124,15 @@ def measure(
 ) -> list[dict]:
     """Every stage's rows; the table stages only with ``table_repeats`` >= 1."""
     rows, pages = [], {}
-    for name in FILES:
+    names = sorted(path.name for path in pdf_dir.glob("*.pdf"))
+    for name in names:
         seconds, pages[name] = best_time(repeats, partial(read_pages, pdf_dir / name, reader))
         rows.append(row("parse", name, len(pages[name]), seconds))
     total = sum(len(p) for p in pages.values())
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "pdfs"
         folder.mkdir()
-        for name in FILES:
+        for name in names:
             (folder / name).symlink_to(pdf_dir / name)
         for chunker in CHUNKERS:
             seconds, passages = best_time(repeats, partial(chunk_all, chunker, pages))
@@ -167,6 +168,43 @@ def measure(
     return rows
 
 
+def corpus_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file of a corpus folder but report.json (which holds the seconds and the workers)."""
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.name != "report.json"}
+
+
+def measure_scaling(files: list[Path], repeats: int, reader: str, workers: int) -> dict:
+    """``ingest`` of ``files`` end to end (hash, parse, chunk, write, the worker processes' start) with 1 and
+    with ``workers`` workers, alternating which goes first, ``repeats`` rounds with the load average of each;
+    the best of each, their ratio, and whether every corpus file came out byte for byte the same."""
+    rounds, best, corpora = [], {1: float("inf"), workers: float("inf")}, {}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "pdfs"
+        folder.mkdir()
+        for path in files:
+            (folder / path.name).symlink_to(path)
+        for round_ in range(repeats):
+            order = (1, workers) if round_ % 2 == 0 else (workers, 1)
+            for n in order:
+                out = Path(scratch) / f"corpus-{n}-{round_}"
+                load = os.getloadavg()[0]
+                started = time.perf_counter()
+                report = ingest(folder, out, PARAGRAPHS, progress=False, reader=reader, workers=n)
+                seconds = time.perf_counter() - started
+                best[n] = min(best[n], seconds)
+                corpora.setdefault(n, corpus_bytes(out))
+                rounds.append({"workers": n, "seconds": round(seconds, 3), "load_avg_1min": round(load, 2)})
+    return {
+        "files": [path.name for path in files],
+        "pages": report["n_pages"],
+        "passages": report["n_chunks"],
+        "best_s": {str(n): round(s, 3) for n, s in best.items()},
+        "speedup": round(best[1] / best[workers], 3),
+        "identical_corpus": corpora[1] == corpora[workers],
+        "rounds": rounds,
+    }
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| stage | target | pages | ms | pages/s | passages | tables found / kept |",
@@ -184,16 +222,30 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pdfs", default=str(DEFAULT_PDFS), help="folder holding the two sample PDFs")
+    add_report_folders(parser)  # --pdfs: the stages' PDFs; with --large: the scaling run's
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best counts")
     parser.add_argument("--table-repeats", type=int, default=1, help="runs per table-extraction measurement")
     parser.add_argument("--reader", default="pdfium", choices=READERS, help="PDF page text reader")
     parser.add_argument("--workers", type=int, default=1, help="files an ingest reads at once")
+    parser.add_argument(
+        "--scaling",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also ingest every PDF of --pdfs and --large with 1 and N workers, --repeats rounds alternating",
+    )
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the numbers")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
     rows = measure(Path(args.pdfs).resolve(), args.repeats, args.table_repeats, args.reader, args.workers)
     print(table(rows))
+    scaling = measure_scaling(report_files(args), args.repeats, args.reader, args.scaling) if args.scaling else None
+    if scaling:
+        print(
+            f"\ningest of {len(scaling['files'])} files, {scaling['pages']} pages: 1 worker {scaling['best_s']['1']} s, "
+            f"{args.scaling} workers {scaling['best_s'][str(args.scaling)]} s: {scaling['speedup']}x; corpus identical: "
+            f"{scaling['identical_corpus']}; rounds: {scaling['rounds']}"
+        )
     result = {
         "date": datetime.date.today().isoformat(),
         "machine": {
@@ -209,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         "pdfplumber": version("pdfplumber"),
         "repeats": args.repeats,
         "rows": rows,
+        "scaling": scaling,
     }
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nload average at start: {load:.2f}; raw numbers: {args.json}")

@@ -79,6 +79,9 @@ def kappa_of(truth: list[bool], said: list[bool]) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="judge settings as on a run, e.g. judge.model=gpt-4o")
+    parser.add_argument(
+        "--cases", type=int, default=len(CASES), help=f"the first N cases only (default all {len(CASES)})"
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args()
 
@@ -103,7 +106,7 @@ def main() -> None:
     )
     scorer = instantiate(cfg.metrics.scorers.esgbench)
     cases, records = [], []
-    for index, (dataset, question, answer, expected, kind) in enumerate(CASES):
+    for index, (dataset, question, answer, expected, kind) in enumerate(CASES[: args.cases]):
         item = dataclasses.replace(items[question], id=f"case{index:02d}")
         values = scorer.score([answer], [item.answers]).per_item[0]
         cases.append((item, expected, kind, dataset))

@@ -6,7 +6,7 @@ accuracy and (against lm-eval) per-question agreement, prints a table and writes
 * ours:    the path a job runs (``esgexp.run``): the project config composed with ``backend=hf``,
            ``cache=off`` (no request cache: every item is computed), the backend from
            ``esgexp.jobs.lifecycle.job_backend`` (an ``HFBackend``), the prompts from ``MCQTask``, the requests
-           from ``esgexp.run.make_requests`` (``LetterRequest`` for ``logprob``, prefix KV cache on;
+           from ``esgexp.tasks.generation.make_requests`` (``LetterRequest`` for ``logprob``, prefix KV cache on;
            ``GenerationRequest`` for ``generate``, greedy, 16 new tokens) and ``HFBackend.run``.
 * lm-eval: lm-evaluation-harness, ``hf`` backend, on the same questions through a local task YAML
            whose Jinja prompt is derived from conf/template/esgenius.yaml. ``logprob`` is its
@@ -205,6 +205,7 @@ def compose_job_config(job: dict):
 
     overrides = [
         f"paths.root_dir={ROOT}",
+        "paths.output_dir=null",  # no run folder (its default needs Hydra's runtime); a server logs to the cache
         "backend=hf",
         f"scoring={job['mode']}",
         f"model.dtype={job['dtype']}",
@@ -227,7 +228,7 @@ def run_ours(job: dict) -> dict:
     """
     from esgexp.jobs.lifecycle import job_backend
     from esgexp.models.scoring import common_prefix
-    from esgexp.run import make_requests
+    from esgexp.tasks.generation import make_requests
     from esgexp.tasks.mcq import MCQTask
 
     threads = set_threads(job["threads"])
@@ -319,27 +320,34 @@ def run_mm(job: dict) -> dict:
     """GFLOP/s of ``torch.nn.functional.linear`` (what the model's layers call) on ``job['rows']`` tokens
     for each linear layer of one decoder layer, per dtype; ``rate`` is the layer's whole set
     (FLOPs over seconds), the ceiling a forward pass made only of these multiplies would reach."""
+    threads = set_threads(job["threads"])
+    rates = linear_rates(layer_shapes(job["model_dir"]), job["rows"], job["dtypes"], job["seconds"])
+    return {"rows": job["rows"], "torch_threads": threads, "rates": rates}
+
+
+def linear_rates(shapes: list[tuple[str, int, int]], rows: int, dtypes: list[str], seconds: float) -> dict:
+    """Per dtype: GFLOP/s of ``F.linear`` on ``rows`` rows for each (name, in, out) of ``shapes`` (at least 3
+    calls and ``seconds`` each, after a warm-up) and ``rate_gflops``, the whole set's FLOPs over its seconds."""
     import torch
     import torch.nn.functional as F
 
-    threads = set_threads(job["threads"])
     torch.manual_seed(0)
-    rows, shapes, rates = job["rows"], layer_shapes(job["model_dir"]), {}
-    for dtype in job["dtypes"]:
+    rates = {}
+    for dtype in dtypes:
         per_shape, total_flop, total_s = {}, 0.0, 0.0
         for name, k, n in shapes:
             x = torch.randn(rows, k, dtype=getattr(torch, dtype))
             w = torch.randn(n, k, dtype=getattr(torch, dtype))
             F.linear(x, w)  # warm-up
             reps, start = 0, time.perf_counter()
-            while reps < 3 or time.perf_counter() - start < job["seconds"]:
+            while reps < 3 or time.perf_counter() - start < seconds:
                 F.linear(x, w)
                 reps += 1
-            seconds = (time.perf_counter() - start) / reps
-            per_shape[f"{name} {k}x{n}"] = 2 * rows * k * n / seconds / 1e9
-            total_flop, total_s = total_flop + 2 * rows * k * n, total_s + seconds
+            each = (time.perf_counter() - start) / reps
+            per_shape[f"{name} {k}x{n}"] = 2 * rows * k * n / each / 1e9
+            total_flop, total_s = total_flop + 2 * rows * k * n, total_s + each
         rates[dtype] = {"rate_gflops": total_flop / total_s / 1e9, "per_shape_gflops": per_shape}
-    return {"rows": rows, "torch_threads": threads, "rates": rates}
+    return rates
 
 
 # --------------------------------------------------------------------------------------------

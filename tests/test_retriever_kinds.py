@@ -77,8 +77,9 @@ def raw_minilm(tmp_path_factory) -> Path:
 
 
 def test_pooling_and_dot_product_by_hand(raw_minilm):
-    cls = DenseRetriever(model=str(raw_minilm), pooling="cls", normalize=False, device="cpu")
-    mean = DenseRetriever(model=str(raw_minilm), pooling="mean", normalize=False, device="cpu")
+    exact = {"normalize": False, "device": "cpu", "precision": "float32"}  # compared with float32 token vectors
+    cls = DenseRetriever(model=str(raw_minilm), pooling="cls", **exact)
+    mean = DenseRetriever(model=str(raw_minilm), pooling="mean", **exact)
     tokens = cls.encoder().encode(["workplace accidents"], output_value="token_embeddings")[0].numpy()
     assert np.allclose(cls.encode(["workplace accidents"])[0], tokens[0], atol=1e-5)  # the [CLS] token's vector
     assert np.allclose(mean.encode(["workplace accidents"])[0], tokens.mean(axis=0), atol=1e-5)

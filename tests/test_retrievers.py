@@ -360,3 +360,29 @@ def test_dense_cache_misses_when_the_model_files_change(tmp_path, monkeypatch):
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # saved over in place
     build_retriever(config, PASSAGES, cache_dir=tmp_path / "cache")
     assert len(encodes) == 2
+
+
+def test_dense_precision_auto_follows_the_cpu_and_the_device():
+    from esgexp.models.loading import cpu_has_fast_bf16
+    from esgexp.retrieval.dense import encoder_precision
+
+    native = cpu_has_fast_bf16()[0]
+    assert encoder_precision("auto", "cpu") == ("bfloat16" if native else "float32")
+    assert encoder_precision("auto", "cuda") == "float16"
+    assert encoder_precision("float32", "cpu") == "float32"
+    assert DenseRetriever(device="cpu").precision == encoder_precision("auto", "cpu")
+    with pytest.raises(UserError, match=r"precision=float16 runs on a GPU only"):
+        encoder_precision("float16", "cpu")
+
+
+def test_dense_bfloat16_embeds_again_close_to_float32_and_ranks_the_same(tmp_path, monkeypatch):
+    encodes = count_calls(monkeypatch, DenseRetriever, "encode")
+    exact = build_retriever({**DENSE_CFG, "device": "cpu", "precision": "float32"}, PASSAGES, cache_dir=tmp_path)
+    half = build_retriever({**DENSE_CFG, "device": "cpu", "precision": "bfloat16"}, PASSAGES, cache_dir=tmp_path)
+    assert len(encodes) == 2 and len(list((tmp_path / "retrieval").iterdir())) == 2  # a changed precision re-embeds
+    assert half.embeddings.dtype == np.float32 and not np.array_equal(half.embeddings, exact.embeddings)
+    assert (half.embeddings * exact.embeddings).sum(axis=1).min() > 0.999
+    queries = ["garbage disposal", "workplace accidents", "female representation among directors"]
+    assert [ids(h) for h in half.search(queries, 3)] == [ids(h) for h in exact.search(queries, 3)]
+    build_retriever({**DENSE_CFG, "device": "cpu", "precision": "bfloat16"}, PASSAGES, cache_dir=tmp_path)
+    assert len(encodes) == 4  # the bfloat16 index loaded, only the queries above and none here encoded

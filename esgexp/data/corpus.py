@@ -36,6 +36,8 @@ from esgexp.errors import UserError
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".pdf", ".md", ".txt")
+# A long PDF read by several workers is cut into units of this many pages (the 300-page shared reports: 5).
+PAGES_PER_UNIT = 64
 INGEST_HINT = "build it with: python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=...]"
 
 
@@ -90,10 +92,12 @@ def ingest(
     tables: TableExtractor | None = None,
     reader: str = "pdfium",
     workers: int = 1,
+    pages_per_unit: int = PAGES_PER_UNIT,
 ) -> dict:
-    """Read every PDF/Markdown/text file under ``pdf_dir`` (PDF page text by ``reader``; ``workers`` files at
-    once, in processes), chunk it, and write the corpus to ``out_dir``; with ``tables``, each PDF's tables
-    become passages of kind ``table`` too. The corpus is the same whatever ``workers``.
+    """Read every PDF/Markdown/text file under ``pdf_dir`` (PDF page text by ``reader``; with ``workers`` > 1,
+    files and page ranges of long PDFs in that many processes: ``read_all``), chunk it, and write the corpus
+    to ``out_dir``; with ``tables``, each PDF's tables become passages of kind ``table`` too. The corpus is
+    the same whatever ``workers``.
 
     A file that cannot be read is skipped with a warning (and listed in the report); an unchanged file
     (same sha256, same reader) reuses its stored pages and, under the same chunker config, its passages
@@ -110,7 +114,7 @@ def ingest(
     same_tables = stored.manifest.get("tables") == tables_config
     opened = [_open(path, pdf_dir, stored, same_tables or tables is None) for path in files]
     todo = [(path, entry["doc_id"], not reused) for path, (entry, reused) in zip(files, opened) if entry.get("parse")]
-    parsed = read_all(todo, reader, tables, workers, progress)
+    parsed = read_all(todo, reader, tables, workers, progress, pages_per_unit)
     documents, pages, passages, found_tables, skipped = {}, [], [], [], []
     counts = {"n_parsed": sum(1 for *_, whole in todo if whole), "n_reused": sum(1 for _, reused in opened if reused)}
     for path, (entry, reused) in zip(files, opened):
@@ -178,55 +182,134 @@ def ingest(
 
 
 def read_all(
-    todo: list[tuple[Path, str, bool]], reader: str, tables: TableExtractor | None, workers: int, progress: bool
+    todo: list[tuple[Path, str, bool]],
+    reader: str,
+    tables: TableExtractor | None,
+    workers: int,
+    progress: bool,
+    pages_per_unit: int = PAGES_PER_UNIT,
 ) -> dict[Path, Parsed]:
     """Each file of ``todo`` (path, document id, whether its pages are read) parsed, with a progress bar over
-    the files: in this process for one worker or one file, else by ``workers`` worker processes, one file
-    each at a time, the largest first (one long report started last would keep the others waiting). A file
-    whose worker dies on it (a PDF library crashing, out of memory) is skipped, named; Ctrl-C stops the
-    workers at once. The results are keyed by path: the order they come in does not matter."""
+    the work: in this process for one worker, else by ``workers`` worker processes, one unit each at a time,
+    the largest first (one long report started last would keep the others waiting). A unit is a file, or
+    ``pages_per_unit`` pages of a longer PDF read by pdfium (its tables, when asked for, one more unit), so
+    the longest report does not bound the run; its pages come out as one reading of the whole file gives them
+    (``pdf.join_ranges``). A file whose worker dies on it (a PDF library crashing, out of memory) is skipped,
+    named; Ctrl-C stops the workers at once. The results are keyed by path: the order they come in does not
+    matter."""
     from tqdm import tqdm
 
-    bar = tqdm(total=len(todo), desc="ingest", unit="doc", disable=not progress)
     jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in todo]
+    units = [(parse, job) for job in jobs] if workers <= 1 else work_units(jobs, pages_per_unit)
+    bar = tqdm(total=len(units), desc="ingest", unit="part", disable=not progress)
     try:
-        if workers <= 1 or len(jobs) <= 1:
-            found = {}
-            for job in jobs:
-                bar.set_postfix_str(job[0].name)
-                found[job[0]] = parse(*job)
+        if workers <= 1 or len(units) <= 1:
+            done = []
+            for function, args in units:
+                bar.set_postfix_str(args[0].name)
+                done.append(function(*args))
                 bar.update()
-            return found
-        return _in_processes(sorted(jobs, key=lambda job: -_size(job[0])), workers, bar)
+        else:
+            done = _in_processes(units, workers, bar)
     finally:
         bar.close()
+    return _gathered(units, done)
 
 
-def _in_processes(jobs: list[tuple], workers: int, bar) -> dict[Path, Parsed]:
-    """``parse(*job)`` of each job, in the order given, by ``workers`` worker processes holding one job each
-    at a time: a worker that dies is known by its job, which is skipped, and another worker takes its place."""
+def work_units(jobs: list[tuple], pages_per_unit: int) -> list[tuple]:
+    """(function, arguments) units for the jobs, the largest first: ``parse`` of a whole file, or for a PDF of
+    more than ``pages_per_unit`` pages read by pdfium, ``parse_range`` of each run of that many pages (and
+    ``parse`` of its tables alone, pages=False, when tables are asked for)."""
+    sized = []
+    for path, doc_id, reader, tables, whole in jobs:
+        count = _pages_to_split(path, reader, pages_per_unit) if whole else 0
+        if not count:
+            sized.append((_size(path), (parse, (path, doc_id, reader, tables, whole))))
+            continue
+        for start in range(0, count, pages_per_unit):
+            pages = range(start, min(start + pages_per_unit, count))
+            sized.append((_size(path) * len(pages) / count, (parse_range, (path, reader, pages))))
+        if tables is not None:
+            sized.append((_size(path), (parse, (path, doc_id, reader, tables, False))))
+    return [unit for _, unit in sorted(sized, key=lambda pair: -pair[0])]
+
+
+def _pages_to_split(path: Path, reader: str, pages_per_unit: int) -> int:
+    """A PDF's page count when pdfium reads it and it has more than ``pages_per_unit`` pages, else 0 (a file
+    that cannot be opened is one unit: ``parse`` says why)."""
+    if reader != "pdfium" or path.suffix.lower() != ".pdf":
+        return 0
+    try:
+        count = pdf.page_count(path)
+    except Exception:  # unreadable: parse names the reason
+        return 0
+    return count if count > pages_per_unit else 0
+
+
+def parse_range(path: Path, reader: str, pages: range) -> pdf.PageRange | Parsed:
+    """Some pages of a PDF (``pdf.read_range``), or why the file is skipped."""
+    try:
+        return pdf.read_range(path, reader, pages)
+    except UnreadableDocument as error:
+        return Parsed(skipped=str(error))
+    except Exception as error:  # a bug in a PDF library: the file is skipped, named
+        return Parsed(skipped=f"cannot be read ({type(error).__name__}: {error})")
+
+
+def _gathered(units: list[tuple], done: list) -> dict[Path, Parsed]:
+    """Each file's ``Parsed`` from its units' results (``done``, in the order of ``units``): a whole file's as it
+    came; a split PDF's ranges joined in page order, with its tables' unit, or the first failure among them."""
+    found: dict[Path, Parsed] = {}
+    ranges: dict[Path, list] = {}
+    for (function, args), result in zip(units, done):
+        if function is parse_range:
+            ranges.setdefault(args[0], []).append(result)
+        elif args[4]:  # pages read: a whole file
+            found[args[0]] = result
+        else:  # a split PDF's tables
+            parsed = found.setdefault(args[0], Parsed())
+            parsed.tables, parsed.tables_skipped = result.tables, result.tables_skipped or result.skipped
+    for path, parts in ranges.items():
+        failed = [part for part in parts if isinstance(part, Parsed)]
+        parsed = found.setdefault(path, Parsed())
+        if failed:
+            parsed.skipped, parsed.crashed = failed[0].skipped, failed[0].crashed
+            continue
+        try:
+            parsed.pages = pdf.join_ranges(sorted(parts, key=lambda part: part.first))
+        except UnreadableDocument as error:
+            parsed.skipped = str(error)
+    return found
+
+
+def _in_processes(units: list[tuple], workers: int, bar) -> list:
+    """``function(*args)`` of each (function, args) unit, in the order given, by ``workers`` worker processes
+    holding one unit each at a time; the results in the order of ``units``. A worker that dies is known by its
+    unit, whose result is a crashed ``Parsed``, and another worker takes its place."""
     import multiprocessing
     from multiprocessing.connection import wait
 
     context = multiprocessing.get_context()
-    waiting, found, busy, idle = list(reversed(jobs)), {}, {}, []  # busy: connection -> (process, path)
+    waiting = list(reversed(range(len(units))))
+    found: list = [None] * len(units)
+    busy, idle = {}, []  # busy: connection -> (process, unit index)
     try:
         while waiting or busy:
             while waiting and len(busy) < workers:
                 connection, process = idle.pop() if idle else _start_worker(context)
-                job = waiting.pop()
-                connection.send(job)
-                busy[connection] = (process, job[0])
+                index = waiting.pop()
+                connection.send(units[index])
+                busy[connection] = (process, index)
             for connection in wait(list(busy)):
-                process, path = busy.pop(connection)
+                process, index = busy.pop(connection)
                 try:
-                    found[path] = connection.recv()
+                    found[index] = connection.recv()
                     idle.append((connection, process))
-                except EOFError:  # the worker died on this file
+                except EOFError:  # the worker died on this unit
                     process.join()
                     connection.close()
-                    found[path] = Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})", crashed=True)
-                bar.set_postfix_str(path.name)
+                    found[index] = Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})", crashed=True)
+                bar.set_postfix_str(units[index][1][0].name)
                 bar.update()
     except BaseException:
         for process, _ in busy.values():
@@ -260,13 +343,14 @@ def _ended(exitcode: int | None) -> str:
 
 
 def _work(connection) -> None:
-    """A worker process: ``parse(*job)`` of each job it is sent, answered, until it is sent None. It ignores
-    Ctrl-C: the ingest process gets it and stops the workers."""
+    """A worker process: ``function(*args)`` of each (function, args) unit it is sent, answered, until it is
+    sent None. It ignores Ctrl-C: the ingest process gets it and stops the workers."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    while (job := connection.recv()) is not None:
-        connection.send(parse(*job))
+    while (unit := connection.recv()) is not None:
+        function, args = unit
+        connection.send(function(*args))
 
 
 def _size(path: Path) -> int:

@@ -50,7 +50,9 @@ def hyphenated_words(text: str) -> frozenset[str]:
     return frozenset(word.lower() for token in text.split() if "-" in token for word in _COMPOUND.findall(token))
 
 
-def clean_text(text: str, keep_lines: bool = False, compounds: frozenset[str] = frozenset()) -> str:
+def clean_text(
+    text: str, keep_lines: bool = False, compounds: frozenset[str] = frozenset(), consulted: set[str] | None = None
+) -> str:
     """Normalise extracted text for chunking and search.
 
     NFKC (ligatures, subscripts), invisible and control characters dropped, a word broken at a line
@@ -58,7 +60,8 @@ def clean_text(text: str, keep_lines: bool = False, compounds: frozenset[str] = 
     ``sustainability``) unless a capital or digit is next to the hyphen or ``compounds`` holds the
     hyphenated form (then only the line break goes), spaces collapsed.
     Lines are joined into paragraphs separated by a blank line; ``keep_lines`` keeps every line break
-    (for Markdown/plain text, where lines carry structure).
+    (for Markdown/plain text, where lines carry structure). ``consulted`` (when given) gets every lowercased
+    hyphenated form whose fate ``compounds`` decided: the text depends on ``compounds`` only through these.
     """
     text = unicodedata.normalize("NFKC", text.replace(_SYMBOL_BULLET, "•"))
     text = _SOFT_BREAK.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
@@ -67,8 +70,11 @@ def clean_text(text: str, keep_lines: bool = False, compounds: frozenset[str] = 
     def join(match: re.Match) -> str:
         head, tail = match.group(1), match.group(2)
         hyphenated = f"{head}-{tail}"
-        if head[-1].islower() and tail[0].islower() and hyphenated.lower() not in compounds:
-            return head + tail
+        if head[-1].islower() and tail[0].islower():
+            if consulted is not None:
+                consulted.add(hyphenated.lower())
+            if hyphenated.lower() not in compounds:
+                return head + tail
         return hyphenated
 
     text = _HYPHEN_BREAK.sub(join, text)
@@ -90,11 +96,58 @@ def read_pages(path: Path, reader: str = "pdfium") -> list[Page]:
     An encrypted PDF is opened with the empty user password. Raises :class:`UnreadableDocument` for a
     file that is not a readable PDF, needs a password, or has no extractable text at all (a scan).
     """
-    raw = pdfium_texts(path) if reader == "pdfium" else pypdf_texts(path)
-    if not raw:
-        raise UnreadableDocument("the PDF has no pages")
+    return join_ranges([read_range(path, reader)])
+
+
+@dataclass(frozen=True)
+class PageRange:
+    """Some consecutive pages of one PDF, read and cleaned on their own (``read_range``): ``texts`` cleaned
+    with the hyphenated words of these pages only (``compounds``); ``consulted`` per page, the hyphenated
+    forms whose fate those words decided; ``raw``, the extracted text of each page with any (by position)."""
+
+    first: int
+    texts: list[str]
+    compounds: frozenset[str]
+    consulted: list[frozenset[str]]
+    raw: dict[int, str]
+
+
+def page_count(path: Path) -> int:
+    """The number of pages of a PDF (PDFium); raises :class:`UnreadableDocument` when it cannot be opened."""
+    document = _open_pdfium(path)
+    try:
+        return len(document)
+    finally:
+        document.close()
+
+
+def read_range(path: Path, reader: str = "pdfium", pages: range | None = None) -> PageRange:
+    """The 0-based ``pages`` of a PDF (all when None) read by ``reader`` and cleaned (``PageRange``)."""
+    raw = pdfium_texts(path, pages) if reader == "pdfium" else pypdf_texts(path, pages)
     compounds = hyphenated_words("\n".join(raw))
-    pages = [Page(number, clean_text(text, compounds=compounds)) for number, text in enumerate(raw, start=1)]
+    texts, consulted = [], []
+    for text in raw:
+        forms: set[str] = set()
+        texts.append(clean_text(text, compounds=compounds, consulted=forms))
+        consulted.append(frozenset(forms))
+    raw_kept = {index: text for index, text in enumerate(raw) if consulted[index]}
+    return PageRange(1 + (0 if pages is None else pages.start), texts, compounds, consulted, raw_kept)
+
+
+def join_ranges(parts: list[PageRange]) -> list[Page]:
+    """The page map of a PDF from its ranges in page order, the same as ``read_pages`` gives: a page whose text
+    depended on a hyphenated word written on another range's page is cleaned again with the whole PDF's words.
+    Raises :class:`UnreadableDocument` for no pages or no text at all."""
+    compounds = frozenset().union(*(part.compounds for part in parts))
+    pages = []
+    for part in parts:
+        missed = compounds - part.compounds
+        for index, text in enumerate(part.texts):
+            if part.consulted[index] & missed:
+                text = clean_text(part.raw[index], compounds=compounds)
+            pages.append(Page(part.first + index, text))
+    if not pages:
+        raise UnreadableDocument("the PDF has no pages")
     if not any(page.text for page in pages):
         raise UnreadableDocument("no extractable text (a scanned PDF?); OCR not supported")
     return pages
@@ -107,20 +160,25 @@ _PDFIUM_LINE_HYPHEN = re.compile(r"[\ufffe\x02](?:\r?\n)?")
 _SUBSCRIPT_GAP = re.compile(r"\b((?:CO|CH|N|SF|NF|HFC|PFC)[\d\u2080-\u2089]+)(?:\r?\n| )(?=e\b|-\w)")
 
 
-def pdfium_texts(path: Path) -> list[str]:
-    """Each page's raw text as PDFium extracts it, its line-end hyphens written as pypdf writes them (``-``
-    and a line break) and no space after a greenhouse-gas formula's subscript, so one cleaning serves both
-    readers."""
+def _open_pdfium(path: Path):
+    """A PDFium document (the empty password tried); UnreadableDocument when it cannot be opened."""
     import pypdfium2 as pdfium
 
     try:
-        document = pdfium.PdfDocument(str(path))
+        return pdfium.PdfDocument(str(path))
     except pdfium.PdfiumError as error:
         if "password" in str(error).lower():
             raise UnreadableDocument("encrypted and the empty password does not open it (needs a password)") from error
         raise UnreadableDocument(f"not a readable PDF ({error})") from error
+
+
+def pdfium_texts(path: Path, pages: range | None = None) -> list[str]:
+    """Each page's raw text (of the 0-based ``pages``; all when None) as PDFium extracts it, its line-end hyphens written as pypdf writes them (``-``
+    and a line break) and no space after a greenhouse-gas formula's subscript, so one cleaning serves both
+    readers."""
+    document = _open_pdfium(path)
     try:
-        texts = [_pdfium_page(document, index, path) for index in range(len(document))]
+        texts = [_pdfium_page(document, index, path) for index in (range(len(document)) if pages is None else pages)]
     finally:
         document.close()
     return [_SUBSCRIPT_GAP.sub(r"\1", _PDFIUM_LINE_HYPHEN.sub("-\n", text)) for text in texts]
@@ -145,8 +203,8 @@ def _pdfium_page(document, index: int, path: Path) -> str:
         return ""
 
 
-def pypdf_texts(path: Path) -> list[str]:
-    """Each page's raw text as pypdf extracts it."""
+def pypdf_texts(path: Path, pages: range | None = None) -> list[str]:
+    """Each page's raw text (of the 0-based ``pages``; all when None) as pypdf extracts it."""
     from pypdf import PdfReader
     from pypdf.errors import DependencyError
 
@@ -154,7 +212,10 @@ def pypdf_texts(path: Path) -> list[str]:
         reader = PdfReader(path)
         if reader.is_encrypted and not reader.decrypt(""):
             raise UnreadableDocument("encrypted and the empty password does not open it (needs a password)")
-        return [_extract(page, path, number) for number, page in enumerate(reader.pages, start=1)]
+        return [
+            _extract(reader.pages[index], path, index + 1)
+            for index in (range(len(reader.pages)) if pages is None else pages)
+        ]
     except UnreadableDocument:
         raise
     except DependencyError as error:

@@ -4,7 +4,7 @@ inner-product search."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +19,8 @@ from esgexp.retrieval.base import Hit, Retriever, top_k
 QUERY_BLOCK = 256
 #: sentence-transformers' pooling modes a config may choose (``pooling``).
 POOLING_MODES = ("cls", "mean", "max", "lasttoken", "weightedmean")
+#: the arithmetic an encoder runs in (``precision``); auto: ``encoder_precision``.
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
 
 def default_model_path() -> str:
@@ -64,6 +66,33 @@ def pick_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def encoder_precision(precision: str, device: str) -> str:
+    """The arithmetic an encoder on ``device`` (cpu or cuda) runs in: ``auto`` is float16 on a GPU, bfloat16
+    on a CPU that computes it natively (AVX512-BF16 or AMX: ``cpu_has_fast_bf16``, asked of the CPU, never
+    assumed), else float32; a named precision as it is. float16 on a CPU is refused (no CPU kernels)."""
+    if precision == "float16" and device == "cpu":
+        raise UserError("retriever.precision=float16 runs on a GPU only; on this CPU use bfloat16 or float32 (or auto)")
+    if precision != "auto":
+        return precision
+    if device != "cpu":
+        return "float16"
+    from esgexp.models.loading import cpu_has_fast_bf16
+
+    return "bfloat16" if cpu_has_fast_bf16()[0] else "float32"
+
+
+def precision_context(precision: str, device: str):
+    """Where the encoder's forward passes run: torch's autocast to bfloat16 / float16 (matrix products in that
+    type, norms and softmax in float32), or nothing for float32."""
+    import contextlib
+
+    import torch
+
+    if precision == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast("cpu" if device == "cpu" else "cuda", dtype=getattr(torch, precision))
 
 
 def hub_offline() -> bool:
@@ -216,14 +245,17 @@ class DenseRetriever(VectorRetriever):
     ``model`` encodes both); ``query_prompt`` / ``passage_prompt``: text put before each query / passage
     (BGE's query instruction); ``pooling``: one of ``POOLING_MODES`` to replace the model's own (None: keep
     it); ``normalize``: unit vectors (cosine), or the model's vectors as it gives them (dot product, as DPR,
-    Contriever and DRAGON+ were trained); ``backend``: numpy or faiss; ``device``: ``auto``, ``cpu`` or ``cuda``. The index depends on
-    the passage side only (model and its files, passage prompt, pooling, normalize).
+    Contriever and DRAGON+ were trained); ``backend``: numpy or faiss; ``device``: ``auto``, ``cpu`` or ``cuda``;
+    ``precision``: one of ``PRECISIONS`` for queries and passages alike (auto: ``encoder_precision``).
+    The index depends on the passage side only (model and its files, passage prompt, pooling, normalize, the
+    precision it was embedded in).
     """
 
     rules: ClassVar[dict] = {
         **VectorRetriever.rules,
         "device": DEVICES,
-        "pooling": Choice(("cls", "mean", "max", "lasttoken", "weightedmean"), optional=True),
+        "pooling": Choice(POOLING_MODES, optional=True),
+        "precision": Choice(PRECISIONS),
     }
     packages = ("sentence-transformers",)
 
@@ -240,39 +272,50 @@ class DenseRetriever(VectorRetriever):
         passage_prompt: str = "",
         pooling: str | None = None,
         normalize: bool = True,
-        batch_size: int = 64,
+        batch_size: int = 16,
         backend: str = "numpy",
         device: str = "auto",
+        precision: str = "auto",
     ) -> None:
         super().__init__(name, backend)
         self.model = resolve_source(model, name)
         self.query_model = resolve_source(query_model, name, "query_model") if query_model else self.model
         self.query_prompt, self.passage_prompt = query_prompt or "", passage_prompt or ""
         self.pooling, self.normalize = pooling, bool(normalize)
-        self.batch_size, self.device = batch_size, device
+        self.batch_size, self.device, self.precision_setting = batch_size, device, precision
+
+    @cached_property
+    def precision(self) -> str:
+        """The precision this retriever encodes in here (``precision`` resolved on this machine's device)."""
+        return encoder_precision(self.precision_setting, pick_device(self.device))
 
     def settings(self) -> dict[str, Any]:
-        return {
+        settings = {
             "model": self.model,
             "model_files": source_stamp(self.model),
             "passage_prompt": self.passage_prompt,
             "pooling": self.pooling,
             "normalize": self.normalize,
         }
+        # float32 indexes made before the setting existed keep their key
+        return settings if self.precision == "float32" else {**settings, "precision": self.precision}
 
     def encoder(self, query: bool = False) -> Any:
         """The loaded SentenceTransformer for queries or for passages."""
         return load_encoder(self.query_model if query else self.model, self.device, self.pooling)
 
     def encode(self, texts: list[str], query: bool = False) -> np.ndarray:
-        """float32 vectors, one row per text (unit vectors when ``normalize``)."""
+        """float32 vectors, one row per text (unit vectors when ``normalize``), computed in ``precision``;
+        sentence-transformers batches the texts longest first, so a batch holds texts of similar length."""
         prompt = self.query_prompt if query else self.passage_prompt
-        vectors = self.encoder(query).encode(
-            texts,
-            prompt=prompt or None,
-            batch_size=self.batch_size,
-            normalize_embeddings=self.normalize,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        encoder = self.encoder(query)
+        with precision_context(self.precision, encoder.device.type):
+            vectors = encoder.encode(
+                texts,
+                prompt=prompt or None,
+                batch_size=self.batch_size,
+                normalize_embeddings=self.normalize,
+                convert_to_tensor=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(vectors.float().cpu().numpy(), dtype=np.float32)
