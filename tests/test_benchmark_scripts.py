@@ -84,6 +84,7 @@ def smoke_args(inputs: dict[str, Path]) -> dict[str, list[str]]:
         "mcq_throughput.py": "--limit 2 --modes logprob --dtypes float32 --no-lmeval --mm-seconds 0.05 --threads 1",
         "metrics.py": "--n 10 --bertscore-n 2",
         "pdf_readers.py": f"--pdfs {pdfs} --large {none} --repeats 1",
+        "reliability_sweep.py": "--only 'csv rows'",
         "retrieval.py": f"--smoke --dense-pdfs {pdfs} --climretrieve {none}",
     }
     return {script: shlex.split(command) for script, command in commands.items()}
