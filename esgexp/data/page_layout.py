@@ -23,23 +23,17 @@ _HYPHEN_MARKS = str.maketrans({"\ufffe": "-", "\x02": "-"})
 _WORD = re.compile(r"[^\s\x00-\x1f\ufffe]+[\ufffe\x02]?|[\ufffe\x02]")
 
 
-@dataclass
 class Word:
-    """One word: its text and box (x0, top, x1, bottom)."""
+    """One word: its text, box (x0, top, x1, bottom) and middle (x_mid, y_mid)."""
 
-    text: str
-    x0: float
-    top: float
-    x1: float
-    bottom: float
+    __slots__ = ("bottom", "text", "top", "x0", "x1", "x_mid", "y_mid")
 
-    @property
-    def x_mid(self) -> float:
-        return (self.x0 + self.x1) / 2
+    def __init__(self, text: str, x0: float, top: float, x1: float, bottom: float):
+        self.text, self.x0, self.top, self.x1, self.bottom = text, x0, top, x1, bottom
+        self.x_mid, self.y_mid = (x0 + x1) / 2, (top + bottom) / 2
 
-    @property
-    def y_mid(self) -> float:
-        return (self.top + self.bottom) / 2
+    def __repr__(self) -> str:
+        return f"Word({self.text!r}, {self.x0:.1f}, {self.top:.1f}, {self.x1:.1f}, {self.bottom:.1f})"
 
     def as_dict(self) -> dict:
         """The word as pdfplumber's table finder takes words (its ``text`` strategy)."""

@@ -16,6 +16,7 @@ import itertools
 import logging
 import re
 import statistics
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -216,24 +217,23 @@ class TableExtractor:
         return found
 
     def page_tables(self, layout: PageLayout) -> list[Found]:
-        """The tables of one page, top to bottom; none without two horizontal rules (``rules``, ``lines``)."""
+        """The tables of one page, top to bottom; none without two horizontal rules (``rules``, ``lines``).
+        ``rules`` lays out each group of rules as its own grid and leaves pdfplumber's finder the pages with
+        drawn vertical borders (a drawn grid); ``lines`` and ``text`` are pdfplumber's finder alone."""
         from pdfplumber.table import TableFinder
 
         if self.strategy != "text" and sum(edge["orientation"] == "h" for edge in layout.edges) < 2:
             return []
-        plumber = "lines" if self.strategy == "rules" else self.strategy
-        settings = {"vertical_strategy": plumber, "horizontal_strategy": plumber}
-        bands: list[_Band] = []
+        grids: list[tuple[object, _Band | None]] = []
         if self.strategy == "rules":
-            extra, bands = self._rule_borders(layout)
-            settings |= extra
-        tables = TableFinder(layout, settings).tables
-        if not tables:
-            return []
-        found = []
-        for table in sorted(tables, key=lambda t: (t.bbox[1], t.bbox[0])):
-            band = next((b for b in bands if _inside(table.bbox, b.grid)), None)
-            found.append(self._read(layout, table, band))
+            grids = [(_Grid.of(band), band) for band in self._rule_bands(layout)]
+        if self.strategy != "rules" or sum(edge["orientation"] == "v" for edge in layout.edges) >= 2:
+            plumber = "lines" if self.strategy == "rules" else self.strategy
+            settings = {"vertical_strategy": plumber, "horizontal_strategy": plumber}
+            grids += [(table, None) for table in TableFinder(layout, settings).tables]
+        found = [
+            self._read(layout, grid, band) for grid, band in sorted(grids, key=lambda g: (g[0].bbox[1], g[0].bbox[0]))
+        ]
         return _without_nested(found)
 
     def keep(self, found: list[Found], doc_id: str) -> list[Table]:
@@ -272,10 +272,11 @@ class TableExtractor:
         if band is not None and band.lines:  # the header is read from the band: no grid row above the first rule
             rows = [row for row in rows if row.bbox[3] > band.grid[1] + 0.5]
             top = min(top, band.grid[1])
-        cells = [self._row_texts(row, words) for row in rows]
-        texts = [
-            _text([w for w in words if row.bbox[1] <= w.y_mid < row.bbox[3] and x0 <= w.x_mid < x1]) for row in rows
-        ]
+        within = sorted((w for w in words if x0 <= w.x_mid < x1 and top <= w.y_mid < bottom), key=lambda w: w.y_mid)
+        middles = [w.y_mid for w in within]
+        row_words = [within[bisect_left(middles, row.bbox[1]) : bisect_left(middles, row.bbox[3])] for row in rows]
+        cells = [self._row_texts(row, inside) for row, inside in zip(rows, row_words)]
+        texts = [_text(inside) for inside in row_words]
         groups: list[str] = []
         if band is not None and band.lines:
             header, groups = _band_header(band, _column_borders(table), words)
@@ -285,12 +286,11 @@ class TableExtractor:
         title = _title(words, (x0, top, x1, bottom))
         return Found(layout.number, (x0, top, x1, bottom), cells, texts, groups, title, _cut(table.bbox, layout.bbox))
 
-    def _row_texts(self, row, words: list[Word]) -> list[str | None]:
-        """One grid row's cell texts; in a row taller than ``max_row_height`` (a page read as one cell)
-        each word goes to the cell its middle lies in, without joining cells."""
+    def _row_texts(self, row, inside: list[Word]) -> list[str | None]:
+        """One grid row's cell texts from the words ``inside`` it; in a row taller than ``max_row_height``
+        (a page read as one cell) each word goes to the cell its middle lies in, without joining cells."""
         boxes = row.cells
         _, top, _, bottom = row.bbox
-        inside = [w for w in words if top <= w.y_mid < bottom]
         joined = list(range(len(boxes)))  # each cell's group: the first cell of the run it is joined into
         if bottom - top <= self.max_row_height:
             for word in inside:
@@ -354,42 +354,65 @@ class TableExtractor:
 
     # ---- the rules strategy's borders and header bands ------------------------------------------------
 
-    def _rule_borders(self, layout: PageLayout) -> tuple[dict, list[_Band]]:
-        """pdfplumber settings adding the ``rules`` strategy's explicit borders for one page, and the header
-        band above each group of rules. Rules inside another group's header band (under its group headers,
-        under its title) are that table's, not a table of their own."""
-        rules = sorted((e for e in layout.edges if e["orientation"] == "h"), key=lambda e: e["top"])
+    def _rule_bands(self, layout: PageLayout) -> list[_Band]:
+        """Each group of rules of a page that is a table (not a drawn grid) with its header band. Rules inside
+        another group's header band (under its group headers, under its title) are that table's, not a
+        table of their own."""
+        spans = _rule_spans([e for e in layout.edges if e["orientation"] == "h"], self.rule_gap)
+        long = [piece for span in spans if span["x1"] - span["x0"] >= MIN_BORDER for piece in span["pieces"]]
+        rules = sorted(long, key=lambda e: e["top"])
         drawn = [e for e in layout.edges if e["orientation"] == "v"]
         groups: list[list[dict]] = []
         for rule in rules:
             if groups and rule["top"] - groups[-1][-1]["top"] <= self.max_row_height:
                 groups[-1].append(rule)
+            elif groups and self._tall_row(layout, groups[-1], rule, rules):
+                groups[-1].append(rule)
             else:
                 groups.append([rule])
         bands = [self._band(layout, rules, drawn, group) for group in groups]
         taken = [(band.ceiling, band.grid[1] - 0.5) if band and band.lines else None for band in bands]
-        vertical, horizontal, kept = [], [], []
+        kept = []
         for k, (group, band) in enumerate(zip(groups, bands)):
             others = [region for i, region in enumerate(taken) if i != k and region]
             own = [r for r in group if not any(a <= r["top"] < b for a, b in others)]
             if len(own) < len(group):  # some of its rules are another table's header rules
                 band = self._band(layout, rules, drawn, own) if own else None
-            if band is None:
-                continue
-            kept.append(band)
-            x0, first, x1, last = band.grid
-            top = first if band.lines else band.top  # with header text, the grid starts at the first rule
-            vertical += [_line(x, top, x, last) for x in band.borders]
-            horizontal.append(_line(x0, top, x1, top))
-        settings = {"explicit_vertical_lines": vertical, "explicit_horizontal_lines": horizontal}
-        return settings | {"join_x_tolerance": self.rule_gap}, kept
+            if band is not None:
+                kept.append(band)
+        return kept
+
+    def _tall_row(self, layout: PageLayout, group: list[dict], rule: dict, rules: list[dict]) -> bool:
+        """Whether ``rule``, more than ``max_row_height`` below the group's last rule, closes a row of the same
+        table taller than that (a cell of many lines): both rules span the same width and the text between
+        starts right under the upper one (a new table would leave room for its title)."""
+        upper = _rule_spans(group, self.rule_gap)[-1]
+        lower = _rule_spans([r for r in rules if abs(r["top"] - rule["top"]) <= 1], self.rule_gap)
+        lower = next((s for s in lower if s["x0"] <= rule["x0"] + 1 and s["x1"] >= rule["x1"] - 1), None)
+        if (
+            lower is None
+            or abs(lower["x0"] - upper["x0"]) > self.rule_gap
+            or abs(lower["x1"] - upper["x1"]) > self.rule_gap
+        ):
+            return False
+        if lower["top"] - upper["top"] > 3 * self.max_row_height:
+            return False
+        between = [
+            w for w in layout.words() if upper["top"] < w.y_mid < lower["top"] and upper["x0"] <= w.x_mid <= upper["x1"]
+        ]
+        if not between:
+            return False
+        first = min(between, key=lambda w: w.top)
+        return first.top - upper["top"] <= first.bottom - first.top
 
     def _band(self, layout: PageLayout, rules: list[dict], drawn: list[dict], group: list[dict]) -> _Band | None:
         """The header band of one group of rules; None for a single rule or a drawn grid (``lines`` reads it)."""
         borders = _clusters(sorted(x for rule in group for x in (rule["x0"], rule["x1"])), self.rule_gap)
+        # a mark drawn with short strokes (a tick box) is no row border, nor is a short bar over the first
+        # row (a highlighted column's top)
         spans = _rule_spans(group, self.rule_gap)
         while spans and spans[0]["x1"] - spans[0]["x0"] < HIGHLIGHT * (borders[-1] - borders[0]):
-            spans.pop(0)  # a short rule over the group (a highlighted column's bar) is no row border
+            spans.pop(0)
         ys = sorted({round(span["top"], 1) for span in spans})
         if len(ys) < 2:
             return None
@@ -401,7 +424,7 @@ class TableExtractor:
         if left >= FRAMED * (ys[-1] - ys[0]):  # a drawn grid: the lines strategy reads it as drawn
             return None
         row_height = statistics.median(b - a for a, b in itertools.pairwise(ys))
-        return _header_band(layout, rules, (borders[0], ys[0], borders[-1], ys[-1]), borders, row_height)
+        return _header_band(layout, rules, ys, borders, row_height)
 
 
 @dataclass
@@ -414,9 +437,39 @@ class _Band:
     top: float
     grid: tuple[float, float, float, float]
     borders: list[float]
+    ys: list[float]
     rules: list[dict]
     lines: int
     ceiling: float
+
+
+@dataclass
+class _Row:
+    """One row of a grid as pdfplumber's tables have them: its cells' boxes and its box."""
+
+    cells: list[tuple[float, float, float, float]]
+    bbox: tuple[float, float, float, float]
+
+
+@dataclass
+class _Grid:
+    """The grid of a rules table (pdfplumber's table shape: ``bbox``, ``rows``, ``cells``): a row between
+    each two rules, a column between each two borders; with no header text above the first rule, one
+    row height above it is the header row."""
+
+    bbox: tuple[float, float, float, float]
+    rows: list[_Row]
+    cells: list[tuple[float, float, float, float]]
+
+    @classmethod
+    def of(cls, band: _Band) -> _Grid:
+        ys = band.ys
+        xs = band.borders
+        rows = [
+            _Row([(a, top, b, bottom) for a, b in itertools.pairwise(xs)], (xs[0], top, xs[-1], bottom))
+            for top, bottom in itertools.pairwise(ys)
+        ]
+        return cls((xs[0], ys[0], xs[-1], ys[-1]), rows, [cell for row in rows for cell in row.cells])
 
 
 # A line taller than this many of its own heights above the line under it is not part of the same header.
@@ -427,6 +480,8 @@ MAX_HEADER_LINES = 8
 RUNNING_WIDTH = 0.45
 # Rules with a drawn left border along this share of their height are a drawn grid (left to ``lines``).
 FRAMED = 0.5
+# A rule shorter than this (points) is a drawn mark (a tick box's stroke), not a row border.
+MIN_BORDER = 20.0
 # A first rule shorter than this share of the table's width is a highlight bar, not a row border.
 HIGHLIGHT = 0.3
 # A header line taller than this many times the header's last line is a heading above the table.
@@ -435,11 +490,14 @@ HEADING = 1.25
 FULL_RULE = 0.8
 
 
-def _header_band(layout: PageLayout, rules: list[dict], grid, borders: list[float], row_height: float) -> _Band:
-    """The lines stacked right above a rules table's first rule, within its width: each at most
-    ``STACKED_GAP`` line heights above the one below, up to a rule across the table, at most
-    ``MAX_HEADER_LINES``; the first not a sentence (running text above the table)."""
-    x0, first, x1, _ = grid
+def _header_band(
+    layout: PageLayout, rules: list[dict], ys: list[float], borders: list[float], row_height: float
+) -> _Band:
+    """The lines stacked right above a rules table's first rule (``ys`` its row borders), within its width:
+    each at most ``STACKED_GAP`` line heights above the one below (twice that over a partial rule), up to
+    a rule across the table, at most ``MAX_HEADER_LINES``, none running text or in a heading's larger font."""
+    x0, first, x1 = borders[0], ys[0], borders[-1]
+    grid = (x0, first, x1, ys[-1])
     words = [w for w in layout.words() if x0 - 1 <= w.x_mid <= x1 + 1 and first - 200 < w.y_mid < first]
     spans = [r for r in _rule_spans(rules) if r["top"] < first - 0.5 and r["x1"] > x0 and r["x0"] < x1]
     full = [r["top"] for r in spans if min(r["x1"], x1) - max(r["x0"], x0) >= FULL_RULE * (x1 - x0)]
@@ -459,23 +517,24 @@ def _header_band(layout: PageLayout, rules: list[dict], grid, borders: list[floa
         ):
             break
         top, count = min(top, line_top) - 0.5, count + 1
-    if not count:
-        return _Band(max(first - row_height, 0.0), grid, borders, [], 0, first)
+    if not count:  # the first rule is the table's top border
+        return _Band(first, grid, borders, ys, [], 0, first)
     near = ceiling if ceiling >= top - 2 * row_height else top
     partial = [r for r in spans if top < r["top"] and r["top"] > ceiling]
-    return _Band(top, grid, borders, partial, count, near)
+    return _Band(top, grid, borders, ys, partial, count, near)
 
 
 def _rule_spans(rules: list[dict], gap: float = 8.0) -> list[dict]:
     """Horizontal rules drawn in pieces (one per column) joined: pieces on one height (within a point) whose
-    ends are at most ``gap`` apart are one span ``{"x0", "x1", "top"}``."""
+    ends are at most ``gap`` apart are one span ``{"x0", "x1", "top", "pieces"}``."""
     spans: list[dict] = []
     for rule in sorted(rules, key=lambda r: (round(r["top"]), r["x0"])):
         last = spans[-1] if spans else None
         if last and abs(rule["top"] - last["top"]) <= 1 and rule["x0"] - last["x1"] <= gap:
             last["x1"] = max(last["x1"], rule["x1"])
+            last["pieces"].append(rule)
         else:
-            spans.append({"x0": rule["x0"], "x1": rule["x1"], "top": rule["top"]})
+            spans.append({"x0": rule["x0"], "x1": rule["x1"], "top": rule["top"], "pieces": [rule]})
     return spans
 
 
@@ -569,11 +628,6 @@ def _without_nested(found: list[Found]) -> list[Found]:
     return [t for t in found if not any(within(t, other) for other in found)]
 
 
-def _inside(box, grid) -> bool:
-    """Whether a found table's box holds the grid of a group of rules (the table drawn from them)."""
-    return box[0] <= grid[0] + 1 and box[2] >= grid[2] - 1 and box[3] >= grid[3] - 1 and box[1] <= grid[1] + 1
-
-
 # ---- words into lines, phrases and text ----------------------------------------------------------------
 
 
@@ -643,16 +697,3 @@ def _clusters(values: list[float], gap: float) -> list[float]:
         else:
             runs.append([value])
     return [statistics.fmean(run) for run in runs]
-
-
-def _line(x0: float, top: float, x1: float, bottom: float) -> dict:
-    """A line object as pdfplumber's explicit table lines take it (page coordinates from the top left)."""
-    return {
-        "object_type": "line",
-        "x0": x0,
-        "x1": x1,
-        "top": top,
-        "bottom": bottom,
-        "width": x1 - x0,
-        "height": bottom - top,
-    }
