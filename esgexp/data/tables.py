@@ -359,7 +359,8 @@ class TableExtractor:
         another group's header band (under its group headers, under its title) are that table's, not a
         table of their own."""
         spans = _rule_spans([e for e in layout.edges if e["orientation"] == "h"], self.rule_gap)
-        long = [piece for span in spans if span["x1"] - span["x0"] >= MIN_BORDER for piece in span["pieces"]]
+        spans = _not_underlines([span for span in spans if span["x1"] - span["x0"] >= MIN_BORDER], layout.words())
+        long = [piece for span in spans for piece in span["pieces"]]
         rules = sorted(long, key=lambda e: e["top"])
         drawn = [e for e in layout.edges if e["orientation"] == "v"]
         groups: list[list[dict]] = []
@@ -522,6 +523,29 @@ def _header_band(
     near = ceiling if ceiling >= top - 2 * row_height else top
     partial = [r for r in spans if top < r["top"] and r["top"] > ceiling]
     return _Band(top, grid, borders, ys, partial, count, near)
+
+
+def _not_underlines(spans: list[dict], words: list[Word]) -> list[dict]:
+    """The rules (joined pieces) that do not underline text (a link, an emphasis): an underline runs through
+    the lower part of a run of words (no gap wider than a space), from where its first word starts to
+    within its last; a table's rule lies under a row's cells, with gaps between them."""
+    words = sorted(words, key=lambda w: w.bottom)
+    bottoms = [w.bottom for w in words]
+    kept = []
+    for span in spans:
+        near = words[bisect_left(bottoms, span["top"] - 1) : bisect_left(bottoms, span["top"] + 12)]
+        under = sorted(
+            (w for w in near if w.y_mid < span["top"] and w.x1 > span["x0"] and w.x0 < span["x1"]), key=lambda w: w.x0
+        )
+        underline = (
+            bool(under)
+            and len(_phrases(under, [])) == 1
+            and abs(under[0].x0 - span["x0"]) <= 1.5
+            and under[-1].x0 < span["x1"] <= under[-1].x1 + 1.5
+        )
+        if not underline:
+            kept.append(span)
+    return kept
 
 
 def _rule_spans(rules: list[dict], gap: float = 8.0) -> list[dict]:
