@@ -225,20 +225,24 @@ def test_a_taxonomy_form_reads_as_printed_stacked_headers_groups_units_and_notes
 
 def test_a_form_cut_by_the_page_edge_is_marked_and_what_lies_beyond_stays_out(taxonomy_forms):
     """The report is laid out as spreads: each page holds the whole form, half of it beyond the page's edge.
-    What a reader of a page does not see stays out of its table, and the two halves say where the other is."""
+    What a reader of a page does not see stays out of its table; the two halves say where the other is, and
+    the right half repeats the left half's row labels (same heights: the rules run across both pages)."""
     left, right = taxonomy_forms[0], taxonomy_forms[1]
     assert (left.cut, left.continues_on, left.continued_from) == (("right",), 2, None)
     assert (right.page, right.cut, right.continued_from, right.continues_on) == (2, ("left",), 1, None)
-    assert "safeguards" not in left.passage().text and "Economic Activities" not in right.passage().text
-    assert right.header[6:] == (
+    assert "safeguards" not in left.passage().text
+    assert "€ million" not in right.passage().text and "CCM 7.1" not in right.passage().text
+    assert right.header[0] == "Economic Activities" and right.header[7:] == (
         "Minimum safeguards",
         "Proportion of Taxonomy aligned (A.1.) or eligible (A.2.) Turnover, year 2022",
         "Category enabling activity",
         "Category transitional activity",
     )
-    assert right.groups[0] == 'DNSH criteria ("Does Not Significantly Harm")'
-    assert right.passage().text.startswith("(Table continued from page 1: its first columns are there.)")
-    assert right.rows[0] == ("Y",) * 7 + ("3.9", "", "")
+    assert right.groups[:2] == ("", 'DNSH criteria ("Does Not Significantly Harm")')
+    assert right.passage().text.startswith("(Table continued from page 1: its first columns are there")
+    assert ("Construction of new buildings", *("Y",) * 7, "3.9", "", "") in right.rows
+    assert ("of which Transitional", *("Y",) * 7, "0.0", "", "T") in right.rows
+    assert right.rows[-1] == ("Total",) + ("",) * 10
 
 
 def test_the_capex_and_opex_forms_read_like_the_turnover_form(taxonomy_forms):

@@ -18,7 +18,7 @@ import re
 import statistics
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from esgexp.core.records import Passage
@@ -67,7 +67,9 @@ class Table:
         """A line saying where the page edge cuts the table and where it goes on ("" when it is whole)."""
         notes = []
         if self.continued_from is not None:
-            notes.append(f"continued from page {self.continued_from}: its first columns are there")
+            notes.append(
+                f"continued from page {self.continued_from}: its first columns are there, its row labels repeated here"
+            )
         if self.continues_on is not None:
             notes.append(f"continues on page {self.continues_on}: its further columns are there")
         if self.cut and not notes:
@@ -113,7 +115,7 @@ class Table:
 class Found:
     """A table as found on its page, before the size filter: ``cells`` its rows (header first, cells as
     read, None for a cell another one spans), ``texts`` each row's whole text (its lines across the
-    table), ``groups`` per column the group header over it."""
+    table), ``tops`` each row's top, ``groups`` per column the group header over it."""
 
     page: int
     bbox: tuple[float, float, float, float]
@@ -122,6 +124,9 @@ class Found:
     groups: list[str] = field(default_factory=list)
     title: str = ""
     cut: tuple[str, ...] = ()
+    tops: list[float] = field(default_factory=list)
+    continued_from: int | None = None
+    continues_on: int | None = None
 
 
 @dataclass
@@ -237,27 +242,20 @@ class TableExtractor:
         return _without_nested(found)
 
     def keep(self, found: list[Found], doc_id: str) -> list[Table]:
-        """The found tables large enough to keep, numbered in order, each table cut at a page's right edge
-        linked to one cut at the next page's left edge."""
+        """The found tables large enough to keep, numbered in order, the halves of a spread linked (see
+        :func:`_join_spread`)."""
+        for left in found:
+            if "right" in left.cut:
+                right = next(
+                    (f for f in found if f.page == left.page + 1 and "left" in f.cut and _overlap(f, left)), None
+                )
+                if right is not None and right.continued_from is None:
+                    _join_spread(left, right)
         tables: list[Table] = []
         for item in found:
             table = self._table(item, f"{doc_id}#t{len(tables)}", doc_id)
             if table is not None:
                 tables.append(table)
-        for i, table in enumerate(tables):
-            if "right" not in table.cut:
-                continue
-            following = next(
-                (
-                    j
-                    for j, t in enumerate(tables)
-                    if t.page == table.page + 1 and "left" in t.cut and _rows_overlap(t, table)
-                ),
-                None,
-            )
-            if following is not None:
-                tables[i] = replace(tables[i], continues_on=table.page + 1)
-                tables[following] = replace(tables[following], continued_from=table.page)
         return tables
 
     # ---- one table -----------------------------------------------------------------------------------
@@ -277,14 +275,17 @@ class TableExtractor:
         row_words = [within[bisect_left(middles, row.bbox[1]) : bisect_left(middles, row.bbox[3])] for row in rows]
         cells = [self._row_texts(row, inside) for row, inside in zip(rows, row_words)]
         texts = [_text(inside) for inside in row_words]
+        tops = [row.bbox[1] for row in rows]
         groups: list[str] = []
         if band is not None and band.lines:
             header, groups = _band_header(band, _column_borders(table), words)
             cells.insert(0, header)
             texts.insert(0, " ".join(header))
+            tops.insert(0, band.top)
             top = band.top
         title = _title(words, (x0, top, x1, bottom))
-        return Found(layout.number, (x0, top, x1, bottom), cells, texts, groups, title, _cut(table.bbox, layout.bbox))
+        cut = _cut(table.bbox, layout.bbox)
+        return Found(layout.number, (x0, top, x1, bottom), cells, texts, groups, title, cut, tops)
 
     def _row_texts(self, row, inside: list[Word]) -> list[str | None]:
         """One grid row's cell texts from the words ``inside`` it; in a row taller than ``max_row_height``
@@ -350,6 +351,8 @@ class TableExtractor:
             tuple(units),
             "\n".join(notes),
             item.cut,
+            item.continued_from,
+            item.continues_on,
         )
 
     # ---- the rules strategy's borders and header bands ------------------------------------------------
@@ -632,9 +635,22 @@ def _cut(bbox, visible) -> tuple[str, ...]:
     return tuple(edge for edge, hit in zip(EDGES, reached) if hit)
 
 
-def _rows_overlap(a: Table, b: Table) -> bool:
+def _overlap(a: Found, b: Found) -> bool:
     """Whether two tables' boxes share vertical extent (the halves of a spread side by side)."""
     return min(a.bbox[3], b.bbox[3]) - max(a.bbox[1], b.bbox[1]) > 0
+
+
+def _join_spread(left: Found, right: Found) -> None:
+    """Link the halves of a table printed across a spread (``left`` cut at its page's right edge, ``right``
+    at the next page's left edge) and give the right half the left half's row labels (its first column, on
+    the same height: the rules run across both pages), so each of its rows says what it is about."""
+    left.continues_on, right.continued_from = right.page, left.page
+    labels = {round(top): row[0] or "" for top, row in zip(left.tops, left.cells) if row}
+    right.cells = [[labels.get(round(top), ""), *row] for top, row in zip(right.tops, right.cells)]
+    right.texts = [
+        " ".join(filter(None, (labels.get(round(top), ""), text))) for top, text in zip(right.tops, right.texts)
+    ]
+    right.groups = ["", *right.groups] if right.groups else []
 
 
 def _without_nested(found: list[Found]) -> list[Found]:
