@@ -173,6 +173,10 @@ def test_a_header_word_over_a_column_border_stays_whole_on_a_real_taxonomy_table
         "Operating Expenses",
     ]
     assert table.rows[0][:3] == ("CCM 7.1/CE 3.1", "Construction of new buildings", "Turnover from Development to sell")
+    # the ticks are drawn (a box and a tick inside it), not typed: read as ☑ in the column they stand in
+    ticks = {row[0]: row[3:] for row in table.rows}
+    assert len(ticks) == 10 and ticks["CCM 7.7"] == ("☑", "☑", "☑") and ticks["CCM 4.1"] == ("☑", "", "")
+    assert ticks["CCM 7.2/CE 3.2"] == ticks["CE 1.2"] == ("", "☑", "")
 
 
 @pytest.fixture(scope="module")

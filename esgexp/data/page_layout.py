@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from esgexp.data.pdf import UnreadableDocument
 
 THIN = 3.0  # a path at most this many points high (wide) is one horizontal (vertical) rule
+MARK = 14.0  # a path at most this many points high and wide is a drawn symbol (a tick box), not a border
 MIN_RULE = 1.0  # shorter pieces are dots and corners, not rules
 # PDFium's marks for a hyphen at a line end (current and older builds), written as the hyphen they stand for
 _HYPHEN_MARKS = str.maketrans({"\ufffe": "-", "\x02": "-"})
@@ -49,11 +50,13 @@ class PageLayout:
     bbox: tuple[float, float, float, float]
     edges: list[dict]
     _page: object = field(repr=False, default=None)
+    ticks: list[Word] = field(repr=False, default_factory=list)
     _words: list[Word] | None = field(repr=False, default=None)
 
     def words(self) -> list[Word]:
+        """The visible words, and the ticked boxes drawn on the page as words ``☑``."""
         if self._words is None:
-            self._words = _visible(_page_words(self._page), self.bbox)
+            self._words = _visible(_page_words(self._page) + self.ticks, self.bbox)
         return self._words
 
     def extract_words(self, **_settings) -> list[dict]:
@@ -84,16 +87,18 @@ def page_layout(document, number: int) -> PageLayout:
     crop = page.get_cropbox()
     visible = (crop[0] - left, top - crop[3], crop[2] - left, top - crop[1])
     origin = (left, top)
-    edges = [e for e in (_clip(edge, visible) for edge in _page_edges(page, origin)) if e is not None]
-    return PageLayout(number, tuple(round(v, 3) for v in visible), edges, page)
+    edges, ticks = _page_edges(page, origin)
+    edges = [e for e in (_clip(edge, visible) for edge in edges) if e is not None]
+    return PageLayout(number, tuple(round(v, 3) for v in visible), edges, page, ticks=ticks)
 
 
 Matrix = tuple[float, float, float, float, float, float]  # a, b, c, d, e, f: (x, y) -> (ax + cy + e, bx + dy + f)
 IDENTITY: Matrix = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
-def _page_edges(page, origin: tuple[float, float]) -> list[dict]:
-    """Every straight horizontal or vertical piece of every path on the page, forms' paths included."""
+def _page_edges(page, origin: tuple[float, float]) -> tuple[list[dict], list[Word]]:
+    """Every straight horizontal or vertical piece of every path on the page, forms' paths included, and the
+    ticked boxes drawn on it as words ``☑`` (a small shape with another one inside: a box and its tick)."""
     import pypdfium2.raw as raw
 
     edges: list[dict] = []
@@ -101,7 +106,21 @@ def _page_edges(page, origin: tuple[float, float]) -> list[dict]:
     handle = page.raw
     for index in range(raw.FPDFPage_CountObjects(handle)):
         reader.add(raw.FPDFPage_GetObject(handle, index), IDENTITY)
-    return edges
+    left, top = origin
+    ticks = []
+    for box in reader.marks:
+        inside = [
+            m
+            for m in reader.marks
+            if m is not box
+            and box[0] - 0.5 <= m[0]
+            and m[2] <= box[2] + 0.5
+            and box[1] - 0.5 <= m[1]
+            and m[3] <= box[3] + 0.5
+        ]
+        if inside:
+            ticks.append(Word("\u2611", box[0] - left, top - box[3], box[2] - left, top - box[1]))
+    return edges, ticks
 
 
 class _EdgeReader:
@@ -109,6 +128,7 @@ class _EdgeReader:
 
     def __init__(self, raw, origin: tuple[float, float], edges: list[dict]):
         self.raw, self.origin, self.edges = raw, origin, edges
+        self.marks: list[tuple[float, float, float, float]] = []  # small shapes, in page coordinates (y up)
         self.box = [ctypes.c_float() for _ in range(4)]
         self.point = (ctypes.c_float(), ctypes.c_float())
 
@@ -133,6 +153,9 @@ class _EdgeReader:
             x0, y0, x1, y1 = min(xs), min(ys), max(xs), max(ys)
         if y1 - y0 <= THIN or x1 - x0 <= THIN:  # one rule: its box is enough
             self.edges += _edge(x0, y0, x1, y1, self.origin, "line")
+            return
+        if x1 - x0 <= MARK and y1 - y0 <= MARK:  # a drawn symbol (a tick box's square or tick), no border
+            self.marks.append((x0, y0, x1, y1))
             return
         to_page = _then(_matrix(raw, obj), outer)
         subpaths: list[list[tuple[float, float]]] = []
