@@ -131,24 +131,28 @@ class Found:
 
 @dataclass
 class TableExtractor:
-    """Tables found from the rules drawn on a page (PDFium reads the page, pdfplumber's finder lays out the
-    grid), with ``strategy``:
+    """Tables found from the rules drawn on a page (``page_layout``: PDFium's rules and words, inside the
+    visible area), with ``strategy``:
 
-    * ``lines``: the lines and cell borders drawn in the PDF (pdfplumber's default);
-    * ``rules``: those, plus column borders where horizontal rules end (rule ends within ``rule_gap``
-      points are one border) for tables whose rows are only underlined, as report tables often are; rules
-      more than ``max_row_height`` points apart belong to different tables, and a group of rules with a
-      drawn left border is left to ``lines``. Its header is the text stacked above its first rule (up to
-      a rule across the table or a wider gap): each column's lines read top to bottom as one header, and a
-      label over a partial rule (or written across several columns above others) is those columns' group;
-    * ``text``: columns and rows guessed from word positions.
+    * ``rules`` (the default): each group of horizontal rules (rules more than ``max_row_height`` points
+      apart start a new group, unless the text between is one tall row of the same table) is a grid: a row
+      between each two rules of 20+ points (not a tick box's stroke, not a link's underline), a column
+      between each two borders where the rules' pieces end (ends within ``rule_gap`` points are one border).
+      Its header is the text stacked above its first rule, up to a rule across the table, a wider gap,
+      running text or a larger heading: each column's lines read top to bottom as one header, and a label
+      over a partial rule (or written across several columns above others) is those columns' group. A group
+      with a drawn left border is a drawn grid, left to pdfplumber's finder (``lines``);
+    * ``lines``: pdfplumber's finder on the lines and cell borders drawn (its default);
+    * ``text``: pdfplumber's finder, columns and rows guessed from word positions.
 
     Pages with fewer than two horizontal rules have no table for ``rules`` and ``lines`` and are not read
     further. A found table is kept when, after dropping its empty rows and columns, it has at least
     ``min_rows`` rows (header included) and ``min_cols`` columns: a framed text box is one column, a ruled
     page banner two rows. A header split over two rows whose filled cells do not overlap, the second with
     an empty first cell (a highlighted year above the others), is joined into one. A first body row of
-    units (``€ million``, ``%``) is the table's unit line; trailing rows of footnotes (``* ...``) its notes.
+    units (``€ million``, ``%``) is the table's unit line; trailing rows of footnotes (``* ...``) its
+    notes; the heading right above it its title; a drawn tick box ``☑``. A table reaching the page's edge
+    is cut there; the halves of a spread are linked and the right one repeats the left one's row labels.
     """
 
     name: str = "pdfium"
