@@ -3,8 +3,9 @@ and its words with their boxes, all in PDF points from the page's top left (pdfp
 
 Only what lies inside the page's visible area (its crop box) is kept: a report laid out as spreads holds the
 facing page's half of a table beyond the page edge, which the reader of the page does not see. Rules are read
-from every path (a line, a rectangle's sides, a polyline's straight pieces) and clipped to the visible area;
-words only on request (:meth:`PageLayout.words`), as they cost a call per character.
+from every path (a line, a rectangle's sides, a polyline's straight pieces, a row of dots) and clipped to the
+visible area; a small drawn box with a tick inside reads as the word ``☑``. Words are read only on request
+(:meth:`PageLayout.words`: two calls per word, the boxes of its first and last characters).
 """
 
 from __future__ import annotations
@@ -260,7 +261,7 @@ def _clip(edge: dict, visible: tuple[float, float, float, float]) -> dict | None
         return None
     if (a, b, c, d) == (edge["x0"], edge["x1"], edge["top"], edge["bottom"]):
         return edge
-    return _dict(a, c, b, d, edge["orientation"], edge["object_type"]) | {"clipped": True}
+    return _dict(a, c, b, d, edge["orientation"], edge["object_type"])
 
 
 def _page_words(page) -> list[Word]:
