@@ -36,7 +36,7 @@ DEFAULT_JSON = ROOT / "benchmarks" / "build.json"
 
 
 def table_rates(pdfs: Path) -> list[dict]:
-    """pages/s of the default table extractor (pdfplumber, ``rules``) per report PDF in ``pdfs``, and the tables it keeps."""
+    """pages/s of the default table extractor (``rules``) per report PDF in ``pdfs``, and the tables it keeps."""
     from esgexp.data.pdf import read_pages
     from esgexp.data.tables import TableExtractor
 

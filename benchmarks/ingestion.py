@@ -6,10 +6,11 @@ shared sample reports), per stage and per chunker.
 * ingest:  ``esgexp.data.corpus.ingest`` into an empty folder (hash, parse, chunk, write), --workers files at
   once.
 * reingest: the same folder again with nothing changed (hashes checked, stored results reused).
-* tables:  ``esgexp.data.tables.TableExtractor.found`` (pdfplumber's table finder) per PDF and strategy
-  (``rules``, the default: drawn grids and underlined rows; ``lines``: drawn grids, pdfplumber's default;
-  ``text``: columns guessed from word positions), with how many tables it finds and how many the
-  default size filter keeps (3+ rows, 2+ columns).
+* tables:  ``esgexp.data.tables.TableExtractor.found`` (PDFium's rules and words; pdfplumber's finder for
+  drawn grids) per PDF and strategy (``rules``, the default: drawn grids and underlined rows; ``lines``:
+  drawn grids, pdfplumber's default; ``text``: columns guessed from word positions), with how many tables
+  it finds and how many the default size filter keeps (3+ rows, 2+ columns). The long reports, where the
+  time goes and the pdfplumber anchor: benchmarks/tables.py.
 * ingest+tables: ``ingest`` with ``tables=TableExtractor()`` (the default chunker) into an empty folder.
 
 Each time is the best of --repeats runs (table extraction: --table-repeats, default 1: it is slow). Run from the repository root on an otherwise idle machine:
@@ -87,7 +88,7 @@ def row(stage: str, target: str, pages: int, seconds: float, passages: int | Non
 
 
 def measure_tables(pdf_dir: Path, pages: dict, repeats: int) -> list[dict]:
-    """Table extraction per PDF and strategy; ``passages`` is the tables kept, ``found`` all pdfplumber found,
+    """Table extraction per PDF and strategy; ``passages`` is the tables kept, ``found`` all found,
     ``kept`` the (page, rows, columns) of each kept table."""
     rows = []
     for strategy in STRATEGIES:

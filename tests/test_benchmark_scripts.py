@@ -85,6 +85,7 @@ def smoke_args(inputs: dict[str, Path]) -> dict[str, list[str]]:
         "metrics.py": "--n 10 --bertscore-n 2",
         "pdf_readers.py": f"--pdfs {pdfs} --large {none} --repeats 1",
         "reliability_sweep.py": "--only 'csv rows'",
+        "tables.py": f"--pdfs {none} --large {pdfs} --repeats 1",
         "retrieval.py": f"--smoke --dense-pdfs {pdfs} --climretrieve {none}",
     }
     return {script: shlex.split(command) for script, command in commands.items()}

@@ -181,7 +181,13 @@ def pdfium_texts(path: Path, pages: range | None = None) -> list[str]:
         texts = [_pdfium_page(document, index, path) for index in (range(len(document)) if pages is None else pages)]
     finally:
         document.close()
-    return [_SUBSCRIPT_GAP.sub(r"\1", _PDFIUM_LINE_HYPHEN.sub("-\n", text)) for text in texts]
+    return [formula_subscripts(_PDFIUM_LINE_HYPHEN.sub("-\n", text)) for text in texts]
+
+
+def formula_subscripts(text: str) -> str:
+    """``text`` without the break PDFium puts after a greenhouse-gas formula's lowered subscript
+    (``CO2 e`` -> ``CO2e``)."""
+    return _SUBSCRIPT_GAP.sub(r"\1", text)
 
 
 def _pdfium_page(document, index: int, path: Path) -> str:
