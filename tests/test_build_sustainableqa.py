@@ -148,6 +148,7 @@ def test_every_stage_counts_its_discards_by_reason_on_known_outputs(tmp_path):
         "nonfactoid": (1, 1, 0, {}),
         "table_passage": (1, 1, 0, {}),
         "table_qa": (1, 1, 0, {}),
+        "table_cells": (1, 1, 0, {}),  # EUR 40m is printed in the Wind power row's Turnover cell
         "judge": (6, 4, 0, {"irrelevant": 1, "unfaithful": 1}),
         "repair": (2, 1, 1, {"span_not_in_passage": 1}),  # the factoid rewrite names hydro; the sky one passes
         "dedupe": (5, 4, 0, {"repeated_question": 1}),  # the same question in other case and spacing
@@ -181,9 +182,40 @@ def test_every_stage_counts_its_discards_by_reason_on_known_outputs(tmp_path):
     assert emitted.meta == {"category": "ESG", "report": "alpha", "page": 3, "chunk": 0, "tag": "ESG"}
     table = items[("table", "What turnover came from wind power?")]
     assert table.context == (f"Turnover by activity\n{TABLE_TEXT}",) and table.meta["category"] == "EU Taxonomy"
+    (table_record,) = json.loads((folder / f"{splits['gamma']}.json").read_text())["all_table_qas"]
+    assert table_record["qa_pairs"][0]["answer_cells"] == [{"row": "Wind power", "column": "Turnover"}]
     chunk = json.loads((folder / f"{splits['alpha']}.json").read_text())["all_chunks_qas"][0]
     assert chunk["spans"] == {"groups": [{"label": "Individual", "spans": ["1,772 tCO2e"]}]}
     assert chunk["metadata"]["passage_id"] == "alpha#0"
+
+
+def test_a_table_answer_no_cell_prints_is_discarded_and_named(tmp_path):
+    """A table pair whose answer is a figure of the generated passage only (a sum: EUR 50m) never reaches the judge."""
+
+    class Summing(Scripted):
+        def answer(self, prompt: str) -> str:
+            if "describing a table" in prompt:
+                return pairs(
+                    {"question": "What turnover came from solar power?", "answer": "EUR 10m"},
+                    {"question": "What turnover came from wind and solar power?", "answer": "EUR 50m"},
+                )
+            return super().answer(prompt)
+
+    folder, report = scripted_build(tmp_path, Summing())
+    assert report["stages"]["table_cells"] == {
+        "n_in": 2,
+        "n_out": 1,
+        "n_repaired": 0,
+        "n_discarded": 1,
+        "discarded": {"answer_in_no_cell": 1},
+    }
+    rejected = [json.loads(line) for line in (tmp_path / "rejected.jsonl").read_text().splitlines()]
+    assert ("gamma#t0/t1", "table_cells", "answer_in_no_cell") in {(r["id"], r["stage"], r["reason"]) for r in rejected}
+    splits = json.loads((folder / "splits.json").read_text())
+    (table,) = json.loads((folder / f"{splits['gamma']}.json").read_text())["all_table_qas"]
+    assert [(qa["answer"], qa["answer_cells"]) for qa in table["qa_pairs"]] == [
+        ("EUR 10m", [{"row": "Solar power", "column": "Turnover"}])
+    ]
 
 
 def test_a_multi_span_group_is_kept_with_its_label_and_spans_joined(tmp_path):

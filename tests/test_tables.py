@@ -257,3 +257,14 @@ def test_the_capex_and_opex_forms_read_like_the_turnover_form(taxonomy_forms):
     assert ("Renovation of existing buildings", "CCM 7.2", "95", "7.9", "Y") == capex.rows[2][:5]
     assert opex.rows[-1][:4] == ("Total", "", "412", "100.0")
     assert [t.page for t in taxonomy_forms] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_taxonomy_form_names_the_cell_that_prints_an_answer(taxonomy_forms):
+    """The SustainableQA builder keeps a table pair only where a cell prints its answer (builders/table_cells.py):
+    on the real turnover form, a figure is found in its row and its whole stacked header."""
+    from esgexp.builders.table_cells import answer_cells
+
+    markdown = taxonomy_forms[0].passage().text
+    assert answer_cells("4.1%", markdown) == (("Construction of new buildings", "Proportion of Turnover, year 2023"),)
+    assert ("Total", "Turnover") in answer_cells("EUR 6,096 million", markdown)
+    assert answer_cells("14.1%", markdown) == () and answer_cells("EUR 7,000 million", markdown) == ()

@@ -5,9 +5,10 @@ Stages (each counted in ``build_report.json``): ``candidates`` (text and table p
 (questions whose answers are lists of spans: one span, or a labelled multi-span group) and ``verbatim``
 (a pair is kept only when every span occurs in its passage after ingestion's text normalisation),
 ``nonfactoid`` (explanatory answers), ``table_passage`` (a table's Markdown rewritten as a captioned
-passage) and ``table_qa``, then ``judge`` (faithfulness and relevance scored 1-5 against the passage by
+passage), ``table_qa`` and ``table_cells`` (a table pair is kept only when a cell of its table prints its answer:
+``answer_cells`` names them by row and column), then ``judge`` (faithfulness and relevance scored 1-5 against the passage by
 the judge model; both at least ``min_score`` keeps a pair), ``repair`` (a failing pair rewritten once,
-span-checked again for a factoid, judged again: kept or discarded with its reason) and ``dedupe`` (one
+span-checked again for a factoid and cell-checked for a table pair, judged again: kept or discarded with its reason) and ``dedupe`` (one
 question per passage and wording). The reports are split into train/validation/test with the build's
 ``seed``, no report in two splits.
 
@@ -29,6 +30,7 @@ from esgexp.builders.context import BuildContext
 from esgexp.builders.generate import Ask, Rejection, StructuredGenerator
 from esgexp.builders.report import BuildReport, StageCounts
 from esgexp.builders.schema import object_schema, question_schema
+from esgexp.builders.table_cells import answer_cells
 from esgexp.builders.verify import normal
 from esgexp.core.config import CONF_DIR
 from esgexp.core.outputs import write_atomic
@@ -61,6 +63,7 @@ class Pair:
     spans: tuple[str, ...] = ()
     label: str = "Individual"
     repaired: bool = False
+    cells: tuple[tuple[str, str], ...] = ()  # a table pair's: the cells (row, column) that print its answer
 
 
 @dataclass
@@ -115,7 +118,9 @@ class SustainableQABuilder:
         pairs = self.factoids(texts, generator, report)
         pairs += self.nonfactoids(texts, generator, report.stage("nonfactoid"))
         table_texts = self.table_passages(tables, generator, report.stage("table_passage"))
-        pairs += self.table_pairs(tables, table_texts, generator, report.stage("table_qa"))
+        pairs += self.in_cells(
+            self.table_pairs(tables, table_texts, generator, report.stage("table_qa")), tables, generator, report
+        )
         by_id = {p.id: p for p in related}
         kept, failed = self.judged(pairs, by_id, judge, report.stage("judge"))
         kept += self.repaired(failed, by_id, generator, judge, report.stage("repair"))
@@ -255,6 +260,24 @@ class SustainableQABuilder:
             for k, raw in enumerate(answer["qa_pairs"])
         ]
 
+    def in_cells(
+        self, pairs: list[Pair], tables: list[Passage], generator: StructuredGenerator, report: BuildReport
+    ) -> list[Pair]:
+        """The table pairs whose answer a cell of their table prints, each with those cells named (stage
+        ``table_cells``: an answer no cell states, a sum or a figure of the generated passage only, is discarded)."""
+        markdown, counts, kept = {t.id: t.text for t in tables}, report.stage("table_cells"), []
+        for pair in pairs:
+            counts.n_in += 1
+            cells = answer_cells(pair.answer, markdown[pair.passage_id])
+            if not cells:
+                counts.discarded["answer_in_no_cell"] += 1
+                detail = f"no cell of table {pair.passage_id} prints {pair.answer!r}"
+                generator.reject(Rejection(pair.id, "table_cells", "answer_in_no_cell", detail, pair.question))
+                continue
+            counts.n_out += 1
+            kept.append(replace(pair, cells=cells))
+        return kept
+
     def judged(
         self, pairs: list[Pair], by_id: dict[str, Passage], judge: StructuredGenerator, counts: StageCounts
     ) -> tuple[list[Pair], list[tuple[Pair, str]]]:
@@ -313,6 +336,14 @@ class SustainableQABuilder:
                 )
             else:
                 new = replace(pair, question=answer["question"].strip(), answer=answer["answer"].strip(), repaired=True)
+                if pair.qtype == "table":  # a table pair's rewrite must still be printed in a cell
+                    new = replace(new, cells=answer_cells(new.answer, by_id[pair.passage_id].text))
+                    if not new.cells:
+                        counts.n_out -= 1
+                        counts.discarded["answer_in_no_cell"] += 1
+                        detail = f"no cell of table {pair.passage_id} prints {new.answer!r}"
+                        generator.reject(Rejection(pair.id, "repair", "answer_in_no_cell", detail, json.dumps(answer)))
+                        continue
             rewritten.append(new)
         scratch = StageCounts()
         verdicts = _tolerant(
@@ -531,7 +562,15 @@ def table_record(passage: Passage, category: str, text: dict, pairs: list[Pair])
             "passage_id": passage.id,
             "table_markdown": passage.text,
         },
-        "qa_pairs": [{"question": p.question, "answer": p.answer, "repaired": p.repaired} for p in pairs],
+        "qa_pairs": [
+            {
+                "question": p.question,
+                "answer": p.answer,
+                "answer_cells": [{"row": row, "column": column} for row, column in p.cells],
+                "repaired": p.repaired,
+            }
+            for p in pairs
+        ],
     }
 
 
