@@ -174,10 +174,36 @@ def corpus_bytes(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.name != "report.json"}
 
 
+def spin(n: int) -> int:
+    """Pure CPU work of one process (no memory traffic, no library): the machine's own parallel ceiling."""
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def ceiling(workers: int, n: int = 3_000_000) -> float:
+    """How much faster ``workers`` processes do ``workers`` equal pieces of pure CPU work than one process does
+    them in turn: what a perfectly parallel job could gain on this machine right now (a shared or throttled
+    machine gives less than ``workers``)."""
+    import multiprocessing
+
+    started = time.perf_counter()
+    for _ in range(workers):
+        spin(n)
+    serial = time.perf_counter() - started
+    with multiprocessing.get_context().Pool(workers) as pool:
+        started = time.perf_counter()
+        pool.map(spin, [n] * workers)
+        parallel = time.perf_counter() - started
+    return serial / parallel
+
+
 def measure_scaling(files: list[Path], repeats: int, reader: str, workers: int) -> dict:
     """``ingest`` of ``files`` end to end (hash, parse, chunk, write, the worker processes' start) with 1 and
-    with ``workers`` workers, alternating which goes first, ``repeats`` rounds with the load average of each;
-    the best of each, their ratio, and whether every corpus file came out byte for byte the same."""
+    with ``workers`` workers, alternating which goes first, ``repeats`` rounds with the load average of each
+    and the machine's own ceiling (``ceiling``) measured right before; the best of each, their ratio, the best
+    ceiling, and whether every corpus file came out byte for byte the same."""
     rounds, best, corpora = [], {1: float("inf"), workers: float("inf")}, {}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "pdfs"
@@ -186,6 +212,7 @@ def measure_scaling(files: list[Path], repeats: int, reader: str, workers: int) 
             (folder / path.name).symlink_to(path)
         for round_ in range(repeats):
             order = (1, workers) if round_ % 2 == 0 else (workers, 1)
+            rounds.append({"ceiling": round(ceiling(workers), 3)})
             for n in order:
                 out = Path(scratch) / f"corpus-{n}-{round_}"
                 load = os.getloadavg()[0]
@@ -201,6 +228,7 @@ def measure_scaling(files: list[Path], repeats: int, reader: str, workers: int) 
         "passages": report["n_chunks"],
         "best_s": {str(n): round(s, 3) for n, s in best.items()},
         "speedup": round(best[1] / best[workers], 3),
+        "ceiling": max(r["ceiling"] for r in rounds if "ceiling" in r),
         "identical_corpus": corpora[1] == corpora[workers],
         "rounds": rounds,
     }
@@ -244,7 +272,8 @@ def main(argv: list[str] | None = None) -> None:
     if scaling:
         print(
             f"\ningest of {len(scaling['files'])} files, {scaling['pages']} pages: 1 worker {scaling['best_s']['1']} s, "
-            f"{args.scaling} workers {scaling['best_s'][str(args.scaling)]} s: {scaling['speedup']}x; corpus identical: "
+            f"{args.scaling} workers {scaling['best_s'][str(args.scaling)]} s: {scaling['speedup']}x (the machine's ceiling, "
+            f"pure CPU work in {args.scaling} processes: {scaling['ceiling']}x); corpus identical: "
             f"{scaling['identical_corpus']}; rounds: {scaling['rounds']}"
         )
     result = {
