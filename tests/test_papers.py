@@ -389,6 +389,20 @@ def test_a_table_none_of_whose_jobs_can_run_says_why_once_and_fails(tmp_path):
     assert "`python -m esgexp experiment=esgbench_score 'dataset.path=${data.gold}'" in text
 
 
+def test_a_table_that_cannot_run_keeps_the_filled_table_an_earlier_run_wrote(tmp_path):
+    papers = tmp_path / "papers"
+    papers.mkdir()
+    filled = {"table": "esgbench", "cells": [{"row": "r", "column": "c", "ours": 0.5}]}
+    (papers / "esgbench.json").write_text(json.dumps(filled), encoding="utf-8")
+    (papers / "esgbench.md").write_text("the filled table\n", encoding="utf-8")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = run_cli("esgexp.paper", "table=esgbench", f"paths.root_dir={tmp_path}", cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "kept: " in result.stdout and "an earlier run's values" in result.stdout
+    assert json.loads((papers / "esgbench.json").read_text(encoding="utf-8")) == filled
+    assert (papers / "esgbench.md").read_text(encoding="utf-8") == "the filled table\n"
+
+
 @pytest.fixture(scope="module")
 def esgbench_table(tmp_path_factory):
     """The ESGBench table from the shared sample's published gold and predictions, by the command (once)."""

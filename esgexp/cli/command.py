@@ -177,11 +177,10 @@ def user_message(error: BaseException, config: str | None = None, overrides: lis
     if isinstance(error, InstantiationException):
         return instantiation_message(error)
     if isinstance(error, OverrideParseException):
+        from esgexp.cli.overrides import unreadable_message
+
         reason = " ".join(line for line in str(error).splitlines() if line.strip() and not line.startswith("See "))
-        return (
-            f"cannot read {getattr(error, 'override', 'an override')!r}: {reason} (quote a value with special "
-            "characters, e.g. key='a,b'; the grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
-        )
+        return unreadable_message(str(getattr(error, "override", "an override")), reason, config, list(overrides))
     if isinstance(error, HydraException):
         return composition_message(error, config, list(overrides))
     if isinstance(error, MissingMandatoryValue):

@@ -146,6 +146,17 @@ def run_grid(cfg: DictConfig, grid: Grid) -> tuple[dict[str, dict], dict[str, st
     return results, status, runs
 
 
+def has_values(path: Path) -> bool:
+    """Whether ``path`` is a table JSON an earlier run wrote with at least one value of ours."""
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(table, dict) and any(
+        "ours" in cell for cell in table.get("cells") or [] if isinstance(cell, dict)
+    )
+
+
 def main(overrides: list[str]) -> None:
     from esgexp.papers.report import compare, table_json, to_markdown
 
@@ -162,11 +173,15 @@ def main(overrides: list[str]) -> None:
     results, status, runs = run_grid(cfg, grid)
     table = table_json(grid, compare(grid, results, status, runs), list(runs.values()))
     out_dir = Path(cfg.out_dir)
-    write_atomic(out_dir / f"{grid.name}.json", json.dumps(table, indent=1, ensure_ascii=False) + "\n")
     markdown = to_markdown(table)
-    write_atomic(out_dir / f"{grid.name}.md", markdown)
     print(markdown, end="")
-    print(f"written: {out_dir / (grid.name + '.md')}, {out_dir / (grid.name + '.json')}")
+    earlier = out_dir / f"{grid.name}.json"
+    if not results and has_values(earlier):  # a run that gave nothing never replaces a table that has values
+        print(f"kept: {out_dir / (grid.name + '.md')} and {earlier.name}, an earlier run's values (this run gave none)")
+    else:
+        write_atomic(earlier, json.dumps(table, indent=1, ensure_ascii=False) + "\n")
+        write_atomic(out_dir / f"{grid.name}.md", markdown)
+        print(f"written: {out_dir / (grid.name + '.md')}, {earlier}")
     if not any(job.runnable for job in grid.jobs):
         reasons = dict.fromkeys(problem for job in grid.jobs for problem in job.problems)
         raise UserError(f"no job of table {grid.name} can run here: {'; '.join(list(reasons)[:3])}")
