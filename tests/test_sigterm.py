@@ -168,3 +168,36 @@ def test_sigterm_during_fine_tuning_saves_last_ckpt_and_says_how_to_go_on(
     assert str(stopped.value) == f"training stopped at step 2; its state is in {last}; ckpt_path=last continues"
     assert torch.load(last, weights_only=False)["global_step"] == 2
     assert mlflow_status(tmp_path) == "KILLED"
+
+
+def test_a_second_ctrl_c_stops_at_once_while_answers_are_in_flight(tmp_path, clean_env):
+    """The first Ctrl-C waits for the answers in flight (8 s here); the second stops the command at once,
+    its run still marked KILLED with the ``interrupted`` line."""
+    with FakeOpenAI(delay=8.0, answer="A") as server:
+        job = start_cli(
+            "esgexp",
+            "backend=openai",
+            "backend.max_concurrency=2",
+            "dataset.limit=10",
+            f"backend.base_url={server.base_url}",
+            f"paths.root_dir={tmp_path}",
+            "cache=off",
+            "tracking.offline=true",
+            "trainer.progress_bar=false",
+            f"hydra.run.dir={tmp_path}/run",
+            cwd=tmp_path,
+            env=clean_env,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and job.poll() is None and server.count < PROBE + 2:
+            time.sleep(0.05)
+        job.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        second = time.monotonic()
+        job.send_signal(signal.SIGINT)
+        _, stderr = job.communicate(timeout=60)
+        took = time.monotonic() - second
+    assert job.returncode == 130, stderr[-3000:]
+    assert took < 3, f"the second Ctrl-C took {took:.1f} s"
+    assert f"interrupted: 0 answers kept in {tmp_path / 'run'}; resume=true continues" in stderr
+    assert '"status": "KILLED"' in (tmp_path / "run" / "tracking_pending.json").read_text()

@@ -94,7 +94,7 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
     same path: esgexp/backends/sigint.py; exit 128 + the signal's number), any other error its traceback.
     Keys ``overrides`` add that nothing reads are a warning line first (commands that compose their config
     themselves)."""
-    from esgexp.backends.sigint import STOP_SIGNALS, stop_signal, stop_signals_as_ctrl_c
+    from esgexp.backends.sigint import STOP_SIGNALS, stop_signal, stop_signals_as_ctrl_c, stopped_at_once
 
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its own report
     for stream in (sys.stdout, sys.stderr):  # an ASCII-only locale (LC_ALL=C) prints `·` or é as \xb7, never fails
@@ -125,6 +125,10 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
         for signum in STOP_SIGNALS:  # a second signal while threads finish
             signal.signal(signum, lambda signum, _: os._exit(128 + signum))
         print(interrupted_line(interrupt), file=sys.stderr, flush=True)
+        if stopped_at_once():  # a second Ctrl-C: the threads still waiting on a server are not joined
+            logging.shutdown()
+            sys.stdout.flush()
+            os._exit(128 + stop_signal())
         sys.exit(128 + stop_signal())
     except Exception as error:
         message = user_message(error, config, overrides)
