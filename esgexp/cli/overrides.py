@@ -126,10 +126,15 @@ def unreadable_message(override: str, reason: str, config: str | None, overrides
             f"cannot read {override!r}: {reason} (quote a value with special characters, e.g. key='a,b'; the "
             "grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
         )
-    fixed = f"{key}={value}"
-    return f"cannot read {override!r}: {'; '.join(parts)}: " + (
-        f'"{fixed}"' if '"' not in fixed else shlex.quote(fixed)
-    )
+    return f"cannot read {override!r}: {'; '.join(parts)}: {shell_word(f'{key}={value}')}"
+
+
+def shell_word(arg: str) -> str:
+    """``arg`` as one shell word a reader can copy: in double quotes when it holds single quotes and nothing a
+    shell expands inside double quotes, else ``shlex.quote``'s form."""
+    if "'" in arg and not set('"$`\\!') & set(arg):
+        return f'"{arg}"'
+    return shlex.quote(arg)
 
 
 def key_of(override: str) -> str:
