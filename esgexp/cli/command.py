@@ -43,6 +43,7 @@ def exit_on_user_error(log: logging.Logger):
     In a job of a sweep (``-m``) nothing ends the process: a mistake, or any other error (its traceback
     goes to the job's log file), is written to the job's ``FAILED`` file and the sweep goes on to the
     next job; the sweep's end reports every job (esgexp/core/sweep.py)."""
+    from esgexp.core.run_folder import FolderInUse
     from esgexp.core.sweep import clear_failed, in_multirun, mark_failed
 
     clear_failed()
@@ -57,7 +58,8 @@ def exit_on_user_error(log: logging.Logger):
         if message is not None:
             log_to_files(log, logging.ERROR, message)
             print(f"error: {message}", file=sys.stderr)
-            mark_failed(message)
+            if not isinstance(error, FolderInUse):  # the folder is the other job's: its FAILED says how it ended
+                mark_failed(message)
             if not in_multirun():
                 sys.exit(2)
             return

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from esgexp.core import tracking
 from esgexp.core.config import flatten
 from esgexp.core.outputs import write_atomic, write_json
+from esgexp.core.run_folder import held_run_folder
 from esgexp.errors import UserError
 from esgexp.jobs.identity import job_identity
 
@@ -79,12 +80,13 @@ def run_steps(job: Job) -> dict:
     if not job.writes:
         job.work(None)
         return {}
-    job.save(skipped)
-    tags = job.run_tags()
-    with tracked_run(job.cfg, job.run_name(tags), tags) as run:
-        metrics, info = job.work(run)
-        finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
-        job.finished(run, metrics)
+    with held_run_folder(Path(job.cfg.paths.output_dir)):
+        job.save(skipped)
+        tags = job.run_tags()
+        with tracked_run(job.cfg, job.run_name(tags), tags) as run:
+            metrics, info = job.work(run)
+            finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
+            job.finished(run, metrics)
     job.report(run, metrics)
     return metrics
 
