@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,8 @@ from esgexp.core.outputs import write_atomic, write_json
 from esgexp.core.run_folder import held_run_folder
 from esgexp.errors import UserError
 from esgexp.jobs.identity import job_identity
+
+log = logging.getLogger(__name__)
 
 
 class Job(ABC):
@@ -247,6 +250,7 @@ def save_inputs(cfg: DictConfig, output_dir: Path, skipped: list[str]) -> None:
     write_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if skipped:
         write_atomic(output_dir / "skipped_rows.txt", "\n".join(skipped) + "\n")
+        log.info("%d skipped row(s) or item(s), each with why: %s", len(skipped), output_dir / "skipped_rows.txt")
 
 
 @contextmanager
