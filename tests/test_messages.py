@@ -126,7 +126,7 @@ def test_every_console_command_turns_a_mistake_into_one_message(tmp_path, clean_
             "esgexp.paper",
             ["table=esgbench", "rowz=[Random,", "BM25]"],
             "rowz is not a setting: did you mean rows?; the shell split this list at a space: quote the whole "
-            'override: "rows=[Random, BM25]"',
+            "override: 'rows=[Random, BM25]'",
         ),
         ("esgexp.build", ["corpus=/no/such/corpus"], "/no/such/corpus"),
     ],
