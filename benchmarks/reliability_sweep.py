@@ -328,7 +328,7 @@ def fifth_round(tmp: Path, servers: dict, common: tuple[str, ...]) -> list[Case]
     # malformed lines of a batch output file (backend.batch_output), twice: resume ends the same way, not worse
     output, batch_run = tmp / "batch_answers.jsonl", tmp / "batch_run"
     batch = " ".join(esgexp("backend=openai", "backend.base_url=http://127.0.0.1:9/v1", f"backend.batch_output={output}",
-                            "dataset.limit=6", f"hydra.run.dir={batch_run}", "resume=true", *common))  # fmt: skip
+                            "dataset.limit=6", "cache=off", f"hydra.run.dir={batch_run}", "resume=true", *common))  # fmt: skip
     answer = {"choices": [{"message": {"content": "A"}, "finish_reason": "stop"}], "model": "m", "usage": {}}
     spoil = (f"import json; lines = [json.dumps({{'custom_id': json.loads(l)['custom_id'], 'response': {{'status_code': 200, 'body': {answer!r}}}}})"
              f" for l in open('{batch_run}/batch/input.jsonl')]; lines[1] = lines[1][:40]; lines[4] = 'not json'; "
