@@ -8,7 +8,7 @@ there: a job run on another program's server, a stop signal swallowed, a folder 
 ``unclear``. Servers are the tests' real ones (tests/openai_server.py: llama.cpp's server, the stand-in API,
 the fault proxy; tests/batch_api.py), started here on 127.0.0.1.
 
-    python benchmarks/reliability_sweep.py [--only GROUP] [--json FILE] [--code OLDER_CHECKOUT]
+    python benchmarks/reliability_sweep.py [--only GROUP,...] [--json FILE] [--code OLDER_CHECKOUT]
 
 prints one line per case and the counts per group, and writes every case's outcome as JSON.
 """
@@ -256,6 +256,8 @@ def cases(tmp: Path, servers: dict) -> list[Case]:
                     (2,), r"error: corpus folder not found: .*nocorpus.*esgexp.ingest"))  # fmt: skip
     out.append(Case("other commands", "esgexp-export-adapter with two adapters", esgexp("a", "b", module="esgexp.export_adapter"),
                     (2,), r"error: one adapter at a time, got a, b"))  # fmt: skip
+    # --- fifth round: paper tables, locks, batch files, floods, full disks, a second Ctrl-C ---------------
+    out += fifth_round(tmp, servers, common)
     # --- newcomer ---------------------------------------------------------------------------------------
     out.append(Case("newcomer", "papers/ and compare/ are git-ignored", f"cd {ROOT} && git check-ignore papers/x.md compare/y.md",
                     (0,), r"papers/x.md\s+compare/y.md"))  # fmt: skip
@@ -269,20 +271,133 @@ def cases(tmp: Path, servers: dict) -> list[Case]:
     return out
 
 
+def fifth_round(tmp: Path, servers: dict, common: tuple[str, ...]) -> list[Case]:
+    """The cases of the round's last items (docs/reliability.md): a table that cannot run, a stopped table,
+    unreadable paper overrides, two jobs on one run folder, malformed batch output lines, a flood of warnings,
+    the space a full disk's advice names, a second Ctrl-C."""
+    out: list[Case] = []
+    papers = tmp / "paper_root" / "papers"
+    papers.mkdir(parents=True, exist_ok=True)
+    filled = '{"table": "esgbench", "cells": [{"row": "r", "column": "c", "ours": 0.5}]}'
+    (papers / "esgbench.json").write_text(filled)
+
+    def kept(output: str) -> str | None:
+        return None if (papers / "esgbench.json").read_text() == filled else "the filled table was overwritten"
+
+    out.append(Case("paper tables", "a table that cannot run over an earlier filled table",
+                    esgexp("table=esgbench", f"paths.root_dir={tmp / 'paper_root'}", module="esgexp.paper"),
+                    (2,), (r"kept: .*an earlier run's values", r"error: no job of table esgbench can run here"), check=kept))  # fmt: skip
+    sample = ROOT / "esgexp" / "data" / "bundled" / "esg_mcq_sample.csv"
+    table = " ".join(esgexp("table=esgenius_table2", f"data.esgenius={sample}", "'rows=[GPT-4o]'", "'columns=[Zero-Shot]'",
+                            f"\"overrides=['backend.base_url={servers['slow']}','backend.max_concurrency=1']\"",
+                            f"paths.root_dir={tmp / 'paper_root'}", "tracking.offline=true", module="esgexp.paper"))  # fmt: skip
+    key = ("env", "OPENAI_API_KEY=test-key")
+    out.append(Case("paper tables", "SIGTERM while a table's job runs", f"{' '.join(key)} {table} & p=$!; sleep 8; kill -TERM $p; wait $p; echo status=$?",
+                    (0,), (r"interrupted \(SIGTERM\): the jobs' answers so far are kept in .*resume=true continues the table", "status=143")))  # fmt: skip
+    ctrl_c = "import signal,subprocess,time,sys; p=subprocess.Popen(sys.argv[1:]); time.sleep(8); p.send_signal(signal.SIGINT); sys.exit(p.wait())"
+    paper = esgexp("table=esgenius_table2", f"data.esgenius={sample}", "rows=[GPT-4o]", "columns=[Zero-Shot]",
+                   f"overrides=['backend.base_url={servers['slow']}','backend.max_concurrency=1']",
+                   f"paths.root_dir={tmp / 'paper_root'}", "tracking.offline=true", module="esgexp.paper")  # fmt: skip
+    out.append(Case("paper tables", "Ctrl-C while a table's job runs", [*key, PY, "-c", ctrl_c, *paper],
+                    (130,), r"interrupted: the jobs' answers so far are kept in .*resume=true continues the table"))  # fmt: skip
+    for name, args, said in (
+        ("overrides without quotes, misspelt", ("table=esgbench", "overides=[dataset.limit=3]"),
+         r"overides is not a setting: did you mean overrides\?; each item that holds '=' goes in quotes: \"overrides=\['dataset.limit=3'\]\""),
+        ("a list the shell split at a space, misspelt", ("table=esgbench", "rowz=[Random,", "BM25]"),
+         r"rowz is not a setting: did you mean rows\?; the shell split this list at a space: quote the whole override: 'rows=\[Random, BM25\]'"),
+    ):  # fmt: skip
+        out.append(
+            Case(
+                "paper tables",
+                name,
+                esgexp(*args, "dry_run=true", module="esgexp.paper"),
+                (2,),
+                said,
+            )
+        )
+
+    # two jobs on one run folder at once
+    folder = tmp / "locked_run"
+    job = " ".join(esgexp("backend=openai", "backend.max_concurrency=1", f"backend.base_url={servers['slow']}", "dataset.limit=40",
+                          "cache=off", f"hydra.run.dir={folder}", "resume=true", *common))  # fmt: skip
+    out.append(Case("concurrency", "two resume=true of one run folder at once",
+                    f"{job} > /dev/null 2>&1 & p=$!; sleep 6; {job}; echo second=$?; kill $p; wait $p; echo first=$?",
+                    (0,), (rf"error: run folder {folder} is in use by another esgexp job running now", "second=2"), bad=r"second=0"))  # fmt: skip
+
+    # malformed lines of a batch output file (backend.batch_output), twice: resume ends the same way, not worse
+    output, batch_run = tmp / "batch_answers.jsonl", tmp / "batch_run"
+    batch = " ".join(esgexp("backend=openai", "backend.base_url=http://127.0.0.1:9/v1", f"backend.batch_output={output}",
+                            "dataset.limit=6", "cache=off", f"hydra.run.dir={batch_run}", "resume=true", *common))  # fmt: skip
+    answer = {"choices": [{"message": {"content": "A"}, "finish_reason": "stop"}], "model": "m", "usage": {}}
+    spoil = (f"import json; lines = [json.dumps({{'custom_id': json.loads(l)['custom_id'], 'response': {{'status_code': 200, 'body': {answer!r}}}}})"
+             f" for l in open('{batch_run}/batch/input.jsonl')]; lines[1] = lines[1][:40]; lines[4] = 'not json'; "
+             f"open('{output}', 'w').write(chr(10).join(lines) + chr(10))")  # fmt: skip
+    out.append(Case("batch", "two malformed lines in backend.batch_output, then resume=true twice",
+                    f"{batch} > /dev/null 2>&1; {PY} -c \"{spoil}\"; {batch} > /dev/null 2>&1; {batch}",
+                    (3,), (rf"{output}: 2 line\(s\) are not batch output lines \(line 2, 5;", r"never answered\s+2"),
+                    bad=r"not a batch output line \('not json'\)$"))  # fmt: skip
+
+    # a flood: ClimRetrieve base questions whose reports are not in the corpus
+    base = tmp / "climretrieve_base.csv"
+    rows = ["Document,Question,Relevant,Page,Source From,Source Relevance Score,Core 16 Question"]
+    rows.append('acme,Does the company report Scope 1?,"Scope 1 emissions were 12,400 tCO2e in 2024.",1,text,3,1')
+    rows += [f"Absent {n} Report.pdf,Question {n}?,Some text,1,text,2,1" for n in range(60)]
+    base.write_text("\n".join(rows) + "\n")
+    flood = esgexp("experiment=climretrieve_retrieval", "dataset=climretrieve_base", f"dataset.path={base}",
+                   f"dataset.corpus={servers['corpus']}", "retriever=bm25", *common)  # fmt: skip
+
+    one_line = (
+        r"^(?![\s\S]*'Absent 1 Report.pdf' is not in the corpus)"  # the second report's question: no line of its own
+    )
+    out.append(Case("floods", "ClimRetrieve base on a corpus with 1 of its 61 reports", flood, (0,),
+                    (r"60 question\(s\) skipped: their report is not in the corpus", r"each with why: .*skipped_rows.txt", one_line)))  # fmt: skip
+
+    # a full disk's advice names what the corpus needs (a 1 MiB tmpfs; root only)
+    docs, disk = tmp / "big_docs", tmp / "small_disk"
+    docs.mkdir(exist_ok=True)
+    disk.mkdir(exist_ok=True)
+    for n in range(3):
+        (docs / f"report{n}.md").write_text(f"Report {n}. " + "Scope 1 emissions fell by 4 percent. " * 12000)
+    ingest = " ".join(
+        esgexp(f"corpus.pdf_dir={docs}", "corpus.name=big", f"paths.corpus_dir={disk}/c", module="esgexp.ingest")
+    )
+    out.append(Case("full disks", "ingest of a 3 MiB corpus onto a 1 MiB disk",
+                    f"mount -t tmpfs -o size=1m tmpfs {disk} || exit 9; {ingest}; s=$?; umount -l {disk}; exit $s",
+                    (2,), r"needs [\d.]+ MiB and [\d.,]+ (B|KiB|MiB) is free there\. Free at least [\d.]+ MiB there"))  # fmt: skip
+
+    # a second Ctrl-C while the first waits for answers in flight (8 s each)
+    slow = servers["slower"]
+    second = esgexp(
+        "backend=openai",
+        f"backend.base_url={slow}",
+        "backend.max_concurrency=2",
+        "dataset.limit=10",
+        "cache=off",
+        *common,
+    )
+    twice = ("import signal,subprocess,time,sys; p=subprocess.Popen(sys.argv[1:]); time.sleep(13); p.send_signal(signal.SIGINT); "
+             "time.sleep(1); t=time.monotonic(); p.send_signal(signal.SIGINT); p.wait(); print('second took %.1f s, status=%d' % (time.monotonic()-t, p.returncode))")  # fmt: skip
+    out.append(Case("signals", "a second Ctrl-C while answers are in flight", [PY, "-c", twice, *second], (0,),
+                    r"second took [0-2]\.\d s, status=130", bad=r"second took ([3-9]|\d\d)\.\d s"))  # fmt: skip
+    return out
+
+
 def start_servers(tmp: Path) -> tuple[dict, list]:
     """The servers the cases use; the objects to close."""
     from openai_server import FakeOpenAI, FaultProxy, free_port
 
     slow = FakeOpenAI(delay=0.3)
+    slower = FakeOpenAI(delay=8.0)
     fake = FakeOpenAI()
     proxies = {kind: FaultProxy(fake.base_url) for kind in ("500", "drop")}
     for kind, proxy in proxies.items():
         proxy.fail_when(lambda request: "Hello" not in request.text, kind, path="/v1/chat/completions")
     late = FaultProxy(fake.base_url)
     late.fail_when(lambda request, late=late: late.answered >= 6, "500", path="/v1/chat/completions")
-    closing = [slow, fake, *proxies.values(), late]
+    closing = [slow, slower, fake, *proxies.values(), late]
     servers = {
         "slow": slow.base_url,
+        "slower": slower.base_url,
         "fake": fake.base_url,
         "fake_port": fake.port,
         "proxy500": proxies["500"].base_url,
@@ -325,7 +440,7 @@ def start_servers(tmp: Path) -> tuple[dict, list]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="run one group")
+    parser.add_argument("--only", help="run these groups only (GROUP,GROUP)")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "reliability_sweep.json"))
     parser.add_argument("--code", default=str(ROOT), help="the esgexp checkout the commands run (e.g. an older one)")
     options = parser.parse_args()
@@ -336,7 +451,7 @@ def main() -> None:
     results = []
     try:
         for case in cases(tmp, servers):
-            if options.only and case.group != options.only:
+            if options.only and case.group not in options.only.split(","):
                 continue
             result = run(case, env, tmp)
             results.append(result)

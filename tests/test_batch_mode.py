@@ -257,7 +257,55 @@ def test_bad_batch_settings_and_files_are_named(tmp_path, clean_env):
     output.write_text('{"custom_id": "1.abc", "response": {"status_code": 200, "body": {}}}\nnot json\n')
     args = batch_args("http://127.0.0.1:9/v1", tmp_path, f"backend.batch_output={output}")
     done = run_cli("esgexp", *args, cwd=REPO, env=clean_env)
-    assert done.returncode == 2 and f"{output}, line 2: not a batch output line ('not json')" in said(done)
+    assert "1 line(s) are not batch output lines (line 2; e.g. 'not json')" in said(done)
+    assert done.returncode == 2 and "every item failed" in said(done)  # the one good line is no request of the job
+
+
+def spoiled(text: str) -> str:
+    """A batch output's text with its line 3 cut short (its custom_id still readable) and line 6 not JSON."""
+    lines = text.splitlines(keepends=True)
+    lines[2], lines[5] = lines[2][: lines[2].index('"response"')] + "\n", "<html>502 Bad Gateway</html>\n"
+    return "".join(lines)
+
+
+def test_malformed_lines_of_a_batch_output_are_named_and_asked_again(fake, tmp_path, clean_env):
+    """backend.batch_output with two bad lines: the other answers are taken, each bad line named, and the
+    run ends incomplete (resume=true finishes it, the same way with the file as it is, and in full once it is
+    mended)."""
+    output = tmp_path / "answers.jsonl"
+    args = batch_args("http://127.0.0.1:9/v1", tmp_path, "~backend.batch", f"backend.batch_output={output}")
+    run_cli("esgexp", *args, cwd=REPO, env=clean_env)
+    run_batch_file(run_folder(tmp_path) / "batch" / "input.jsonl", output, fake.base_url)
+    good = output.read_text()
+    cut = json.loads(good.splitlines()[2])["custom_id"]
+    output.write_text(spoiled(good))
+    for _ in range(2):  # resume=true with the file as it is ends the same way, not worse
+        done = run_cli("esgexp", *args, "resume=true", cwd=REPO, env=clean_env)
+        assert done.returncode == 3, said(done)[-3000:]  # incomplete, not a failed job
+        assert f"{output}: 2 line(s) are not batch output lines (line 3, 6;" in said(done)
+        records = read_jsonl(run_folder(tmp_path) / "predictions.jsonl")
+        failed = {r["id"]: r["error"] for r in records if r.get("failed")}
+        assert len(records) == 8 and len(failed) == 2
+        assert f"batch_output: malformed: {output}, line 3: not a batch output line" in failed[cut.split(".")[0]]
+    output.write_text(good)
+    done = run_cli("esgexp", *args, "resume=true", cwd=REPO, env=clean_env)
+    assert done.returncode == 0, said(done)[-3000:]
+    assert not [r for r in read_jsonl(run_folder(tmp_path) / "predictions.jsonl") if r.get("failed")]
+
+
+def test_malformed_lines_of_a_downloaded_batch_output_are_asked_again(fake, tmp_path, clean_env):
+    """A batch's output file with two bad lines, read again by a rerun: the rest is read, their requests go into
+    a new batch."""
+    with FakeBatchAPI(fake.base_url) as api:
+        args = batch_args(api.base_url, tmp_path, "cache=off")
+        assert run_cli("esgexp", *args, cwd=REPO, env=clean_env).returncode == 0
+        output_id = api.batches["batch_1"]["output_file_id"]
+        api.files[output_id] = spoiled(api.files[output_id].decode()).encode()
+        again = run_cli("esgexp", *args, cwd=REPO, env=clean_env)
+        assert again.returncode == 0, said(again)[-3000:]
+        assert f"file {output_id} of batch batch_1: 2 line(s) are not batch output lines (line 3, 6;" in said(again)
+        assert api.created == ["batch_1", "batch_2"] and api.batches["batch_2"]["request_counts"]["total"] == 2
+    assert metrics_of(run_folder(tmp_path))["n_batch_answers"] == 8
 
 
 def test_a_job_larger_than_one_batch_is_split(fake, tmp_path, clean_env):

@@ -315,13 +315,27 @@ def test_annotations_to_queries_grades_skips_and_reports():
     assert query.meta == {"document": "Acme Report 2022.pdf", "core": True, "sources": 5}
     assert len(annotations) <= 5 and all(grade >= 1 for grade, _ in annotations)
     assert data.n_candidates == {"Acme Report 2022#q1": 4}
-    assert data.skipped == [
+    assert data.skipped == [  # by kind
+        "base.csv, row 3: field 'Relevant': no passage of 'Acme Report 2022' holds the annotated text; annotation unused",
         "base.csv, row 3: field 'Relevant': no passage of 'Acme Report 2022' holds the annotated text; annotation unused",
         "base.csv, row 1: document 'Missing Co Report.pdf' is not in the corpus (2 docs); "
         "question 'Does Acme cut water use?' skipped (2 annotation row(s))",
-        "base.csv, row 3: field 'Relevant': no passage of 'Acme Report 2022' holds the annotated text; annotation unused",
         "base.csv, row 3: question 'Another question?' of 'Acme Report 2022.pdf' has no matching passage; query skipped",
     ]
+
+
+def test_questions_of_reports_not_in_the_corpus_are_one_warning_with_a_count(caplog):
+    """A corpus holding some of the reports: one line for all the questions whose report is absent."""
+    annotations = [
+        annotation("Text.", page=1, document=f"Missing {n} Report.pdf", question=f"Question {n}?") for n in range(30)
+    ]
+    annotations.append(annotation("We will cut water use by 30 % by 2030 at 'all' plants.", page=3, relevance=3))
+    with caplog.at_level("WARNING", logger="esgexp.data.climretrieve"):
+        data = annotations_to_queries(annotations, PASSAGES, min_overlap=0.5)
+    assert len(data.queries) == 1 and len(data.skipped) == 30
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert line.startswith("30 question(s) skipped: their report is not in the corpus (e.g. base.csv, row 1: ")
+    assert line.endswith("each is listed in the run folder's skipped_rows.txt")
 
 
 # --- query formulations ---

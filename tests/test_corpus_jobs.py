@@ -221,7 +221,9 @@ def base_annotations(tmp_path_factory):
 
 
 @pytest.mark.parametrize("suffix", ["csv", "xlsx"])
-def test_climretrieve_base_grades_corpus_passages_from_expert_sources(make_cfg, tmp_path, base_annotations, suffix):
+def test_climretrieve_base_grades_corpus_passages_from_expert_sources(
+    make_cfg, tmp_path, base_annotations, suffix, caplog
+):
     root, corpus = base_annotations
     common = (
         "experiment=climretrieve_retrieval",
@@ -229,7 +231,11 @@ def test_climretrieve_base_grades_corpus_passages_from_expert_sources(make_cfg, 
         f"dataset.path={root}/base.{suffix}",
         f"dataset.corpus={corpus}",
     )
-    oracle = run_job(make_cfg(*common, "retriever=oracle", f"paths.output_dir={tmp_path}/oracle"))
+    with caplog.at_level("INFO"):
+        oracle = run_job(make_cfg(*common, "retriever=oracle", f"paths.output_dir={tmp_path}/oracle"))
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" or "skipped" in r.getMessage()]
+    assert said[0].startswith("1 question(s) skipped: their report is not in the corpus (e.g. ")
+    assert f"1 skipped row(s) or item(s), each with why: {tmp_path / 'oracle' / 'skipped_rows.txt'}" in said
     bm25 = run_job(make_cfg(*common, "retriever=bm25", "retrieval.ks=[1]", f"paths.output_dir={tmp_path}/bm25"))
     # Three queries (the fourth names a report that is not in the corpus: skipped and listed).
     assert oracle["n_queries"] == 3 and oracle["n_skipped_rows"] == 1 and oracle["mrr"] == 1.0

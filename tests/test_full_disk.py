@@ -5,6 +5,7 @@ only when sqlite finds it damaged (esgexp/backends/cache.py)."""
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -209,3 +210,29 @@ def test_a_damaged_cache_fails_the_integrity_check_and_is_moved_aside(tmp_path, 
     assert fresh.get("k1") is None
     (aside,) = tmp_path.glob("requests.sqlite.unreadable-*")
     assert aside.read_bytes() == bytes(data) and "fails sqlite's integrity check" in caplog.text
+
+
+def freed_as_advised(disk: Path, error: NoSpace) -> None:
+    """Shrink the ballast by what ``error`` says to free (``Free at least N KiB|MiB there``)."""
+    amount, unit = re.search(r"Free at least ([\d,.]+) (B|KiB|MiB) there", str(error)).groups()
+    size = float(amount.replace(",", "")) * {"B": 1, "KiB": 1024, "MiB": 1 << 20}[unit]
+    ballast = disk / "ballast"
+    os.truncate(ballast, max(ballast.stat().st_size - int(size), 0))
+
+
+def test_a_full_disk_names_the_space_a_corpus_needs_and_freeing_it_is_enough(small_disk, tmp_path):
+    """The advice names what the whole corpus needs (all its files), so following it succeeds."""
+    from esgexp.data.chunking import CharChunker
+    from esgexp.data.corpus import ingest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(3):
+        (docs / f"report{n}.md").write_text(f"Report {n}. " + "Scope 1 emissions fell by 4 percent. " * 8000)
+    fill(small_disk)
+    with pytest.raises(NoSpace) as full:
+        ingest(docs, small_disk / "corpus", CharChunker(), progress=False)
+    assert re.search(r"this write needs [\d.]+ MiB and [\d.]+ (B|KiB) is free there", str(full.value))
+    freed_as_advised(small_disk, full.value)
+    ingest(docs, small_disk / "corpus", CharChunker(), progress=False)
+    assert (small_disk / "corpus" / "manifest.json").is_file()

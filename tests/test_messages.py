@@ -116,6 +116,18 @@ def test_every_console_command_turns_a_mistake_into_one_message(tmp_path, clean_
         ("esgexp.sync", ["/no/such/run"], "/no/such/run: no such file or folder: the folder /no does not exist"),
         ("esgexp.export_adapter", ["model.adapter=x", "model.dtype=float8"], "model.dtype must be one of auto,"),
         ("esgexp", ["dataset.limit=[1,2"], "cannot read 'dataset.limit=[1,2'"),
+        (
+            "esgexp.paper",
+            ["table=esgbench", "overides=[dataset.limit=3]"],
+            "overides is not a setting: did you mean overrides?; each item that holds '=' goes in quotes: "
+            "\"overrides=['dataset.limit=3']\"",
+        ),
+        (
+            "esgexp.paper",
+            ["table=esgbench", "rowz=[Random,", "BM25]"],
+            "rowz is not a setting: did you mean rows?; the shell split this list at a space: quote the whole "
+            "override: 'rows=[Random, BM25]'",
+        ),
         ("esgexp.build", ["corpus=/no/such/corpus"], "/no/such/corpus"),
     ],
 )

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
-from cli import run_cli
+from cli import run_cli, start_cli
 
 from esgexp.papers import TABLES
 from esgexp.papers.cells import Cell, load_cells, parse_value
@@ -387,6 +389,63 @@ def test_a_table_none_of_whose_jobs_can_run_says_why_once_and_fails(tmp_path):
     assert text.count("| no value: see [1] | [1] |") == 8
     # the rerun command names the missing file as the table's data key, not as null
     assert "`python -m esgexp experiment=esgbench_score 'dataset.path=${data.gold}'" in text
+
+
+def test_a_table_that_cannot_run_keeps_the_filled_table_an_earlier_run_wrote(tmp_path):
+    papers = tmp_path / "papers"
+    papers.mkdir()
+    filled = {"table": "esgbench", "cells": [{"row": "r", "column": "c", "ours": 0.5}]}
+    (papers / "esgbench.json").write_text(json.dumps(filled), encoding="utf-8")
+    (papers / "esgbench.md").write_text("the filled table\n", encoding="utf-8")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = run_cli("esgexp.paper", "table=esgbench", f"paths.root_dir={tmp_path}", cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "kept: " in result.stdout and "an earlier run's values" in result.stdout
+    assert json.loads((papers / "esgbench.json").read_text(encoding="utf-8")) == filled
+    assert (papers / "esgbench.md").read_text(encoding="utf-8") == "the filled table\n"
+
+
+def test_a_stopped_table_says_how_to_continue_and_that_command_does(tmp_path, clean_env):
+    """SIGTERM (as Ctrl-C) while the table's jobs run: the stop reaches the job, its answers are kept, and one
+    line gives the table's command with resume=true; that command asks only the rest."""
+    from openai_server import FakeOpenAI
+
+    sample = REPO / "esgexp" / "data" / "bundled" / "esg_mcq_sample.csv"
+    env = dict(clean_env, OPENAI_API_KEY="test-key")
+
+    def table(server, *more):
+        args = [
+            "table=esgenius_table2",
+            f"data.esgenius={sample}",
+            "rows=[GPT-4o]",
+            "columns=[Zero-Shot]",
+            f"overrides=['backend.base_url={server.base_url}','backend.max_concurrency=1','cache=off']",
+            f"paths.root_dir={tmp_path}",
+            "tracking.offline=true",
+            *more,
+        ]
+        return start_cli("esgexp.paper", *args, cwd=tmp_path, env=env)
+
+    with FakeOpenAI(delay=0.3, answer="A") as server:
+        job = table(server)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and job.poll() is None and server.count < 5:
+            time.sleep(0.05)
+        job.send_signal(signal.SIGTERM)
+        _, stderr = job.communicate(timeout=60)
+        assert job.returncode == 143, stderr[-3000:]
+        line = stderr.strip().splitlines()[-1]
+        assert line.startswith("interrupted (SIGTERM): the jobs' answers so far are kept in "), line
+        assert line.endswith("tracking.offline=true resume=true continues the table"), line
+        (kept,) = tmp_path.glob("runs/esgenius_zero_shot/paper-esgenius_table2/*/0/predictions.jsonl")
+        answered = len(kept.read_text().splitlines())
+        assert 0 < answered < 48
+        server.delay, asked = 0.0, server.count
+        job = table(server, "resume=true")
+        stdout, stderr = job.communicate(timeout=120)
+        assert job.returncode == 0, stderr[-3000:]
+        assert server.count - asked - 1 == 48 - answered  # the probe, then only the items not answered before
+    assert "written: " in stdout
 
 
 @pytest.fixture(scope="module")

@@ -168,3 +168,73 @@ def test_sigterm_during_fine_tuning_saves_last_ckpt_and_says_how_to_go_on(
     assert str(stopped.value) == f"training stopped at step 2; its state is in {last}; ckpt_path=last continues"
     assert torch.load(last, weights_only=False)["global_step"] == 2
     assert mlflow_status(tmp_path) == "KILLED"
+
+
+def test_a_second_ctrl_c_stops_at_once_while_answers_are_in_flight(tmp_path, clean_env):
+    """The first Ctrl-C waits for the answers in flight (8 s here); the second stops the command at once,
+    its run still marked KILLED with the ``interrupted`` line."""
+    with FakeOpenAI(delay=8.0, answer="A") as server:
+        job = start_cli(
+            "esgexp",
+            "backend=openai",
+            "backend.max_concurrency=2",
+            "dataset.limit=10",
+            f"backend.base_url={server.base_url}",
+            f"paths.root_dir={tmp_path}",
+            "cache=off",
+            "tracking.offline=true",
+            "trainer.progress_bar=false",
+            f"hydra.run.dir={tmp_path}/run",
+            cwd=tmp_path,
+            env=clean_env,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and job.poll() is None and server.count < PROBE + 2:
+            time.sleep(0.05)
+        job.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        second = time.monotonic()
+        job.send_signal(signal.SIGINT)
+        _, stderr = job.communicate(timeout=60)
+        took = time.monotonic() - second
+    assert job.returncode == 130, stderr[-3000:]
+    assert took < 3, f"the second Ctrl-C took {took:.1f} s"
+    assert f"interrupted: 0 answers kept in {tmp_path / 'run'}; resume=true continues" in stderr
+    assert '"status": "KILLED"' in (tmp_path / "run" / "tracking_pending.json").read_text()
+
+
+def test_a_second_job_on_a_run_folder_in_use_is_refused_at_once(tmp_path, clean_env):
+    """Two ``resume=true`` of one run folder at once: the second is one line and asks nothing; the first goes on."""
+    run_dir = tmp_path / "run"
+    predictions = run_dir / "predictions.jsonl"
+    with FakeOpenAI(delay=0.3, answer="A") as server:
+        job = (
+            "backend=openai",
+            "backend.max_concurrency=1",
+            "dataset.limit=30",
+            f"backend.base_url={server.base_url}",
+            f"paths.root_dir={tmp_path}",
+            "cache=off",
+            "tracking.offline=true",
+            "trainer.progress_bar=false",
+            f"hydra.run.dir={run_dir}",
+            "resume=true",
+        )
+        first = start_cli("esgexp", *job, cwd=tmp_path, env=clean_env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and first.poll() is None:
+            if predictions.is_file() and len(predictions.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.05)
+        second = start_cli("esgexp", *job, cwd=tmp_path, env=clean_env)
+        _, stderr = second.communicate(timeout=60)
+        assert second.returncode == 2, stderr[-3000:]
+        assert stderr.strip().splitlines()[-1] == (
+            f"error: run folder {run_dir} is in use by another esgexp job running now: wait until it ends, then run "
+            "the same command again (resume=true continues what it left)"
+        )
+        assert first.poll() is None and not (run_dir / "FAILED").exists()
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+        assert server.count == PROBE + len(predictions.read_text().splitlines())  # none from the second
+    assert first.returncode == 143

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -99,20 +100,38 @@ def batch_line(request_id: str, path: str, body: dict) -> str:
     return json.dumps({"custom_id": request_id, "method": "POST", "url": "/v1" + path, "body": body})
 
 
+CUSTOM_ID = re.compile(r'"custom_id"\s*:\s*"([^"]+)"')
+
+
 def read_lines(text: str, where: str) -> dict[str, dict]:
-    """The lines of a batch output or error file by ``custom_id``; a line that is not JSON names the file and
-    line."""
+    """The lines of a batch output or error file by ``custom_id``. A line that is not a batch output line (cut
+    short, not JSON, no ``custom_id``) is left out with one warning naming the file and its lines; where its
+    ``custom_id`` can still be read, its request gets an error line naming the file and line (it counts as
+    unanswered: asked again, live or on resume)."""
+    found, bad = {}, []
 
-    def not_batch_line(number: int, line: str, error: object = None):
-        raise UserError(f"{where}, line {number}: not a batch output line ({line[:120]!r})") from None
+    def not_batch_line(number: int, line: str, error: object = None) -> None:
+        bad.append((number, line))
+        named = CUSTOM_ID.search(line)
+        if named and named.group(1) not in found:
+            message = f"{where}, line {number}: not a batch output line"
+            found[named.group(1)] = {"custom_id": named.group(1), "error": {"code": "malformed", "message": message}}
 
-    found = {}
     lines = text.splitlines()
     for number, entry in json_lines(lines, where, not_batch_line):
-        try:
+        if isinstance(entry, dict) and "custom_id" in entry:
             found[str(entry["custom_id"])] = entry
-        except (KeyError, TypeError):
+        else:
             not_batch_line(number, lines[number - 1])
+    if bad:
+        numbers = ", ".join(str(number) for number, _ in bad[:10]) + (", ..." if len(bad) > 10 else "")
+        log.warning(
+            "%s: %d line(s) are not batch output lines (line %s; e.g. %r): their requests count as unanswered",
+            where,
+            len(bad),
+            numbers,
+            bad[0][1][:120],
+        )
     return found
 
 

@@ -17,6 +17,13 @@ STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGUS
 _received: list[int] = []  # SIGTERM/SIGUSR2 received since the command started, in order
 # deferred_sigint's handler while SIGINT is ignored: the stop signals reach it without SIGINT's disposition changing
 _deferred: list = []
+# set by a second stop signal during a clean stop: the command exits without waiting for requests in flight
+_at_once = threading.Event()
+
+
+def stopped_at_once() -> bool:
+    """Whether a second stop signal came while the first one's clean stop waited (``deferred_sigint``)."""
+    return _at_once.is_set()
 
 
 def stop_signal() -> int:
@@ -42,6 +49,7 @@ def stop_signals_as_ctrl_c():
     """Inside, on the main thread, SIGTERM and SIGUSR2 are handled as Ctrl-C (``as_ctrl_c``) where no one
     else handles them (a submitit job keeps submitit's: it requeues the job); outside, as before."""
     _received.clear()
+    _at_once.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -60,7 +68,8 @@ def stop_signals_as_ctrl_c():
 def deferred_sigint():
     """Inside, on the main thread, the first SIGINT (or SIGTERM/SIGUSR2, through ``as_ctrl_c``) only sets
     the event this yields (the caller stops at a safe point and raises ``KeyboardInterrupt`` itself); a
-    second one raises ``KeyboardInterrupt`` at once. While SIGINT is ignored, it stays ignored and only
+    second one raises ``KeyboardInterrupt`` at once (``stopped_at_once``: the command then exits without
+    waiting for the requests still in flight). While SIGINT is ignored, it stays ignored and only
     SIGTERM/SIGUSR2 set the event. Elsewhere (another thread, a handler of someone else's) SIGINT is left as
     it is."""
     interrupted = threading.Event()
@@ -73,6 +82,7 @@ def deferred_sigint():
 
     def handler(signum, frame):
         if interrupted.is_set():
+            _at_once.set()
             raise KeyboardInterrupt
         interrupted.set()
 

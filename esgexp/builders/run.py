@@ -22,6 +22,7 @@ from esgexp.builders.report import BuildReport
 from esgexp.core import tracking
 from esgexp.core.config import CONF_DIR
 from esgexp.core.outputs import write_atomic, write_json
+from esgexp.core.run_folder import LOCK_NAME
 from esgexp.data.corpus import INGEST_HINT, Corpus
 from esgexp.errors import UserError
 from esgexp.jobs.lifecycle import Job, job_backend, package_versions, run_steps
@@ -142,7 +143,7 @@ class Solvers:
 def check_out_dir(out_dir: Path, resume: bool) -> None:
     """A new build needs an empty (or absent) folder; ``resume=true`` reuses one a build started, and only
     that: a folder of another kind (a job's run folder, anything else) is never written into."""
-    if not out_dir.exists() or not any(out_dir.iterdir()):
+    if not out_dir.exists() or not any(p.name != LOCK_NAME for p in out_dir.iterdir()):  # the job's own lock
         out_dir.mkdir(parents=True, exist_ok=True)
         return
     kind = folder_kind(out_dir)

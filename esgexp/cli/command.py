@@ -43,6 +43,7 @@ def exit_on_user_error(log: logging.Logger):
     In a job of a sweep (``-m``) nothing ends the process: a mistake, or any other error (its traceback
     goes to the job's log file), is written to the job's ``FAILED`` file and the sweep goes on to the
     next job; the sweep's end reports every job (esgexp/core/sweep.py)."""
+    from esgexp.core.run_folder import FolderInUse
     from esgexp.core.sweep import clear_failed, in_multirun, mark_failed
 
     clear_failed()
@@ -57,7 +58,8 @@ def exit_on_user_error(log: logging.Logger):
         if message is not None:
             log_to_files(log, logging.ERROR, message)
             print(f"error: {message}", file=sys.stderr)
-            mark_failed(message)
+            if not isinstance(error, FolderInUse):  # the folder is the other job's: its FAILED says how it ended
+                mark_failed(message)
             if not in_multirun():
                 sys.exit(2)
             return
@@ -94,7 +96,7 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
     same path: esgexp/backends/sigint.py; exit 128 + the signal's number), any other error its traceback.
     Keys ``overrides`` add that nothing reads are a warning line first (commands that compose their config
     themselves)."""
-    from esgexp.backends.sigint import STOP_SIGNALS, stop_signal, stop_signals_as_ctrl_c
+    from esgexp.backends.sigint import STOP_SIGNALS, stop_signal, stop_signals_as_ctrl_c, stopped_at_once
 
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its own report
     for stream in (sys.stdout, sys.stderr):  # an ASCII-only locale (LC_ALL=C) prints `·` or é as \xb7, never fails
@@ -125,6 +127,10 @@ def run_command(main: Callable[[], object], config: str, overrides: list[str] | 
         for signum in STOP_SIGNALS:  # a second signal while threads finish
             signal.signal(signum, lambda signum, _: os._exit(128 + signum))
         print(interrupted_line(interrupt), file=sys.stderr, flush=True)
+        if stopped_at_once():  # a second Ctrl-C: the threads still waiting on a server are not joined
+            logging.shutdown()
+            sys.stdout.flush()
+            os._exit(128 + stop_signal())
         sys.exit(128 + stop_signal())
     except Exception as error:
         message = user_message(error, config, overrides)
@@ -177,11 +183,10 @@ def user_message(error: BaseException, config: str | None = None, overrides: lis
     if isinstance(error, InstantiationException):
         return instantiation_message(error)
     if isinstance(error, OverrideParseException):
+        from esgexp.cli.overrides import unreadable_message
+
         reason = " ".join(line for line in str(error).splitlines() if line.strip() and not line.startswith("See "))
-        return (
-            f"cannot read {getattr(error, 'override', 'an override')!r}: {reason} (quote a value with special "
-            "characters, e.g. key='a,b'; the grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
-        )
+        return unreadable_message(str(getattr(error, "override", "an override")), reason, config, list(overrides))
     if isinstance(error, HydraException):
         return composition_message(error, config, list(overrides))
     if isinstance(error, MissingMandatoryValue):

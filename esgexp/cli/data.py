@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from esgexp.cli.command import run_command
+from esgexp.core.outputs import human
 from esgexp.data.fetch import FetchSettings, copy_verified, fetch, get_command, hydra_value
 from esgexp.data.hashing import file_hashes, lfs_pointer
 from esgexp.data.registry import Benchmark, RegistryFile, benchmark, benchmarks
@@ -49,16 +50,6 @@ def compose(overrides: list[str]) -> DictConfig:
     from esgexp.core.config import compose_config
 
     return compose_config("data_cli", overrides)
-
-
-def human(size: int | None) -> str:
-    if size is None:
-        return "size ?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
-        size /= 1024
-    return ""
 
 
 def state(file: RegistryFile, data_dir: Path) -> str:

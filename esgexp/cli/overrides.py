@@ -99,6 +99,44 @@ def did_you_mean(key: str, known: list[str]) -> str | None:
     return None
 
 
+def unreadable_message(override: str, reason: str, config: str | None, overrides: list[str]) -> str:
+    """What to say about an override Hydra's grammar cannot read: a misspelt key's close known key, and the
+    form that reads (a list whose items hold ``=`` with each item quoted; a list the shell split at a space
+    whole, in quotes); else Hydra's reason with the quoting hint."""
+    key, _, value = override.partition("=")
+    parts = []
+    known = config_keys(config, [], key_of(override)) if config else []
+    near = did_you_mean(key_of(override), known) if known and key_of(override) not in known else None
+    if near:
+        parts.append(f"{key_of(override)} is not a setting: did you mean {near}?")
+        key = key.replace(key_of(override), near)
+    at = overrides.index(override) if override in overrides else -1
+    if value.startswith("[") and not value.rstrip().endswith("]") and at >= 0:
+        tail = next((i for i in range(at + 1, len(overrides)) if overrides[i].rstrip().endswith("]")), None)
+        if tail is not None:
+            value = " ".join([value, *overrides[at + 1 : tail + 1]])
+            parts.append("the shell split this list at a space: quote the whole override")
+    if value.startswith("[") and value.endswith("]"):
+        items = [item.strip() for item in value[1:-1].split(",") if item.strip()]
+        if any("=" in item and item[0] not in "'\"" for item in items):
+            parts.append("each item that holds '=' goes in quotes")
+            value = "[" + ", ".join(item if item[0] in "'\"" else f"'{item}'" for item in items) + "]"
+    if not parts:
+        return (
+            f"cannot read {override!r}: {reason} (quote a value with special characters, e.g. key='a,b'; the "
+            "grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+        )
+    return f"cannot read {override!r}: {'; '.join(parts)}: {shell_word(f'{key}={value}')}"
+
+
+def shell_word(arg: str) -> str:
+    """``arg`` as one shell word a reader can copy: in double quotes when it holds single quotes and nothing a
+    shell expands inside double quotes, else ``shlex.quote``'s form."""
+    if "'" in arg and not set('"$`\\!') & set(arg):
+        return f'"{arg}"'
+    return shlex.quote(arg)
+
+
 def key_of(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from esgexp.cli.command import run_command
 from esgexp.core.outputs import write_atomic
 from esgexp.core.sweep import job_status
-from esgexp.errors import UserError
+from esgexp.errors import Interrupted, UserError
 from esgexp.papers.grid import Grid, Job, load_grid, quote, sweeps
 
 log = logging.getLogger("esgexp.cli.paper")
@@ -129,7 +129,7 @@ def run_grid(cfg: DictConfig, grid: Grid) -> tuple[dict[str, dict], dict[str, st
         command = [sys.executable, "-m", "esgexp", "-m", *overrides, *extra, f"hydra.sweep.dir={quote(str(sweep_dir))}"]
         log.info("sweep %d: %d job(s) in %s", index, len(jobs), sweep_dir)
         print(f"$ python -m esgexp -m {' '.join(overrides + extra)}", flush=True)
-        code = subprocess.run(command, check=False, cwd=cfg.paths.root_dir).returncode
+        code = wait_passing_on_stops(subprocess.Popen(command, cwd=cfg.paths.root_dir, process_group=0), sweep_dir)
         run_ids = mlflow_run_ids(str(jobs[0].cfg.tracking.uri), sweep_dir) if sweep_dir.is_dir() else {}
         for job, folder in match_folders(jobs, sweep_dir).items():
             state, detail = (
@@ -144,6 +144,43 @@ def run_grid(cfg: DictConfig, grid: Grid) -> tuple[dict[str, dict], dict[str, st
     for job in grid.jobs:
         runs[job.id]["status"] = "ok" if job.id in results else status.get(job.id, "not run")
     return results, status, runs
+
+
+def has_values(path: Path) -> bool:
+    """Whether ``path`` is a table JSON an earlier run wrote with at least one value of ours."""
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(table, dict) and any(
+        "ours" in cell for cell in table.get("cells") or [] if isinstance(cell, dict)
+    )
+
+
+def wait_passing_on_stops(sweep: subprocess.Popen, sweep_dir: Path) -> int:
+    """The exit status of ``sweep`` (a multirun in a process group of its own: a Ctrl-C at the terminal reaches
+    it only from here, once per press). A stop signal to this command is passed on and its clean stop awaited
+    (a second one: at once); then ``Interrupted`` says where the finished jobs are and how to continue."""
+    from esgexp.backends.sigint import stop_signal
+    from esgexp.cli.overrides import command_name, shell_word
+
+    stops = 0
+    while True:
+        try:
+            code = sweep.wait()
+            break
+        except KeyboardInterrupt:
+            sweep.send_signal(stop_signal())
+            stops += 1
+            if stops > 1:
+                break
+    if not stops:
+        return code
+    again = [arg for arg in sys.argv[1:] if not arg.startswith("resume=")] + ["resume=true"]
+    raise Interrupted(
+        f"the jobs' answers so far are kept in {sweep_dir}; {command_name()} {' '.join(map(shell_word, again))} "
+        "continues the table"
+    )
 
 
 def main(overrides: list[str]) -> None:
@@ -162,11 +199,15 @@ def main(overrides: list[str]) -> None:
     results, status, runs = run_grid(cfg, grid)
     table = table_json(grid, compare(grid, results, status, runs), list(runs.values()))
     out_dir = Path(cfg.out_dir)
-    write_atomic(out_dir / f"{grid.name}.json", json.dumps(table, indent=1, ensure_ascii=False) + "\n")
     markdown = to_markdown(table)
-    write_atomic(out_dir / f"{grid.name}.md", markdown)
     print(markdown, end="")
-    print(f"written: {out_dir / (grid.name + '.md')}, {out_dir / (grid.name + '.json')}")
+    earlier = out_dir / f"{grid.name}.json"
+    if not results and has_values(earlier):  # a run that gave nothing never replaces a table that has values
+        print(f"kept: {out_dir / (grid.name + '.md')} and {earlier.name}, an earlier run's values (this run gave none)")
+    else:
+        write_atomic(earlier, json.dumps(table, indent=1, ensure_ascii=False) + "\n")
+        write_atomic(out_dir / f"{grid.name}.md", markdown)
+        print(f"written: {out_dir / (grid.name + '.md')}, {earlier}")
     if not any(job.runnable for job in grid.jobs):
         reasons = dict.fromkeys(problem for job in grid.jobs for problem in job.problems)
         raise UserError(f"no job of table {grid.name} can run here: {'; '.join(list(reasons)[:3])}")

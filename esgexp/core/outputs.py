@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -24,21 +25,42 @@ FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class NoSpace(UserError):
-    """No space left on the file system holding ``path``; ``kept`` says what is safe on disk."""
+    """No space left on the file system holding ``path``; ``kept`` says what is safe on disk; ``needed``: the
+    bytes the write needed (named with the space free there, so freeing that much lets it succeed)."""
 
-    def __init__(self, path: Path, kept: str):
-        self.path = Path(path)
+    def __init__(self, path: Path, kept: str, needed: int | None = None):
+        self.path, self.kept, self.needed = Path(path), kept, needed
+        where = mount_point(self.path)
+        free = "some space"
+        if needed:
+            try:
+                left = shutil.disk_usage(where).free
+            except OSError:
+                left = 0
+            kept += f"; this write needs {human(needed)} and {human(left)} is free there"
+            free = f"at least {human(max(needed - left, 0) + (1 << 20))}"  # a MiB on top: logs, the cache
         super().__init__(
-            f"no space left on the file system at {mount_point(self.path)} (writing {self.path}): {kept}. "
-            f"Free some space there, then {RESUME}"
+            f"no space left on the file system at {where} (writing {self.path}): {kept}. Free {free} there, then "
+            f"{RESUME}"
         )
 
 
-def no_space(path: Path, kept: str) -> NoSpace:
-    """The NoSpace error to raise for ``path``. From now on, log lines the run's log file on the full disk
-    cannot take are dropped, not printed with a traceback each."""
+def no_space(path: Path, kept: str, needed: int | None = None) -> NoSpace:
+    """The NoSpace error to raise for ``path`` (a write of ``needed`` bytes). From now on, log lines the run's
+    log file on the full disk cannot take are dropped, not printed with a traceback each."""
     logging.raiseExceptions = False
-    return NoSpace(path, kept)
+    return NoSpace(path, kept, needed)
+
+
+def human(size: int | None) -> str:
+    """``size`` bytes as a reader says it (``3.4 MiB``); ``size ?`` for None."""
+    if size is None:
+        return "size ?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return ""
 
 
 def is_full(error: BaseException) -> bool:
@@ -103,7 +125,8 @@ def write_atomic(path: Path, text: str) -> None:
         Path(temp).unlink(missing_ok=True)
         if is_full(error):
             kept = f"{path.name} is as it was" if path.exists() else f"{path.name} was not written"
-            raise no_space(path, f"{kept}, and every other file in {path.parent} is kept") from error
+            needed = len(text.encode("utf-8"))
+            raise no_space(path, f"{kept}, and every other file in {path.parent} is kept", needed) from error
         raise
 
 
@@ -167,6 +190,7 @@ class PredictionLog:
         """Add ``records`` (one line each) and sync them: all of them or, when the write fails (a full
         disk: :class:`NoSpace`), none; the file is cut back to its size before."""
         data = memoryview("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"))
+        needed = len(data)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:
@@ -178,7 +202,8 @@ class PredictionLog:
             except BaseException as error:
                 os.ftruncate(fd, size)
                 if is_full(error):
-                    raise no_space(self.path, f"the {self.count()} predictions in it are complete and kept") from error
+                    kept = f"the {self.count()} predictions in it are complete and kept"
+                    raise no_space(self.path, kept, needed) from error
                 raise
         finally:
             os.close(fd)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -76,3 +77,33 @@ def claim_or_exit(config: DictConfig, key: str) -> None:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+
+
+LOCK_NAME = ".esgexp.lock"
+
+
+class FolderInUse(UserError):
+    """Another job holds the run folder: said without touching the folder (no ``FAILED`` of this try there)."""
+
+
+@contextmanager
+def held_run_folder(folder: Path):
+    """Inside, ``folder`` (a job's run folder) is this process's: a second job given the same folder (two
+    ``resume=true`` of one run at once) gets a UserError at once instead of asking the same items and opening
+    a second tracked run (``flock`` on ``folder/.esgexp.lock``, released when the job ends or dies; removed when it ends)."""
+    from filelock import FileLock, Timeout
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(folder / LOCK_NAME, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise FolderInUse(
+            f"run folder {folder} is in use by another esgexp job running now: wait until it ends, then run the "
+            "same command again (resume=true continues what it left)"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+        Path(lock.lock_file).unlink(missing_ok=True)  # the folder as the job left it

@@ -194,13 +194,15 @@ class SourceAnnotation:
 def load_base_annotations(path: str | Path, encoding: str = "utf-8") -> LoadedDataset:
     """The usable annotations of a ClimRetrieve base CSV; a row without source text or score, or with a bad
     number, is skipped (a blank page is kept as None)."""
-    loaded = LoadedDataset(items=[])
+    loaded, unusable = LoadedDataset(items=[]), []
     for number, row in read_rows(path, BASE_COLUMNS, "dataset.path", encoding, skipped=loaded.skipped):
         where = f"{path} {number}"
         try:
             loaded.items.append(parse_annotation(row, where))
         except ValueError as problem:
-            note(loaded.skipped, f"{where}: {problem}; row skipped")
+            unusable.append(f"{where}: {problem}; row skipped")
+    warn_once("row(s) skipped: a field empty or out of range", unusable)
+    loaded.skipped.extend(unusable)
     if not loaded.items:
         raise UserError(f"{path}: no usable annotation (rows skipped: {len(loaded.skipped)})")
     return loaded
@@ -282,13 +284,15 @@ def annotations_to_queries(
         groups.setdefault((annotation.document.strip(), normalise(annotation.question)), []).append(annotation)
 
     dataset = RetrievalDataset(passages=list(passages), queries=[], n_candidates={})
+    kinds: dict[str, list[str]] = {}  # what was skipped, by kind: one warning line each, every message kept
     numbers: dict[str, int] = {}
     for (document, _), group in groups.items():
         first = group[0]
         doc_id = doc_ids.get(normalise(doc_id_for(document)))
         if doc_id is None:
-            note(
-                dataset.skipped,
+            tally(
+                kinds,
+                "question(s) skipped: their report is not in the corpus",
                 f"{first.where}: document {document!r} is not in the corpus ({len(by_doc)} docs); "
                 f"question {first.question!r} skipped ({len(group)} annotation row(s))",
             )
@@ -297,16 +301,18 @@ def annotations_to_queries(
         for annotation in group:
             hits = [passage for passage in by_doc[doc_id] if matches(annotation, passage)]
             if not hits:
-                note(
-                    dataset.skipped,
+                tally(
+                    kinds,
+                    "annotation(s) unused: no passage of their report holds the annotated text",
                     f"{annotation.where}: field 'Relevant': no passage of {doc_id!r} holds the "
                     "annotated text; annotation unused",
                 )
             for passage in hits:
                 relevance[passage.id] = max(relevance.get(passage.id, 0), annotation.relevance)
         if not relevance:
-            note(
-                dataset.skipped,
+            tally(
+                kinds,
+                "question(s) skipped: no passage matches any of their annotations",
                 f"{first.where}: question {first.question!r} of {document!r} has no matching passage; query skipped",
             )
             continue
@@ -327,6 +333,9 @@ def annotations_to_queries(
             )
         )
         dataset.n_candidates[query_id] = len(by_doc[doc_id])
+    for kind, messages in kinds.items():
+        warn_once(kind, messages)
+        dataset.skipped.extend(messages)
     return dataset
 
 
@@ -470,6 +479,19 @@ def doc_id_for(name: str) -> str:
     """A report's doc id: its file name without ``.pdf``, stripped (the PDF's stem, up to outer spaces)."""
     name = name.strip()
     return name[:-4].strip() if name.lower().endswith(".pdf") else name
+
+
+def tally(kinds: dict[str, list[str]], kind: str, message: str) -> None:
+    """Keep ``message`` under ``kind``, to be warned about once per kind, with a count."""
+    kinds.setdefault(kind, []).append(message)
+
+
+def warn_once(kind: str, messages: list[str]) -> None:
+    """One warning line for ``messages`` of one ``kind``: their count and the first (the job lists them all)."""
+    if messages:
+        log.warning(
+            "%d %s (e.g. %s); each is listed in the run folder's skipped_rows.txt", len(messages), kind, messages[0]
+        )
 
 
 def note(messages: list[str], message: str) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from esgexp.core.outputs import json_lines, write_atomic, write_json
+from esgexp.core.outputs import NoSpace, json_lines, no_space, write_atomic, write_json
 from esgexp.core.records import Passage, passages_hash
 from esgexp.data import pdf
 from esgexp.data.chunking import Chunker
@@ -427,12 +427,19 @@ def _write(
 ) -> None:
     """The data files first, the manifest last: a crash in between leaves a manifest that reuses nothing new."""
     page_records = ({"doc_id": d, "page": p.page, "page_index": p.page_index, "text": p.text} for d, p in pages)
-    write_atomic(out_dir / "pages.jsonl", "".join(map(_line, page_records)))
-    write_atomic(out_dir / "passages.jsonl", "".join(_line(dataclasses.asdict(p)) for p in passages))
+    files = {
+        "pages.jsonl": "".join(map(_line, page_records)),
+        "passages.jsonl": "".join(_line(dataclasses.asdict(p)) for p in passages),
+    }
+    if manifest["tables"] is not None:
+        files["tables.jsonl"] = "".join(_line(table.record()) for table in tables)
+    try:
+        for name, text in files.items():
+            write_atomic(out_dir / name, text)
+    except NoSpace as full:  # what the whole corpus needs, not only the file that did not fit
+        raise no_space(full.path, full.kept, sum(len(text.encode("utf-8")) for text in files.values())) from full
     if manifest["tables"] is None:  # no extractor: no tables file (one left by an earlier ingest goes)
         (out_dir / "tables.jsonl").unlink(missing_ok=True)
-    else:
-        write_atomic(out_dir / "tables.jsonl", "".join(_line(table.record()) for table in tables))
     write_json(out_dir / "manifest.json", manifest)
 
 

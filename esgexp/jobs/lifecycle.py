@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,8 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 from esgexp.core import tracking
 from esgexp.core.config import flatten
 from esgexp.core.outputs import write_atomic, write_json
+from esgexp.core.run_folder import held_run_folder
 from esgexp.errors import UserError
 from esgexp.jobs.identity import job_identity
+
+log = logging.getLogger(__name__)
 
 
 class Job(ABC):
@@ -79,12 +83,13 @@ def run_steps(job: Job) -> dict:
     if not job.writes:
         job.work(None)
         return {}
-    job.save(skipped)
-    tags = job.run_tags()
-    with tracked_run(job.cfg, job.run_name(tags), tags) as run:
-        metrics, info = job.work(run)
-        finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
-        job.finished(run, metrics)
+    with held_run_folder(Path(job.cfg.paths.output_dir)):
+        job.save(skipped)
+        tags = job.run_tags()
+        with tracked_run(job.cfg, job.run_name(tags), tags) as run:
+            metrics, info = job.work(run)
+            finish(run, metrics, list(job.files), info, metrics[job.step_metric] if job.step_metric else None)
+            job.finished(run, metrics)
     job.report(run, metrics)
     return metrics
 
@@ -245,6 +250,7 @@ def save_inputs(cfg: DictConfig, output_dir: Path, skipped: list[str]) -> None:
     write_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if skipped:
         write_atomic(output_dir / "skipped_rows.txt", "\n".join(skipped) + "\n")
+        log.info("%d skipped row(s) or item(s), each with why: %s", len(skipped), output_dir / "skipped_rows.txt")
 
 
 @contextmanager

@@ -239,8 +239,13 @@ def page_retrieval(cfg: DictConfig, items: list[QAItem], ks: list[int]) -> tuple
     known = set(corpus.doc_ids)
     usable = [item for item in items if item_doc(item) in known]
     missing = sorted({str(item_doc(item)) for item in items} - known)
-    for doc in missing:
-        log.warning("report %r is not in the corpus %s: its questions are not evaluated", doc, cfg.retrieval.corpus)
+    if missing:
+        log.warning(
+            "%d report(s) are not in the corpus %s: their questions are not evaluated (%s)",
+            len(missing),
+            cfg.retrieval.corpus,
+            ", ".join(repr(doc) for doc in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
+        )
     if not usable:
         raise UserError(
             f"no question's report is in the corpus {cfg.retrieval.corpus} ({len(known)} docs, e.g. {sorted(known)[:3]})"
