@@ -1,13 +1,15 @@
 # Two commands for a newcomer: `make run` (the embedded default job) and `make test` (the suite).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+# The install is stamped with pyproject.toml's content, not its time: a fresh clone or a checkout that leaves the file
+# as it was finds its venv installed; a changed file (new dependencies) installs again.
+STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 export HF_HUB_OFFLINE ?= 1
 
 .PHONY: install bytecode run lint format test bench bench-smoke clean
 
-$(STAMP): pyproject.toml
+$(STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# llama.cpp's OpenAI-compatible server (tests/openai_server.py): the .[server] extra, pinned here too.
@@ -49,6 +51,7 @@ $(STAMP): pyproject.toml
 	# executable_path: Playwright cannot download its own browsers here. Without it those tests skip.
 	command -v chromium >/dev/null || $(SUDO) sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium' \
 		|| echo "warning: could not install Debian's chromium; the leaderboard page tests will skip"
+	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
