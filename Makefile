@@ -77,10 +77,12 @@ format: install
 
 # Lint first, then the tests in parallel processes (one per core, at most 4): the suite is half CLI subprocesses and servers.
 # One torch/OpenMP thread per process: with a process per core, more threads only contend.
-test: bytecode lint
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal --durations=15
+# The benchmark scripts' smoke run first (its own step: it runs programs, not units), then the unit suite.
+test: bytecode lint bench-smoke
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal --durations=15 \
+		--ignore=tests/test_benchmark_scripts.py
 
-# Every benchmarks/ script at its smallest setting, without lm-eval (tests/test_benchmark_scripts.py: `make test` runs it too).
+# Every benchmarks/ script at its smallest setting, without lm-eval (tests/test_benchmark_scripts.py), a step of `make test`.
 bench-smoke: bytecode
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 tests/test_benchmark_scripts.py
 
