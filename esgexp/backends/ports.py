@@ -7,6 +7,7 @@ process of a session is one of them (``held_by_session``), and a description of 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -31,15 +32,18 @@ def listening_inodes(port: int) -> set[str] | None:
 
 
 def socket_inodes(pid: int) -> set[str]:
-    """The socket inodes process ``pid`` holds open (none where its folder cannot be read)."""
-    held = set()
+    """The socket inodes process ``pid`` holds open (none where its folder cannot be read; a descriptor closed
+    while they are read is passed over, not the end of the others)."""
     try:
-        for fd in os.scandir(PROC / str(pid) / "fd"):
+        fds = list(os.scandir(PROC / str(pid) / "fd"))
+    except OSError:
+        return set()
+    held = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):
             target = os.readlink(fd.path)
             if target.startswith("socket:["):
                 held.add(target[8:-1])
-    except OSError:
-        pass
     return held
 
 
