@@ -10,13 +10,14 @@
 * Dense encoding: the first ``--dense-n`` passages (default 1,500) of the PDFs in ``--dense-pdfs`` (default the
   two long shared reports), cut by the default chunker, encoded by the bundled all-MiniLM-L6-v2 through
   sentence-transformers' own ``encode`` in float32 (the anchor) and through ``DenseRetriever.encode`` in float32
-  and bfloat16, each at every ``--batch-sizes``; the sides alternate which goes first, best of
+  and bfloat16 in each runtime, each at every ``--batch-sizes``; the sides alternate which goes first, best of
   ``--dense-repeat`` rounds; passages/s against the anchor's best batch size, the vectors' cosine to the
-  anchor's and the share of each passage's 10 nearest neighbours kept. The roofline: ``F.linear``'s GFLOP/s at
+  anchor's and the share of each passage's 10 nearest neighbours kept. ``DenseRetriever.encode`` runs in each of
+  ``--runtimes`` (torch, and OpenVINO where it is installed). The roofline: ``F.linear``'s GFLOP/s at
   the encoder's layer shapes in float32 and bfloat16, measured in the same run; each run's FLOPs are counted
   over the batches as they are padded (``encode_flops``).
 * Dense search: queries/s of ``DenseRetriever.search`` over the first ``--dense-n`` synthetic passages.
-* Recall: recall@5 and @10 of ``retriever=dense`` in float32 and bfloat16 on the ClimRetrieve report-level
+* Recall: recall@5 and @10 of ``retriever=dense`` in each runtime and precision on the ClimRetrieve report-level
   sample (``--climretrieve``) and the bundled SustainableQA sample, computed as a retrieval job computes them.
 
     .venv/bin/python benchmarks/retrieval.py            # prints Markdown tables, writes retrieval.json
@@ -215,51 +216,61 @@ def neighbours_kept(vectors: np.ndarray, reference: np.ndarray, k: int = 10) -> 
     return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(top(vectors), top(reference))]))
 
 
-def bench_dense(passages: list[Passage], batch_sizes: list[int], repeat: int, mm_seconds: float) -> dict:
+def bench_dense(
+    passages: list[Passage], batch_sizes: list[int], repeat: int, mm_seconds: float, runtimes: list[str]
+) -> dict:
     """passages/s of sentence-transformers' own ``encode`` in float32 (the anchor, at each batch size) and of
-    ``DenseRetriever.encode`` at each precision this CPU has and each batch size, the two sides alternating
+    ``DenseRetriever.encode`` in each of ``runtimes`` at each precision and each batch size, the two sides alternating
     which goes first, the best of ``repeat`` rounds each; the vectors against the anchor's; the linear
     layers' GFLOP/s in float32 and bfloat16 at the encoder's shapes (the roofline) in the same run."""
     import torch
     from mcq_throughput import linear_rates
 
-    from esgexp.retrieval.dense import PRECISIONS, encoder_precision
+    from esgexp.retrieval.dense import PRECISIONS, encoder_precision, encoder_runtime
 
     texts = [p.text for p in passages]
     default = DenseRetriever(device="cpu")
     encoder = default.encoder()  # loading is not timed
     precisions = ["float32", "bfloat16"]
-    sides = {("sentence-transformers", "float32", b): None for b in batch_sizes}
-    sides |= {("esgexp", p, b): None for p in precisions for b in batch_sizes}
+    sides = {("sentence-transformers", "torch", "float32", b): None for b in batch_sizes}
+    sides |= {("esgexp", r, p, b): None for r in runtimes for p in precisions for b in batch_sizes}
 
     def anchor(batch_size: int) -> np.ndarray:
         return encoder.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
 
-    def ours(precision: str, batch_size: int) -> np.ndarray:
-        return DenseRetriever(device="cpu", precision=precision, batch_size=batch_size).encode(texts)
+    def ours(runtime: str, precision: str, batch_size: int) -> np.ndarray:
+        retriever = DenseRetriever(device="cpu", precision=precision, runtime=runtime, batch_size=batch_size)
+        return retriever.encode(texts)
+
+    for runtime in runtimes:  # converting and compiling an encoder happens once per process: not timed
+        for precision in precisions:
+            DenseRetriever(device="cpu", precision=precision, runtime=runtime).encode(texts[:8])
 
     seconds: dict = {key: float("inf") for key in sides}
     vectors: dict = {}
     for round_ in range(repeat):
         keys = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
         for key in keys:
-            side, precision, batch_size = key
+            side, runtime, precision, batch_size = key
             work = (
-                partial(anchor, batch_size) if side == "sentence-transformers" else partial(ours, precision, batch_size)
+                partial(anchor, batch_size)
+                if side == "sentence-transformers"
+                else partial(ours, runtime, precision, batch_size)
             )
             took, vectors[key] = timed(work)
             seconds[key] = min(seconds[key], took)
-    reference = vectors[("sentence-transformers", "float32", batch_sizes[0])]
+    reference = vectors[("sentence-transformers", "torch", "float32", batch_sizes[0])]
     shapes, _ = encoder_shapes(encoder)
     rows = 32 * 128  # a batch of 32 passages of about 128 word pieces: the report passages' size
     rates = linear_rates(shapes, rows, precisions, mm_seconds)
     runs = []
-    for (side, precision, batch_size), took in seconds.items():
+    for (side, runtime, precision, batch_size), took in seconds.items():
         work = encode_flops(encoder, texts, batch_size)
-        got = vectors[(side, precision, batch_size)]
+        got = vectors[(side, runtime, precision, batch_size)]
         runs.append(
             {
                 "side": side,
+                "runtime": runtime,
                 "precision": precision,
                 "batch_size": batch_size,
                 "seconds": took,
@@ -280,6 +291,7 @@ def bench_dense(passages: list[Passage], batch_sizes: list[int], repeat: int, mm
         "max_seq_length": encoder.max_seq_length,
         "torch_threads": torch.get_num_threads(),
         "precision_auto_here": encoder_precision("auto", "cpu"),
+        "runtime_auto_here": encoder_runtime("auto", "cpu"),
         "precisions": list(PRECISIONS),
         "default_batch_size": default.batch_size,
         "linear_rates": {"rows": rows, **rates},
@@ -302,8 +314,8 @@ RECALL_SETS = {
 }
 
 
-def recall_by_precision(climretrieve_csv: Path, precisions: list[str]) -> dict:
-    """recall@5 and @10 of ``retriever=dense`` at each precision, as a retrieval job computes them
+def recall_by_setting(climretrieve_csv: Path, settings: list[tuple[str, str]]) -> dict:
+    """recall@5 and @10 of ``retriever=dense`` at each (runtime, precision) of ``settings``, as a retrieval job computes them
     (``graded_retrieval``), on the ClimRetrieve report-level sample and the bundled SustainableQA sample."""
     from hydra.utils import instantiate
 
@@ -319,7 +331,7 @@ def recall_by_precision(climretrieve_csv: Path, precisions: list[str]) -> dict:
                     continue
                 overrides = [*overrides, f"dataset.path={climretrieve_csv}"]
             results[name] = {}
-            for precision in precisions:
+            for runtime, precision in settings:
                 cfg = compose_config(
                     "config",
                     [
@@ -327,6 +339,7 @@ def recall_by_precision(climretrieve_csv: Path, precisions: list[str]) -> dict:
                         "retriever=dense",
                         "retriever.device=cpu",
                         f"retriever.precision={precision}",
+                        f"retriever.runtime={runtime}",
                         f"paths.index_dir={scratch}",
                         f"paths.output_dir={scratch}",
                         "retrieval.ks=[5,10,15]",
@@ -334,12 +347,20 @@ def recall_by_precision(climretrieve_csv: Path, precisions: list[str]) -> dict:
                 )
                 loaded = instantiate(cfg.dataset).load()
                 _, metrics = graded_retrieval(cfg, loaded, [5, 10, 15])
-                results[name][precision] = {
+                results[name][f"{runtime} {precision}"] = {
                     "queries": metrics["n_queries"],
                     "recall@5": metrics["recall@5"],
                     "recall@10": metrics["recall@10"],
                 }
     return results
+
+
+def installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def machine() -> dict:
@@ -355,7 +376,8 @@ def machine() -> dict:
         "python": platform.python_version(),
         **{
             name: metadata.version(name)
-            for name in ("bm25s", "PyStemmer", "numpy", "sentence-transformers", "torch", "faiss-cpu")
+            for name in ("bm25s", "PyStemmer", "numpy", "sentence-transformers", "torch", "faiss-cpu", "openvino")
+            if installed(name)
         },
     }
 
@@ -373,27 +395,29 @@ def table(results: dict) -> str:
         f"| dense search, {search['queries']:,} queries over {search['passages']:,}, queries/s | {search['queries_per_s']:.1f} | | |",
         "",
         f"Dense encoding, {dense['passages']:,} report passages ({dense['mean_tokens_per_passage']:.0f} word pieces "
-        f"on average), {dense['torch_threads']} torch thread(s); precision=auto here: {dense['precision_auto_here']}; "
+        f"on average), {dense['torch_threads']} torch thread(s); here precision=auto is {dense['precision_auto_here']}, "
+        f"runtime=auto is {dense['runtime_auto_here']}; "
         f"linear-layer roofline (F.linear, {dense['linear_rates']['rows']} rows): "
         + ", ".join(f"{p} {dense['linear_rates'][p]['rate_gflops']:.0f} GFLOP/s" for p in ("float32", "bfloat16")),
         "",
-        "| side | precision | batch | passages/s | x anchor's best | GFLOP/s | roofline share | padding | min cos to fp32 | top-10 kept |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| side | runtime | precision | batch | passages/s | x anchor's best | GFLOP/s | roofline share | padding "
+        "| min cos to fp32 | top-10 kept |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows += [
-        f"| {r['side']} | {r['precision']} | {r['batch_size']} | {r['passages_per_s']:.1f} | {r['x_anchor_best']:.2f} | "
+        f"| {r['side']} | {r['runtime']} | {r['precision']} | {r['batch_size']} | {r['passages_per_s']:.1f} | {r['x_anchor_best']:.2f} | "
         f"{r['gflops']:.0f} | {r['roofline_share']:.0%} | {r['padding_share']:.0%} | {r['min_cosine_to_float32']:.5f} | "
         f"{r['top10_neighbours_kept']:.1%} |"
         for r in dense["runs"]
     ]
-    rows += ["", "| dataset | precision | queries | recall@5 | recall@10 |", "|---|---|---|---|---|"]
-    for name, by_precision in results["recall"].items():
-        if "skipped" in by_precision:
-            rows.append(f"| {name} | {by_precision['skipped']} | | | |")
+    rows += ["", "| dataset | runtime, precision | queries | recall@5 | recall@10 |", "|---|---|---|---|---|"]
+    for name, by_setting in results["recall"].items():
+        if "skipped" in by_setting:
+            rows.append(f"| {name} | {by_setting['skipped']} | | | |")
             continue
         rows += [
             f"| {name} | {p} | {m['queries']} | {m['recall@5']:.4f} | {m['recall@10']:.4f} |"
-            for p, m in by_precision.items()
+            for p, m in by_setting.items()
         ]
     return "\n".join(rows)
 
@@ -406,7 +430,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dense-pdfs", type=Path, default=SAMPLES / "pdfs-large", help="the reports dense encodes")
     parser.add_argument("--dense-n", type=int, default=1_500, help="passages encoded by the dense retriever")
     parser.add_argument("--dense-repeat", type=int, default=2, help="rounds of each dense timing (best kept)")
-    parser.add_argument("--batch-sizes", type=lambda t: [int(b) for b in t.split(",")], default=[16, 32, 64])
+    parser.add_argument("--batch-sizes", type=lambda t: [int(b) for b in t.split(",")], default=[8, 16, 32])
+    parser.add_argument(
+        "--runtimes",
+        type=lambda t: t.split(","),
+        default=["torch", "openvino"] if installed("openvino") else ["torch"],
+        help="what runs DenseRetriever's encoder (default: torch, and openvino where it is installed)",
+    )
     parser.add_argument("--mm-seconds", type=float, default=1.0, help="seconds per shape of the roofline")
     parser.add_argument(
         "--climretrieve", type=Path, default=SAMPLES / "climretrieve" / "report_level_sample.csv", help="recall's data"
@@ -433,9 +463,15 @@ def main(argv: list[str] | None = None) -> None:
         "bm25": bench_bm25(passages, queries, scopes, args.repeat),
         "dense_search": bench_dense_search(passages[: args.dense_n], queries),
         "dense": bench_dense(
-            report_passages(args.dense_pdfs, args.dense_n), args.batch_sizes, args.dense_repeat, args.mm_seconds
+            report_passages(args.dense_pdfs, args.dense_n),
+            args.batch_sizes,
+            args.dense_repeat,
+            args.mm_seconds,
+            args.runtimes,
         ),
-        "recall": recall_by_precision(args.climretrieve, ["float32", "bfloat16"]),
+        "recall": recall_by_setting(
+            args.climretrieve, [(r, p) for r in args.runtimes for p in ("float32", "bfloat16")]
+        ),
         "load_avg_at_end": os.getloadavg(),
     }
     print(table(results))

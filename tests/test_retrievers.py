@@ -386,3 +386,56 @@ def test_dense_bfloat16_embeds_again_close_to_float32_and_ranks_the_same(tmp_pat
     assert [ids(h) for h in half.search(queries, 3)] == [ids(h) for h in exact.search(queries, 3)]
     build_retriever({**DENSE_CFG, "device": "cpu", "precision": "bfloat16"}, PASSAGES, cache_dir=tmp_path)
     assert len(encodes) == 4  # the bfloat16 index loaded, only the queries above and none here encoded
+
+
+def test_dense_runtime_auto_is_openvino_on_a_cpu_and_torch_on_a_gpu():
+    from esgexp.retrieval.dense import encoder_runtime
+
+    pytest.importorskip("openvino", reason="openvino (a declared dependency) is not installed")
+    assert encoder_runtime("auto", "cpu") == "openvino"
+    assert encoder_runtime("auto", "cuda") == "torch"
+    assert encoder_runtime("torch", "cpu") == "torch"
+    with pytest.raises(UserError, match=r"runtime=openvino runs on the CPU only"):
+        encoder_runtime("openvino", "cuda")
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_dense_openvino_vectors_are_torchs_and_embed_again(precision, tmp_path, monkeypatch):
+    pytest.importorskip("openvino", reason="openvino (a declared dependency) is not installed")
+    encodes = count_calls(monkeypatch, DenseRetriever, "encode")
+    settings = {**DENSE_CFG, "device": "cpu", "precision": precision, "pooling": "cls", "passage_prompt": "passage: "}
+    in_torch = build_retriever({**settings, "runtime": "torch"}, PASSAGES, cache_dir=tmp_path)
+    compiled = build_retriever({**settings, "runtime": "openvino"}, PASSAGES, cache_dir=tmp_path)
+    assert len(encodes) == 2 and len(list((tmp_path / "retrieval").iterdir())) == 2  # a changed runtime re-embeds
+    # the same pooling, prompt and normalisation: only the transformer's arithmetic differs
+    assert compiled.embeddings.shape == in_torch.embeddings.shape
+    assert (compiled.embeddings * in_torch.embeddings).sum(axis=1).min() > (
+        0.99999 if precision == "float32" else 0.999
+    )
+    assert np.allclose(np.linalg.norm(compiled.embeddings, axis=1), 1, atol=1e-5)
+    queries = ["garbage disposal", "workplace accidents", "female representation among directors"]
+    assert [ids(h) for h in compiled.search(queries, 3)] == [ids(h) for h in in_torch.search(queries, 3)]
+    assert compiled.settings()["runtime"] == "openvino" and "runtime" not in in_torch.settings()
+
+
+def test_dense_openvino_that_cannot_convert_is_named_or_left_to_torch_under_auto(monkeypatch, caplog):
+    openvino = pytest.importorskip("openvino", reason="openvino (a declared dependency) is not installed")
+    from esgexp.retrieval.dense import load_openvino_encoder
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("Cannot trace this model's custom attention\nmore")
+
+    monkeypatch.setattr(openvino, "convert_model", refuse)
+    load_openvino_encoder.cache_clear()
+    try:
+        with pytest.raises(UserError, match=r"OpenVINO cannot convert BertModel .*custom attention.*runtime=torch"):
+            DenseRetriever(device="cpu", precision="float32", runtime="openvino").encode(["scope 1 emissions"])
+        auto = DenseRetriever(device="cpu", precision="float32", runtime="auto")
+        vectors = auto.encode(["scope 1 emissions", "board diversity"])
+        exact = DenseRetriever(device="cpu", precision="float32", runtime="torch").encode(
+            ["scope 1 emissions", "board diversity"]
+        )
+        assert np.array_equal(vectors, exact)
+        assert "encoding in torch instead" in caplog.text
+    finally:
+        load_openvino_encoder.cache_clear()

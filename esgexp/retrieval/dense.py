@@ -3,6 +3,7 @@ inner-product search."""
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -15,12 +16,16 @@ from esgexp.core.rules import Choice, Flag, Integer
 from esgexp.errors import UserError
 from esgexp.retrieval.base import Hit, Retriever, top_k
 
+log = logging.getLogger(__name__)
+
 # Queries scored per matrix product: bounds the similarity matrix to QUERY_BLOCK x passages.
 QUERY_BLOCK = 256
 #: sentence-transformers' pooling modes a config may choose (``pooling``).
 POOLING_MODES = ("cls", "mean", "max", "lasttoken", "weightedmean")
 #: the arithmetic an encoder runs in (``precision``); auto: ``encoder_precision``.
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
+#: what runs an encoder's transformer (``runtime``); auto: ``encoder_runtime``.
+RUNTIMES = ("auto", "torch", "openvino")
 
 
 def default_model_path() -> str:
@@ -81,6 +86,35 @@ def encoder_precision(precision: str, device: str) -> str:
     from esgexp.models.loading import cpu_has_fast_bf16
 
     return "bfloat16" if cpu_has_fast_bf16()[0] else "float32"
+
+
+def encoder_runtime(runtime: str, device: str) -> str:
+    """What runs an encoder on ``device``: ``auto`` is OpenVINO on a CPU where it is installed (``benchmarks/
+    retrieval.py``: faster than torch in float32 and bfloat16), torch elsewhere; a named runtime as it is.
+    OpenVINO on a GPU, or not installed, is refused."""
+    from esgexp.retrieval import openvino_encoder
+
+    if runtime == "openvino" and device != "cpu":
+        raise UserError(
+            "retriever.runtime=openvino runs on the CPU only; on a GPU use retriever.runtime=torch (or auto)"
+        )
+    if runtime == "openvino" and not openvino_encoder.installed():
+        raise UserError("retriever.runtime=openvino: the openvino package is not installed (pip install openvino)")
+    if runtime != "auto":
+        return runtime
+    return "openvino" if device == "cpu" and openvino_encoder.installed() else "torch"
+
+
+@lru_cache(maxsize=4)
+def load_openvino_encoder(source: str, pooling: str | None, precision: str) -> tuple[Any, UserError | None]:
+    """The CPU encoder of ``load_encoder`` compiled by OpenVINO in ``precision``, shared by the process, or
+    None and why OpenVINO cannot convert it."""
+    from esgexp.retrieval.openvino_encoder import OpenVINOEncoder
+
+    try:
+        return OpenVINOEncoder(load_encoder(source, "cpu", pooling), precision), None
+    except UserError as error:
+        return None, error
 
 
 def precision_context(precision: str, device: str):
@@ -246,9 +280,10 @@ class DenseRetriever(VectorRetriever):
     (BGE's query instruction); ``pooling``: one of ``POOLING_MODES`` to replace the model's own (None: keep
     it); ``normalize``: unit vectors (cosine), or the model's vectors as it gives them (dot product, as DPR,
     Contriever and DRAGON+ were trained); ``backend``: numpy or faiss; ``device``: ``auto``, ``cpu`` or ``cuda``;
-    ``precision``: one of ``PRECISIONS`` for queries and passages alike (auto: ``encoder_precision``).
-    The index depends on the passage side only (model and its files, passage prompt, pooling, normalize, the
-    precision it was embedded in).
+    ``precision``: one of ``PRECISIONS`` for queries and passages alike (auto: ``encoder_precision``);
+    ``runtime``: one of ``RUNTIMES`` (auto: ``encoder_runtime``; under auto a model OpenVINO cannot convert
+    runs in torch, with a warning). The index depends on the passage side only (model and its files, passage
+    prompt, pooling, normalize, the precision and runtime it was embedded in).
     """
 
     rules: ClassVar[dict] = {
@@ -256,6 +291,7 @@ class DenseRetriever(VectorRetriever):
         "device": DEVICES,
         "pooling": Choice(POOLING_MODES, optional=True),
         "precision": Choice(PRECISIONS),
+        "runtime": Choice(RUNTIMES),
     }
     packages = ("sentence-transformers",)
 
@@ -276,6 +312,7 @@ class DenseRetriever(VectorRetriever):
         backend: str = "numpy",
         device: str = "auto",
         precision: str = "auto",
+        runtime: str = "auto",
     ) -> None:
         super().__init__(name, backend)
         self.model = resolve_source(model, name)
@@ -283,11 +320,17 @@ class DenseRetriever(VectorRetriever):
         self.query_prompt, self.passage_prompt = query_prompt or "", passage_prompt or ""
         self.pooling, self.normalize = pooling, bool(normalize)
         self.batch_size, self.device, self.precision_setting = batch_size, device, precision
+        self.runtime_setting, self._warned = runtime, False
 
     @cached_property
     def precision(self) -> str:
         """The precision this retriever encodes in here (``precision`` resolved on this machine's device)."""
         return encoder_precision(self.precision_setting, pick_device(self.device))
+
+    @cached_property
+    def runtime(self) -> str:
+        """What runs the encoder here (``runtime`` resolved on this machine's device)."""
+        return encoder_runtime(self.runtime_setting, pick_device(self.device))
 
     def settings(self) -> dict[str, Any]:
         settings = {
@@ -297,17 +340,37 @@ class DenseRetriever(VectorRetriever):
             "pooling": self.pooling,
             "normalize": self.normalize,
         }
-        # float32 indexes made before the setting existed keep their key
-        return settings if self.precision == "float32" else {**settings, "precision": self.precision}
+        # torch float32 indexes made before these settings existed keep their key
+        if self.precision != "float32":
+            settings["precision"] = self.precision
+        if self.runtime != "torch":
+            settings["runtime"] = self.runtime
+        return settings
 
     def encoder(self, query: bool = False) -> Any:
         """The loaded SentenceTransformer for queries or for passages."""
         return load_encoder(self.query_model if query else self.model, self.device, self.pooling)
 
+    def openvino_encoder(self, query: bool = False) -> Any:
+        """The OpenVINO-compiled encoder for queries or for passages; None where ``runtime`` is auto and OpenVINO
+        cannot convert the model (torch encodes instead)."""
+        compiled, error = load_openvino_encoder(self.query_model if query else self.model, self.pooling, self.precision)
+        if error is not None and self.runtime_setting != "auto":
+            raise error
+        if error is not None and not self._warned:
+            log.warning("retriever %s: %s; encoding in torch instead", self.name, error)
+            self._warned = True
+        return compiled
+
     def encode(self, texts: list[str], query: bool = False) -> np.ndarray:
-        """float32 vectors, one row per text (unit vectors when ``normalize``), computed in ``precision``;
+        """float32 vectors, one row per text (unit vectors when ``normalize``), computed in ``precision`` by
+        ``runtime``;
         sentence-transformers batches the texts longest first, so a batch holds texts of similar length."""
         prompt = self.query_prompt if query else self.passage_prompt
+        if self.runtime == "openvino":
+            compiled = self.openvino_encoder(query)
+            if compiled is not None:
+                return compiled.encode(texts, prompt or None, self.batch_size, self.normalize)
         encoder = self.encoder(query)
         with precision_context(self.precision, encoder.device.type):
             vectors = encoder.encode(

@@ -1,0 +1,110 @@
+"""A sentence-transformers bi-encoder whose transformer runs in OpenVINO (``retriever.runtime=openvino``).
+
+The transformer (the encoder's first module) is converted once per process from the loaded torch weights
+and compiled for the CPU in bfloat16 or float32; sentence-transformers still tokenises (with the prompt)
+and its other modules (pooling, dense layers, normalisation) still run in torch on the float32 token
+vectors, so the vectors differ from torch's only by the arithmetic of the transformer. Batches go longest
+first, as sentence-transformers orders them, through two infer requests at once (one per CPU stream).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from esgexp.errors import UserError
+
+# OpenVINO's name for each precision it runs here (float16 is a GPU precision: torch serves it).
+HINTS = {"float32": "f32", "bfloat16": "bf16"}
+
+
+def installed() -> bool:
+    """Whether the ``openvino`` package can be imported here."""
+    from importlib.util import find_spec
+
+    return find_spec("openvino") is not None
+
+
+class OpenVINOEncoder:
+    """``encoder`` (a loaded SentenceTransformer whose first module is a transformers model) with that module
+    compiled by OpenVINO in ``precision`` (float32 or bfloat16), on as many CPU threads as torch uses."""
+
+    def __init__(self, encoder: Any, precision: str) -> None:
+        import openvino
+        import torch
+
+        if precision not in HINTS:
+            raise UserError(f"retriever.runtime=openvino computes in {' or '.join(HINTS)}, not {precision}")
+        self.encoder, self.modules = encoder, list(encoder)[1:]
+        # two lengths, so that the traced model takes the padded path (the attention mask) as real batches do
+        sample = encoder.preprocess(["scope 1", "an example passage about scope 1 and scope 2 emissions"])
+        self.input_names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in sample]
+        example = {name: sample[name] for name in self.input_names}
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks traced as constants
+                converted = openvino.convert_model(token_vectors(encoder[0].model), example_input=example)
+        except Exception as error:  # a model OpenVINO cannot trace: named, torch still serves it
+            raise UserError(
+                f"retriever.runtime=openvino: OpenVINO cannot convert {type(encoder[0].model).__name__} "
+                f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); use retriever.runtime=torch"
+            ) from error
+        config = {
+            "INFERENCE_PRECISION_HINT": HINTS[precision],
+            "PERFORMANCE_HINT": "THROUGHPUT",
+            "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+        }
+        self.compiled = openvino.Core().compile_model(converted, "CPU", config)
+        self.requests = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+
+    def encode(self, texts: list[str], prompt: str | None, batch_size: int, normalize: bool) -> np.ndarray:
+        """float32 vectors, one row per text in the order given (unit vectors when ``normalize``)."""
+        import openvino
+        import torch
+
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        vectors: list[np.ndarray | None] = [None] * len(texts)
+
+        def pooled(request, batch: tuple[list[int], dict]) -> None:
+            rows, features = batch
+            features["token_embeddings"] = torch.from_numpy(request.get_output_tensor(0).data.copy())
+            with torch.inference_mode():
+                for module in self.modules:
+                    features = module(features)
+            found = features["sentence_embedding"].float()
+            if normalize:
+                found = torch.nn.functional.normalize(found, p=2, dim=1)
+            for row, vector in zip(rows, found.numpy()):
+                vectors[row] = vector
+
+        queue = openvino.AsyncInferQueue(self.compiled, self.requests)
+        queue.set_callback(pooled)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            features = self.encoder.preprocess([texts[i] for i in rows], prompt=prompt)
+            inputs = {name: features[name].numpy() for name in self.input_names}
+            queue.start_async(inputs, userdata=(rows, features))
+        queue.wait_all()
+        if any(vector is None for vector in vectors):
+            raise RuntimeError("OpenVINO returned no vector for some texts (a failed infer request)")
+        if not texts:
+            return np.empty((0, 0), dtype=np.float32)
+        return np.ascontiguousarray(np.stack(vectors), dtype=np.float32)
+
+
+def token_vectors(model: Any) -> Any:
+    """A torch module around a transformers ``model`` whose one output is the token vectors (what tracing sees)."""
+    import torch
+
+    class TokenVectors(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+
+    return TokenVectors().eval()
