@@ -185,15 +185,16 @@ def encoder_shapes(encoder) -> tuple[list[tuple[str, int, int]], int]:
     return [*shapes, ("down", inner, hidden)], config.num_hidden_layers
 
 
-def encode_flops(encoder, texts: list[str], batch_size: int) -> dict:
-    """The FLOPs of encoding ``texts`` as sentence-transformers batches them (longest first by characters,
-    each batch padded to its longest text, cut at ``max_seq_length``): the linear layers' 2 x in x out per
-    token and attention's 4 x length x hidden per token per layer; ``padding_share``: the padded tokens' share."""
+def encode_flops(encoder, texts: list[str], batch_size: int, by_tokens: bool = False) -> dict:
+    """The FLOPs of encoding ``texts`` in batches longest first, by characters as sentence-transformers sorts
+    them (``by_tokens``: by word pieces, as the OpenVINO runtime sorts them), each batch padded to its longest
+    text, cut at ``max_seq_length``: the linear layers' 2 x in x out per token and attention's 4 x length x
+    hidden per token per layer; ``padding_share``: the padded tokens' share."""
     shapes, layers = encoder_shapes(encoder)
     hidden = encoder[0].auto_model.config.hidden_size
     per_token = 2 * layers * sum(k * n for _, k, n in shapes)
     lengths = [min(len(ids), encoder.max_seq_length) for ids in encoder.tokenizer(texts)["input_ids"]]
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    order = sorted(range(len(texts)), key=lambda i: -(lengths[i] if by_tokens else len(texts[i])))
     flops = padded = 0
     for start in range(0, len(order), batch_size):
         batch = [lengths[i] for i in order[start : start + batch_size]]
@@ -265,7 +266,7 @@ def bench_dense(
     rates = linear_rates(shapes, rows, precisions, mm_seconds)
     runs = []
     for (side, runtime, precision, batch_size), took in seconds.items():
-        work = encode_flops(encoder, texts, batch_size)
+        work = encode_flops(encoder, texts, batch_size, by_tokens=runtime == "openvino")
         got = vectors[(side, runtime, precision, batch_size)]
         runs.append(
             {

@@ -4,7 +4,7 @@ The transformer (the encoder's first module) is converted once per process from 
 and compiled for the CPU in bfloat16 or float32; sentence-transformers still tokenises (with the prompt)
 and its other modules (pooling, dense layers, normalisation) still run in torch on the float32 token
 vectors, so the vectors differ from torch's only by the arithmetic of the transformer. Batches go longest
-first, as sentence-transformers orders them, through two infer requests at once (one per CPU stream).
+first by tokens (sentence-transformers sorts by characters, which pads more), through two infer requests at once (one per CPU stream).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class OpenVINOEncoder:
         import openvino
         import torch
 
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        tokens = self.encoder.tokenizer(texts, truncation=True)["input_ids"] if texts else []
+        order = sorted(range(len(texts)), key=lambda i: -len(tokens[i]))  # batches of one length: little padding
         vectors: list[np.ndarray | None] = [None] * len(texts)
 
         def pooled(request, batch: tuple[list[int], dict]) -> None:
