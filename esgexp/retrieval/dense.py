@@ -92,17 +92,17 @@ def encoder_runtime(runtime: str, device: str) -> str:
     """What runs an encoder on ``device``: ``auto`` is OpenVINO on a CPU where it is installed (``benchmarks/
     retrieval.py``: faster than torch in float32 and bfloat16), torch elsewhere; a named runtime as it is.
     OpenVINO on a GPU, or not installed, is refused."""
-    from esgexp.retrieval import openvino_encoder
+    from esgexp.retrieval.openvino_encoder import installed
 
     if runtime == "openvino" and device != "cpu":
         raise UserError(
             "retriever.runtime=openvino runs on the CPU only; on a GPU use retriever.runtime=torch (or auto)"
         )
-    if runtime == "openvino" and not openvino_encoder.installed():
+    if runtime == "openvino" and not installed():
         raise UserError("retriever.runtime=openvino: the openvino package is not installed (pip install openvino)")
     if runtime != "auto":
         return runtime
-    return "openvino" if device == "cpu" and openvino_encoder.installed() else "torch"
+    return "openvino" if device == "cpu" and installed() else "torch"
 
 
 @lru_cache(maxsize=4)
