@@ -75,12 +75,17 @@ class Passage:
         """The 0-based page indexes the passage covers (ESGBench counts pages this way)."""
         return range(self.page_start - 1, self.page_end)
 
+    def record(self) -> dict:
+        """The fields by name, in order (``dataclasses.asdict`` without its deep copy, which costs: all are str or
+        int)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
 
 def passages_hash(passages: Sequence[Passage]) -> str:
     """sha256 over the passages' fields in order: the corpus identity (report.json, index cache keys)."""
     digest = hashlib.sha256()
     for passage in passages:
-        digest.update((json.dumps(dataclasses.asdict(passage), sort_keys=True, ensure_ascii=False) + "\n").encode())
+        digest.update((json.dumps(passage.record(), sort_keys=True, ensure_ascii=False) + "\n").encode())
     return digest.hexdigest()
 
 
