@@ -83,10 +83,17 @@ class Passage:
 
 def passages_hash(passages: Sequence[Passage]) -> str:
     """sha256 over the passages' fields in order: the corpus identity (report.json, index cache keys)."""
-    digest = hashlib.sha256()
-    for passage in passages:
-        digest.update((json.dumps(passage.record(), sort_keys=True, ensure_ascii=False) + "\n").encode())
-    return digest.hexdigest()
+    return lines_hash("".join(map(hash_line, passages)))
+
+
+def hash_line(passage: Passage) -> str:
+    """A passage's line of the corpus hash: its fields as JSON, keys sorted."""
+    return json.dumps(passage.record(), sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def lines_hash(lines: str) -> str:
+    """``passages_hash`` of the passages whose ``hash_line``s, in order, make ``lines``."""
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 
 from esgexp.core.outputs import NoSpace, json_lines, no_space, write_atomic, write_json
-from esgexp.core.records import Passage, passages_hash
+from esgexp.core.records import Passage, hash_line, lines_hash, passages_hash
 from esgexp.data import pdf
 from esgexp.data.chunking import Chunker
 from esgexp.data.pdf import Page, UnreadableDocument
@@ -56,13 +56,40 @@ def read_document(path: Path, reader: str = "pdfium") -> list[Page]:
     return [Page(1, text)]
 
 
+@dataclass(frozen=True)
+class Lines:
+    """Corpus records written out (one document's, or the corpus's): pages.jsonl and passages.jsonl lines, and
+    the passages' lines of the corpus hash (``records.hash_line``)."""
+
+    pages: str = ""
+    passages: str = ""
+    hashed: str = ""
+
+    @classmethod
+    def of(cls, doc_id: str, pages: list[Page], passages: list[Passage]) -> Lines:
+        """The lines of one document's pages and passages."""
+        page_records = ({"doc_id": doc_id, "page": p.page, "page_index": p.page_index, "text": p.text} for p in pages)
+        return cls(
+            "".join(map(_line, page_records)),
+            "".join(_line(passage.record()) for passage in passages),
+            "".join(map(hash_line, passages)),
+        )
+
+    @classmethod
+    def joined(cls, parts: list[Lines]) -> Lines:
+        """The lines of ``parts`` one after the other."""
+        return cls(*("".join(getattr(part, name) for part in parts) for name in ("pages", "passages", "hashed")))
+
+
 @dataclass
 class Parsed:
-    """What reading one file gave: its pages and their passages, or why it is skipped (``crashed``: its worker
-    died on it, which the next ingest tries again); its tables, or why they are not there."""
+    """What reading one file gave: its pages, their passages and both written out (``lines``), or why it is
+    skipped (``crashed``: its worker died on it, which the next ingest tries again); its tables, or why they
+    are not there."""
 
     pages: list[Page] = dataclasses.field(default_factory=list)
     passages: list[Passage] = dataclasses.field(default_factory=list)
+    lines: Lines = Lines()
     skipped: str | None = None
     crashed: bool = False
     tables: list[Table] | None = None
@@ -70,16 +97,17 @@ class Parsed:
 
 
 def parse(path: Path, doc_id: str, reader: str, tables: TableExtractor | None, chunker: Chunker | None) -> Parsed:
-    """Read one file (in a worker process when ``ingest.workers`` > 1): its pages and their passages cut by
-    ``chunker`` (with None its pages are not read: its stored ones are kept) and, with ``tables``, its tables.
-    Nothing reading raises stops the other files."""
+    """Read one file (in a worker process when ``ingest.workers`` > 1): its pages, their passages cut by
+    ``chunker`` and their lines (with None its pages are not read: its stored ones are kept) and, with
+    ``tables``, its tables. Nothing reading raises stops the other files."""
     try:
         pages = read_document(path, reader) if chunker else []
     except UnreadableDocument as error:
         return Parsed(skipped=str(error))
     except Exception as error:  # a bug in a PDF library on one file: that file is skipped, named
         return Parsed(skipped=f"cannot be read ({type(error).__name__}: {error})")
-    parsed = Parsed(pages, chunker.chunk(doc_id, pages) if chunker else [])
+    passages = chunker.chunk(doc_id, pages) if chunker else []
+    parsed = Parsed(pages, passages, Lines.of(doc_id, pages, passages))
     if tables is not None and path.suffix.lower() == ".pdf":
         try:
             parsed.tables = tables.extract(path, doc_id)
@@ -119,7 +147,7 @@ def ingest(
     opened = [_open(path, pdf_dir, stored, same_tables or tables is None) for path in files]
     todo = [(path, entry["doc_id"], not reused) for path, (entry, reused) in zip(files, opened) if entry.get("parse")]
     parsed = read_all(todo, reader, tables, chunker, workers, progress, pages_per_unit)
-    documents, pages, passages, found_tables, skipped = {}, [], [], [], []
+    documents, written, found_tables, skipped = {}, [], [], []
     counts = {"n_parsed": sum(1 for *_, whole in todo if whole), "n_reused": sum(1 for _, reused in opened if reused)}
     for path, (entry, reused) in zip(files, opened):
         doc_id, name = entry.pop("doc_id"), entry["file"]
@@ -138,8 +166,9 @@ def ingest(
         if reused:
             doc_pages = stored.pages[doc_id]
             doc_passages = stored.passages.get(doc_id, []) if same_chunker else chunker.chunk(doc_id, doc_pages)
+            doc_lines = Lines.of(doc_id, doc_pages, doc_passages)
         else:
-            doc_pages, doc_passages = result.pages, result.passages
+            doc_pages, doc_passages, doc_lines = result.pages, result.passages, result.lines
         if result is not None:
             doc_tables = result.tables or []
         else:
@@ -155,18 +184,18 @@ def ingest(
             "n_tables": len(doc_tables),
             "n_pages_without_text": blank,
         }
-        pages += [(doc_id, page) for page in doc_pages]
-        passages += doc_passages + [table.passage() for table in doc_tables]
+        written += [doc_lines, Lines.of(doc_id, [], [table.passage() for table in doc_tables])]
         found_tables += doc_tables
-    if not pages:
+    kept = [entry for entry in documents.values() if "skipped" not in entry]
+    if not kept:
         raise UserError(
             f"no readable document in {pdf_dir}: " + "; ".join(f"{s['file']}: {s['reason']}" for s in skipped)
         )
     report = {
         "pdf_dir": str(pdf_dir),
-        "n_docs": sum("skipped" not in entry for entry in documents.values()),
-        "n_pages": len(pages),
-        "n_chunks": len(passages),
+        "n_docs": len(kept),
+        "n_pages": sum(entry["n_pages"] for entry in kept),
+        "n_chunks": sum(entry["n_chunks"] + entry["n_tables"] for entry in kept),
         "n_tables": len(found_tables),
         "skipped": skipped,
         "pages_without_text": {
@@ -179,10 +208,11 @@ def ingest(
         "workers": workers,
         "chunker": config,
         "tables": tables_config,
-        "corpus_hash": passages_hash(passages),
     }
+    corpus = Lines.joined(written)
+    report["corpus_hash"] = lines_hash(corpus.hashed)
     manifest = {"reader": reader_version(reader), "chunker": config, "tables": tables_config, "documents": documents}
-    _write(out_dir, pages, passages, found_tables, manifest)
+    _write(out_dir, corpus, found_tables, manifest)
     report["seconds"] = round(time.perf_counter() - started, 3)
     write_json(out_dir / "report.json", report)
     return report
@@ -272,8 +302,8 @@ def parse_range(path: Path, reader: str, pages: range) -> pdf.PageRange | Parsed
 
 class _Gathered:
     """Each file's ``Parsed`` (``found``, by path) from its units' results as they come in (``take``): a whole
-    file's as it came; a split PDF's ranges, once all are in, joined in page order and chunked (or the first
-    failure among them), with its tables' unit."""
+    file's as it came; a split PDF's ranges, once all are in, joined in page order, chunked and written out
+    (or the first failure among them), with its tables' unit."""
 
     def __init__(self, units: list[tuple], chunker: Chunker, doc_ids: dict[Path, str]):
         self.chunker, self.doc_ids = chunker, doc_ids
@@ -307,7 +337,9 @@ class _Gathered:
         except UnreadableDocument as error:
             parsed.skipped = str(error)
             return
-        parsed.passages = self.chunker.chunk(self.doc_ids[path], parsed.pages)
+        doc_id = self.doc_ids[path]
+        parsed.passages = self.chunker.chunk(doc_id, parsed.pages)
+        parsed.lines = Lines.of(doc_id, parsed.pages, parsed.passages)
 
 
 def _in_processes(units: list[tuple], workers: int, take) -> None:
@@ -456,15 +488,9 @@ def _open(path: Path, pdf_dir: Path, stored: _Stored, same_tables: bool) -> tupl
     return {**entry, "parse": True}, False
 
 
-def _write(
-    out_dir: Path, pages: list[tuple[str, Page]], passages: list[Passage], tables: list[Table], manifest: dict
-) -> None:
+def _write(out_dir: Path, corpus: Lines, tables: list[Table], manifest: dict) -> None:
     """The data files first, the manifest last: a crash in between leaves a manifest that reuses nothing new."""
-    page_records = ({"doc_id": d, "page": p.page, "page_index": p.page_index, "text": p.text} for d, p in pages)
-    files = {
-        "pages.jsonl": "".join(map(_line, page_records)),
-        "passages.jsonl": "".join(_line(p.record()) for p in passages),
-    }
+    files = {"pages.jsonl": corpus.pages, "passages.jsonl": corpus.passages}
     if manifest["tables"] is not None:
         files["tables.jsonl"] = "".join(_line(table.record()) for table in tables)
     try:
