@@ -211,5 +211,5 @@ def test_two_workers_chunk_whole_files_in_the_workers_and_start_with_the_split_p
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
 
     jobs = [(folder / name, name.split(".")[0], "pdfium", None, CharChunker()) for name in ("large.pdf", "long.pdf")]
-    units = [(function, args[0].name) for function, args in work_units(jobs, 2)]
+    units = [(function, args[0].name) for function, args in work_units(jobs, 2, 2)]
     assert units == [(parse_range, "long.pdf")] * 3 + [(parse, "large.pdf")]

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import time
 import unicodedata
 from collections import Counter
@@ -37,7 +38,8 @@ from esgexp.errors import UserError
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".pdf", ".md", ".txt")
-# A long PDF read by several workers is cut into units of this many pages (the 300-page shared reports: 5).
+# A long PDF read by several workers is cut into page ranges of at least this many pages (the 300-page shared
+# reports with 2 workers: 2 each).
 PAGES_PER_UNIT = 64
 INGEST_HINT = "build it with: python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=...]"
 
@@ -229,16 +231,17 @@ def read_all(
 ) -> dict[Path, Parsed]:
     """Each file of ``todo`` (path, document id, whether its pages are read) parsed and its pages chunked, with a
     progress bar over the work: in this process for one worker, else by ``workers`` worker processes, one unit
-    each at a time (``work_units``). A unit is a file, read and chunked in its worker, or ``pages_per_unit``
-    pages of a longer PDF read by pdfium (its tables, when asked for, one more unit), so the longest report
-    does not bound the run; a split PDF's pages come out as one reading of the whole file gives them
-    (``pdf.join_ranges``), joined and chunked here as soon as its last range is in, while the workers read on.
+    each at a time (``work_units``). A unit is a file, read and chunked in its worker, or a page range (of at
+    least ``pages_per_unit`` pages) of a long PDF read by pdfium (its tables, when asked for, one more unit),
+    so the longest report does not bound the run; a split PDF's pages come out as one reading of the whole
+    file gives them (``pdf.join_ranges``), joined and chunked here as soon as its last range is in, while the
+    workers read on.
     A file whose worker dies on it (a PDF library crashing, out of memory) is skipped, named; Ctrl-C stops the
     workers at once. The results are keyed by path: the order they come in does not matter."""
     from tqdm import tqdm
 
     jobs = [(path, doc_id, reader, tables, chunker if whole else None) for path, doc_id, whole in todo]
-    units = [(parse, job) for job in jobs] if workers <= 1 else work_units(jobs, pages_per_unit)
+    units = [(parse, job) for job in jobs] if workers <= 1 else work_units(jobs, workers, pages_per_unit)
     gathered = _Gathered(units, chunker, {path: doc_id for path, doc_id, _ in todo})
     bar = tqdm(total=len(units), desc="ingest", unit="part", disable=not progress)
 
@@ -258,36 +261,39 @@ def read_all(
     return gathered.found
 
 
-def work_units(jobs: list[tuple], pages_per_unit: int) -> list[tuple]:
+def work_units(jobs: list[tuple], workers: int, pages_per_unit: int) -> list[tuple]:
     """(function, arguments) units for the jobs (path, doc_id, reader, tables, chunker or None): ``parse`` of a
-    whole file, or for a PDF of more than ``pages_per_unit`` pages read by pdfium, ``parse_range`` of each run of
-    that many pages (and ``parse`` of its tables alone, chunker None, when tables are asked for). The split
-    PDFs' units come first, then the whole files', each the largest first: a split PDF is whole early, so its
-    joining and chunking overlap the reading of the rest, and the smaller units fill the end."""
+    whole file, or for a PDF read by pdfium of more than its share of the pages (all of them over twice the
+    workers, and at least ``pages_per_unit``: each range opens the PDF again), ``parse_range`` of each of the
+    fewest ranges of equal size within that share (and ``parse`` of its tables alone, chunker None, when
+    tables are asked for). The split PDFs' units come first, one PDF after another, then the whole files':
+    a split PDF is whole early, so its joining and chunking here overlap the reading of the rest; the
+    largest first each time."""
+    counts = [_page_count(path, reader) if chunker else 0 for path, _, reader, _, chunker in jobs]
+    share = max(pages_per_unit, math.ceil(sum(counts) / (2 * workers)))
     split, whole = [], []
-    for path, doc_id, reader, tables, chunker in jobs:
-        count = _pages_to_split(path, reader, pages_per_unit) if chunker else 0
-        if not count:
-            whole.append((_size(path), (parse, (path, doc_id, reader, tables, chunker))))
+    for (path, doc_id, reader, tables, chunker), count in zip(jobs, counts):
+        size = _size(path)
+        if count <= share:
+            whole.append(((size,), (parse, (path, doc_id, reader, tables, chunker))))
             continue
-        for start in range(0, count, pages_per_unit):
-            pages = range(start, min(start + pages_per_unit, count))
-            split.append((_size(path) * len(pages) / count, (parse_range, (path, reader, pages))))
+        parts = math.ceil(count / share)
+        for part in range(parts):
+            pages = range(count * part // parts, count * (part + 1) // parts)
+            split.append(((size, len(pages)), (parse_range, (path, reader, pages))))
         if tables is not None:
-            split.append((_size(path), (parse, (path, doc_id, reader, tables, None))))
-    return [unit for group in (split, whole) for _, unit in sorted(group, key=lambda pair: -pair[0])]
+            split.append(((size, count), (parse, (path, doc_id, reader, tables, None))))
+    return [unit for group in (split, whole) for _, unit in sorted(group, key=lambda pair: pair[0], reverse=True)]
 
 
-def _pages_to_split(path: Path, reader: str, pages_per_unit: int) -> int:
-    """A PDF's page count when pdfium reads it and it has more than ``pages_per_unit`` pages, else 0 (a file
-    that cannot be opened is one unit: ``parse`` says why)."""
+def _page_count(path: Path, reader: str) -> int:
+    """A PDF's page count when pdfium reads it, else 0 (a file that cannot be opened: ``parse`` says why)."""
     if reader != "pdfium" or path.suffix.lower() != ".pdf":
         return 0
     try:
-        count = pdf.page_count(path)
+        return pdf.page_count(path)
     except Exception:  # unreadable: parse names the reason
         return 0
-    return count if count > pages_per_unit else 0
 
 
 def parse_range(path: Path, reader: str, pages: range) -> pdf.PageRange | Parsed:
