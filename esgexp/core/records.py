@@ -83,7 +83,7 @@ class Passage:
 
 def passages_hash(passages: Sequence[Passage]) -> str:
     """sha256 over the passages' fields in order: the corpus identity (report.json, index cache keys)."""
-    return lines_hash("".join(map(hash_line, passages)))
+    return lines_hash("".join(map(hash_line, passages)).encode())
 
 
 def hash_line(passage: Passage) -> str:
@@ -91,9 +91,9 @@ def hash_line(passage: Passage) -> str:
     return json.dumps(passage.record(), sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def lines_hash(lines: str) -> str:
-    """``passages_hash`` of the passages whose ``hash_line``s, in order, make ``lines``."""
-    return hashlib.sha256(lines.encode()).hexdigest()
+def lines_hash(lines: bytes) -> str:
+    """``passages_hash`` of the passages whose ``hash_line``s, in order and in UTF-8, make ``lines``."""
+    return hashlib.sha256(lines).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -60,27 +60,27 @@ def read_document(path: Path, reader: str = "pdfium") -> list[Page]:
 
 @dataclass(frozen=True)
 class Lines:
-    """Corpus records written out (one document's, or the corpus's): pages.jsonl and passages.jsonl lines, and
-    the passages' lines of the corpus hash (``records.hash_line``)."""
+    """Corpus records written out in UTF-8 (one document's, or the corpus's): pages.jsonl and passages.jsonl
+    lines, and the passages' lines of the corpus hash (``records.hash_line``)."""
 
-    pages: str = ""
-    passages: str = ""
-    hashed: str = ""
+    pages: bytes = b""
+    passages: bytes = b""
+    hashed: bytes = b""
 
     @classmethod
     def of(cls, doc_id: str, pages: list[Page], passages: list[Passage]) -> Lines:
         """The lines of one document's pages and passages."""
         page_records = ({"doc_id": doc_id, "page": p.page, "page_index": p.page_index, "text": p.text} for p in pages)
         return cls(
-            "".join(map(_line, page_records)),
-            "".join(_line(passage.record()) for passage in passages),
-            "".join(map(hash_line, passages)),
+            "".join(map(_line, page_records)).encode(),
+            "".join(_line(passage.record()) for passage in passages).encode(),
+            "".join(map(hash_line, passages)).encode(),
         )
 
     @classmethod
     def joined(cls, parts: list[Lines]) -> Lines:
         """The lines of ``parts`` one after the other."""
-        return cls(*("".join(getattr(part, name) for part in parts) for name in ("pages", "passages", "hashed")))
+        return cls(*(b"".join(getattr(part, name) for part in parts) for name in ("pages", "passages", "hashed")))
 
 
 @dataclass
@@ -498,12 +498,12 @@ def _write(out_dir: Path, corpus: Lines, tables: list[Table], manifest: dict) ->
     """The data files first, the manifest last: a crash in between leaves a manifest that reuses nothing new."""
     files = {"pages.jsonl": corpus.pages, "passages.jsonl": corpus.passages}
     if manifest["tables"] is not None:
-        files["tables.jsonl"] = "".join(_line(table.record()) for table in tables)
+        files["tables.jsonl"] = "".join(_line(table.record()) for table in tables).encode()
     try:
-        for name, text in files.items():
-            write_atomic(out_dir / name, text)
+        for name, data in files.items():
+            write_atomic(out_dir / name, data)
     except NoSpace as full:  # what the whole corpus needs, not only the file that did not fit
-        raise no_space(full.path, full.kept, sum(len(text.encode("utf-8")) for text in files.values())) from full
+        raise no_space(full.path, full.kept, sum(map(len, files.values()))) from full
     if manifest["tables"] is None:  # no extractor: no tables file (one left by an earlier ingest goes)
         (out_dir / "tables.jsonl").unlink(missing_ok=True)
     write_json(out_dir / "manifest.json", manifest)
