@@ -235,9 +235,8 @@ def read_all(
     least ``pages_per_unit`` pages) of a long PDF read by pdfium (its tables, when asked for, one more unit),
     so the longest report does not bound the run; a split PDF's pages come out as one reading of the whole
     file gives them (``pdf.join_ranges``), joined and chunked here as soon as its last range is in, while the
-    workers read on.
-    A file whose worker dies on it (a PDF library crashing, out of memory) is skipped, named; Ctrl-C stops the
-    workers at once. The results are keyed by path: the order they come in does not matter."""
+    workers read on. A file whose worker dies on it (a PDF library crashing, out of memory) is skipped, named;
+    Ctrl-C stops the workers at once. The results are keyed by path: the order they come in does not matter."""
     from tqdm import tqdm
 
     jobs = [(path, doc_id, reader, tables, chunker if whole else None) for path, doc_id, whole in todo]
@@ -333,6 +332,7 @@ class _Gathered:
                 self._join(path, parts)
 
     def _join(self, path: Path, parts: list) -> None:
+        """A split PDF's ``Parsed`` from the results of all its ranges."""
         parsed = self.found.setdefault(path, Parsed())
         failed = [part for part in parts if isinstance(part, Parsed)]
         if failed:
