@@ -156,8 +156,9 @@ def test_on_the_shared_reports_pdfium_keeps_the_words_pypdf_reads(shared_samples
 
 def test_a_long_pdf_read_in_page_ranges_by_two_workers_gives_the_corpus_one_worker_gives(tmp_path):
     """Page ranges of one PDF read in parallel: every corpus file byte for byte as one worker writes it, also
-    where a word broken at a line end on a late page is a compound written whole on page 1 (kept hyphenated,
-    as a reading of the whole file keeps it) and where the tables are read as a unit of their own."""
+    where a passage runs across the end of a range, where a word broken at a line end on a late page is a
+    compound written whole on page 1 (kept hyphenated, as a reading of the whole file keeps it) and where the
+    tables are read as a unit of their own."""
     from pdf_factory import write_pdf as write
 
     pages = [["Employee well-being is a priority; see the table."]]
@@ -178,3 +179,37 @@ def test_a_long_pdf_read_in_page_ranges_by_two_workers_gives_the_corpus_one_work
     assert one["corpus_hash"] == two["corpus_hash"] and one["n_tables"] == 1
     last = json.loads((tmp_path / "two" / "pages.jsonl").read_text().splitlines()[6])
     assert "employee well-being and safety" in last["text"] and "sustainability report" in last["text"]
+    passages = [json.loads(line) for line in (tmp_path / "two" / "passages.jsonl").read_text().splitlines()]
+    assert any(p["doc_id"] == "long" and p["page_start"] <= 2 < p["page_end"] for p in passages)  # across ranges
+
+
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="the count is patched in before the fork")
+def test_two_workers_chunk_whole_files_in_the_workers_and_start_with_the_split_pdf(tmp_path, monkeypatch):
+    """The ingest process chunks only what it joined (a PDF split into page ranges); a whole file is chunked
+    in the worker that read it; the split PDF's ranges are read first, before a larger whole file, so that
+    its joining and chunking overlap the reading of the rest."""
+    from pdf_factory import write_pdf as write
+
+    from esgexp.data.corpus import parse, parse_range, work_units
+
+    folder = tmp_path / "docs"
+    write(folder / "long.pdf", [[f"Page {n} reports scope {n} emissions."] for n in range(1, 6)])
+    write(folder / "large.pdf", [[f"Line {n} of a large two-page report on water use." for n in range(40)]] * 2)
+    (folder / "notes.md").write_text("# Notes\nScope 3 is estimated.\n", encoding="utf-8")
+    assert (folder / "large.pdf").stat().st_size > (folder / "long.pdf").stat().st_size
+    chunked, chunk = [], CharChunker.chunk
+    monkeypatch.setattr(
+        CharChunker, "chunk", lambda self, doc_id, pages: chunked.append(doc_id) or chunk(self, doc_id, pages)
+    )
+
+    ingest(folder, tmp_path / "one", CharChunker(), progress=False, workers=1)
+    assert chunked == ["large", "long", "notes"]
+    chunked.clear()
+    ingest(folder, tmp_path / "two", CharChunker(), progress=False, workers=2, pages_per_unit=2)
+    assert chunked == ["long"]
+    for name in ("pages.jsonl", "passages.jsonl", "manifest.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+
+    jobs = [(folder / name, name.split(".")[0], "pdfium", None, CharChunker()) for name in ("large.pdf", "long.pdf")]
+    units = [(function, args[0].name) for function, args in work_units(jobs, 2, 2)]
+    assert units == [(parse_range, "long.pdf")] * 3 + [(parse, "large.pdf")]

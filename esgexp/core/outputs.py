@@ -111,22 +111,22 @@ def make_folder(folder: Path, fix: str) -> Path:
     return folder
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: never half a file (on a full
-    disk :class:`NoSpace`, ``path`` as it was)."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (UTF-8 when a str) to ``path`` through a temporary file and a rename: never half a file
+    (on a full disk :class:`NoSpace`, ``path`` as it was)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = text.encode("utf-8") if isinstance(text, str) else text
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
         os.chmod(temp, 0o666 & ~current_umask())  # mkstemp makes 0600; a written file reads like any other
         os.replace(temp, path)
     except BaseException as error:
         Path(temp).unlink(missing_ok=True)
         if is_full(error):
             kept = f"{path.name} is as it was" if path.exists() else f"{path.name} was not written"
-            needed = len(text.encode("utf-8"))
-            raise no_space(path, f"{kept}, and every other file in {path.parent} is kept", needed) from error
+            raise no_space(path, f"{kept}, and every other file in {path.parent} is kept", len(data)) from error
         raise
 
 

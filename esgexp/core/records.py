@@ -75,13 +75,25 @@ class Passage:
         """The 0-based page indexes the passage covers (ESGBench counts pages this way)."""
         return range(self.page_start - 1, self.page_end)
 
+    def record(self) -> dict:
+        """The fields by name, in order (``dataclasses.asdict`` without its deep copy, which costs: all are str or
+        int)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
 
 def passages_hash(passages: Sequence[Passage]) -> str:
     """sha256 over the passages' fields in order: the corpus identity (report.json, index cache keys)."""
-    digest = hashlib.sha256()
-    for passage in passages:
-        digest.update((json.dumps(dataclasses.asdict(passage), sort_keys=True, ensure_ascii=False) + "\n").encode())
-    return digest.hexdigest()
+    return lines_hash("".join(map(hash_line, passages)).encode())
+
+
+def hash_line(passage: Passage) -> str:
+    """A passage's line of the corpus hash: its fields as JSON, keys sorted."""
+    return json.dumps(passage.record(), sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def lines_hash(lines: bytes) -> str:
+    """``passages_hash`` of the passages whose ``hash_line``s, in order and in UTF-8, make ``lines``."""
+    return hashlib.sha256(lines).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,16 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import time
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from esgexp.core.outputs import NoSpace, json_lines, no_space, write_atomic, write_json
-from esgexp.core.records import Passage, passages_hash
+from esgexp.core.records import Passage, hash_line, lines_hash, passages_hash
 from esgexp.data import pdf
 from esgexp.data.chunking import Chunker
 from esgexp.data.pdf import Page, UnreadableDocument
@@ -36,7 +38,8 @@ from esgexp.errors import UserError
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".pdf", ".md", ".txt")
-# A long PDF read by several workers is cut into units of this many pages (the 300-page shared reports: 5).
+# A long PDF read by several workers is cut into page ranges of at least this many pages (the 300-page shared
+# reports with 2 workers: 2 each).
 PAGES_PER_UNIT = 64
 INGEST_HINT = "build it with: python -m esgexp.ingest corpus.pdf_dir=DIR corpus.name=NAME [chunker=...]"
 
@@ -55,27 +58,58 @@ def read_document(path: Path, reader: str = "pdfium") -> list[Page]:
     return [Page(1, text)]
 
 
+@dataclass(frozen=True)
+class Lines:
+    """Corpus records written out in UTF-8 (one document's, or the corpus's): pages.jsonl and passages.jsonl
+    lines, and the passages' lines of the corpus hash (``records.hash_line``)."""
+
+    pages: bytes = b""
+    passages: bytes = b""
+    hashed: bytes = b""
+
+    @classmethod
+    def of(cls, doc_id: str, pages: list[Page], passages: list[Passage]) -> Lines:
+        """The lines of one document's pages and passages."""
+        page_records = ({"doc_id": doc_id, "page": p.page, "page_index": p.page_index, "text": p.text} for p in pages)
+        return cls(
+            "".join(map(_line, page_records)).encode(),
+            "".join(_line(passage.record()) for passage in passages).encode(),
+            "".join(map(hash_line, passages)).encode(),
+        )
+
+    @classmethod
+    def joined(cls, parts: list[Lines]) -> Lines:
+        """The lines of ``parts`` one after the other."""
+        return cls(*(b"".join(getattr(part, name) for part in parts) for name in ("pages", "passages", "hashed")))
+
+
 @dataclass
 class Parsed:
-    """What reading one file gave: its pages, or why it is skipped (``crashed``: its worker died on it, which
-    the next ingest tries again); its tables, or why they are not there."""
+    """What reading one file gave: its pages, their passages and both written out (``lines``), or why it is
+    skipped (``crashed``: its worker died on it, which the next ingest tries again); its tables, or why they
+    are not there."""
 
     pages: list[Page] = dataclasses.field(default_factory=list)
+    passages: list[Passage] = dataclasses.field(default_factory=list)
+    lines: Lines = Lines()
     skipped: str | None = None
     crashed: bool = False
     tables: list[Table] | None = None
     tables_skipped: str | None = None
 
 
-def parse(path: Path, doc_id: str, reader: str, tables: TableExtractor | None, pages: bool = True) -> Parsed:
-    """Read one file (in a worker process when ``ingest.workers`` > 1): its pages (unless ``pages`` is False:
-    its stored ones are kept) and, with ``tables``, its tables. Nothing it raises stops the other files."""
+def parse(path: Path, doc_id: str, reader: str, tables: TableExtractor | None, chunker: Chunker | None) -> Parsed:
+    """Read one file (in a worker process when ``ingest.workers`` > 1): its pages, their passages cut by
+    ``chunker`` and their lines (with None its pages are not read: its stored ones are kept) and, with
+    ``tables``, its tables. Nothing reading raises stops the other files."""
     try:
-        parsed = Parsed(read_document(path, reader) if pages else [])
+        pages = read_document(path, reader) if chunker else []
     except UnreadableDocument as error:
         return Parsed(skipped=str(error))
     except Exception as error:  # a bug in a PDF library on one file: that file is skipped, named
         return Parsed(skipped=f"cannot be read ({type(error).__name__}: {error})")
+    passages = chunker.chunk(doc_id, pages) if chunker else []
+    parsed = Parsed(pages, passages, Lines.of(doc_id, pages, passages))
     if tables is not None and path.suffix.lower() == ".pdf":
         try:
             parsed.tables = tables.extract(path, doc_id)
@@ -114,8 +148,8 @@ def ingest(
     same_tables = stored.manifest.get("tables") == tables_config
     opened = [_open(path, pdf_dir, stored, same_tables or tables is None) for path in files]
     todo = [(path, entry["doc_id"], not reused) for path, (entry, reused) in zip(files, opened) if entry.get("parse")]
-    parsed = read_all(todo, reader, tables, workers, progress, pages_per_unit)
-    documents, pages, passages, found_tables, skipped = {}, [], [], [], []
+    parsed = read_all(todo, reader, tables, chunker, workers, progress, pages_per_unit)
+    documents, written, found_tables, skipped = {}, [], [], []
     counts = {"n_parsed": sum(1 for *_, whole in todo if whole), "n_reused": sum(1 for _, reused in opened if reused)}
     for path, (entry, reused) in zip(files, opened):
         doc_id, name = entry.pop("doc_id"), entry["file"]
@@ -131,8 +165,12 @@ def ingest(
             skipped.append({"file": name, "reason": entry["skipped"]})
             documents.setdefault(doc_id, entry)
             continue
-        doc_pages = stored.pages[doc_id] if reused else result.pages
-        doc_passages = stored.passages.get(doc_id, []) if reused and same_chunker else chunker.chunk(doc_id, doc_pages)
+        if reused:
+            doc_pages = stored.pages[doc_id]
+            doc_passages = stored.passages.get(doc_id, []) if same_chunker else chunker.chunk(doc_id, doc_pages)
+            doc_lines = Lines.of(doc_id, doc_pages, doc_passages)
+        else:
+            doc_pages, doc_passages, doc_lines = result.pages, result.passages, result.lines
         if result is not None:
             doc_tables = result.tables or []
         else:
@@ -148,18 +186,18 @@ def ingest(
             "n_tables": len(doc_tables),
             "n_pages_without_text": blank,
         }
-        pages += [(doc_id, page) for page in doc_pages]
-        passages += doc_passages + [table.passage() for table in doc_tables]
+        written += [doc_lines, Lines.of(doc_id, [], [table.passage() for table in doc_tables])]
         found_tables += doc_tables
-    if not pages:
+    kept = [entry for entry in documents.values() if "skipped" not in entry]
+    if not kept:
         raise UserError(
             f"no readable document in {pdf_dir}: " + "; ".join(f"{s['file']}: {s['reason']}" for s in skipped)
         )
     report = {
         "pdf_dir": str(pdf_dir),
-        "n_docs": sum("skipped" not in entry for entry in documents.values()),
-        "n_pages": len(pages),
-        "n_chunks": len(passages),
+        "n_docs": len(kept),
+        "n_pages": sum(entry["n_pages"] for entry in kept),
+        "n_chunks": sum(entry["n_chunks"] + entry["n_tables"] for entry in kept),
         "n_tables": len(found_tables),
         "skipped": skipped,
         "pages_without_text": {
@@ -172,10 +210,11 @@ def ingest(
         "workers": workers,
         "chunker": config,
         "tables": tables_config,
-        "corpus_hash": passages_hash(passages),
     }
+    corpus = Lines.joined(written)
+    report["corpus_hash"] = lines_hash(corpus.hashed)
     manifest = {"reader": reader_version(reader), "chunker": config, "tables": tables_config, "documents": documents}
-    _write(out_dir, pages, passages, found_tables, manifest)
+    _write(out_dir, corpus, found_tables, manifest)
     report["seconds"] = round(time.perf_counter() - started, 3)
     write_json(out_dir / "report.json", report)
     return report
@@ -185,65 +224,75 @@ def read_all(
     todo: list[tuple[Path, str, bool]],
     reader: str,
     tables: TableExtractor | None,
+    chunker: Chunker,
     workers: int,
     progress: bool,
     pages_per_unit: int = PAGES_PER_UNIT,
 ) -> dict[Path, Parsed]:
-    """Each file of ``todo`` (path, document id, whether its pages are read) parsed, with a progress bar over
-    the work: in this process for one worker, else by ``workers`` worker processes, one unit each at a time,
-    the largest first (one long report started last would keep the others waiting). A unit is a file, or
-    ``pages_per_unit`` pages of a longer PDF read by pdfium (its tables, when asked for, one more unit), so
-    the longest report does not bound the run; its pages come out as one reading of the whole file gives them
-    (``pdf.join_ranges``). A file whose worker dies on it (a PDF library crashing, out of memory) is skipped,
-    named; Ctrl-C stops the workers at once. The results are keyed by path: the order they come in does not
-    matter."""
+    """Each file of ``todo`` (path, document id, whether its pages are read) parsed and its pages chunked, with a
+    progress bar over the work: in this process for one worker, else by ``workers`` worker processes, one unit
+    each at a time (``work_units``). A unit is a file, read and chunked in its worker, or a page range (of at
+    least ``pages_per_unit`` pages) of a long PDF read by pdfium (its tables, when asked for, one more unit),
+    so the longest report does not bound the run; a split PDF's pages come out as one reading of the whole
+    file gives them (``pdf.join_ranges``), joined and chunked here as soon as its last range is in, while the
+    workers read on. A file whose worker dies on it (a PDF library crashing, out of memory) is skipped, named;
+    Ctrl-C stops the workers at once. The results are keyed by path: the order they come in does not matter."""
     from tqdm import tqdm
 
-    jobs = [(path, doc_id, reader, tables, whole) for path, doc_id, whole in todo]
-    units = [(parse, job) for job in jobs] if workers <= 1 else work_units(jobs, pages_per_unit)
+    jobs = [(path, doc_id, reader, tables, chunker if whole else None) for path, doc_id, whole in todo]
+    units = [(parse, job) for job in jobs] if workers <= 1 else work_units(jobs, workers, pages_per_unit)
+    gathered = _Gathered(units, chunker, {path: doc_id for path, doc_id, _ in todo})
     bar = tqdm(total=len(units), desc="ingest", unit="part", disable=not progress)
+
+    def take(unit: tuple, result) -> None:
+        bar.set_postfix_str(unit[1][0].name)
+        gathered.take(unit, result)
+        bar.update()
+
     try:
         if workers <= 1 or len(units) <= 1:
-            done = []
             for function, args in units:
-                bar.set_postfix_str(args[0].name)
-                done.append(function(*args))
-                bar.update()
+                take((function, args), function(*args))
         else:
-            done = _in_processes(units, workers, bar)
+            _in_processes(units, workers, take)
     finally:
         bar.close()
-    return _gathered(units, done)
+    return gathered.found
 
 
-def work_units(jobs: list[tuple], pages_per_unit: int) -> list[tuple]:
-    """(function, arguments) units for the jobs, the largest first: ``parse`` of a whole file, or for a PDF of
-    more than ``pages_per_unit`` pages read by pdfium, ``parse_range`` of each run of that many pages (and
-    ``parse`` of its tables alone, pages=False, when tables are asked for)."""
-    sized = []
-    for path, doc_id, reader, tables, whole in jobs:
-        count = _pages_to_split(path, reader, pages_per_unit) if whole else 0
-        if not count:
-            sized.append((_size(path), (parse, (path, doc_id, reader, tables, whole))))
+def work_units(jobs: list[tuple], workers: int, pages_per_unit: int) -> list[tuple]:
+    """(function, arguments) units for the jobs (path, doc_id, reader, tables, chunker or None): ``parse`` of a
+    whole file, or for a PDF read by pdfium of more than its share of the pages (all of them over twice the
+    workers, and at least ``pages_per_unit``: each range opens the PDF again), ``parse_range`` of each of the
+    fewest ranges of equal size within that share (and ``parse`` of its tables alone, chunker None, when
+    tables are asked for). The split PDFs' units come first, one PDF after another, then the whole files':
+    a split PDF is whole early, so its joining and chunking here overlap the reading of the rest; the
+    largest first each time."""
+    counts = [_page_count(path, reader) if chunker else 0 for path, _, reader, _, chunker in jobs]
+    share = max(pages_per_unit, math.ceil(sum(counts) / (2 * workers)))
+    split, whole = [], []
+    for (path, doc_id, reader, tables, chunker), count in zip(jobs, counts):
+        size = _size(path)
+        if count <= share:
+            whole.append(((size,), (parse, (path, doc_id, reader, tables, chunker))))
             continue
-        for start in range(0, count, pages_per_unit):
-            pages = range(start, min(start + pages_per_unit, count))
-            sized.append((_size(path) * len(pages) / count, (parse_range, (path, reader, pages))))
+        parts = math.ceil(count / share)
+        for part in range(parts):
+            pages = range(count * part // parts, count * (part + 1) // parts)
+            split.append(((size, len(pages)), (parse_range, (path, reader, pages))))
         if tables is not None:
-            sized.append((_size(path), (parse, (path, doc_id, reader, tables, False))))
-    return [unit for _, unit in sorted(sized, key=lambda pair: -pair[0])]
+            split.append(((size, count), (parse, (path, doc_id, reader, tables, None))))
+    return [unit for group in (split, whole) for _, unit in sorted(group, key=lambda pair: pair[0], reverse=True)]
 
 
-def _pages_to_split(path: Path, reader: str, pages_per_unit: int) -> int:
-    """A PDF's page count when pdfium reads it and it has more than ``pages_per_unit`` pages, else 0 (a file
-    that cannot be opened is one unit: ``parse`` says why)."""
+def _page_count(path: Path, reader: str) -> int:
+    """A PDF's page count when pdfium reads it, else 0 (a file that cannot be opened: ``parse`` says why)."""
     if reader != "pdfium" or path.suffix.lower() != ".pdf":
         return 0
     try:
-        count = pdf.page_count(path)
+        return pdf.page_count(path)
     except Exception:  # unreadable: parse names the reason
         return 0
-    return count if count > pages_per_unit else 0
 
 
 def parse_range(path: Path, reader: str, pages: range) -> pdf.PageRange | Parsed:
@@ -256,61 +305,71 @@ def parse_range(path: Path, reader: str, pages: range) -> pdf.PageRange | Parsed
         return Parsed(skipped=f"cannot be read ({type(error).__name__}: {error})")
 
 
-def _gathered(units: list[tuple], done: list) -> dict[Path, Parsed]:
-    """Each file's ``Parsed`` from its units' results (``done``, in the order of ``units``): a whole file's as it
-    came; a split PDF's ranges joined in page order, with its tables' unit, or the first failure among them."""
-    found: dict[Path, Parsed] = {}
-    ranges: dict[Path, list] = {}
-    for (function, args), result in zip(units, done):
-        if function is parse_range:
-            ranges.setdefault(args[0], []).append(result)
-        elif args[4]:  # pages read: a whole file
-            found[args[0]] = result
-        else:  # a split PDF's tables
-            parsed = found.setdefault(args[0], Parsed())
+class _Gathered:
+    """Each file's ``Parsed`` (``found``, by path) from its units' results as they come in (``take``): a whole
+    file's as it came; a split PDF's ranges, once all are in, joined in page order, chunked and written out
+    (or the first failure among them), with its tables' unit."""
+
+    def __init__(self, units: list[tuple], chunker: Chunker, doc_ids: dict[Path, str]):
+        self.chunker, self.doc_ids = chunker, doc_ids
+        self.found: dict[Path, Parsed] = {}
+        self.ranges: dict[Path, list] = {}
+        self.expected = Counter(args[0] for function, args in units if function is parse_range)
+
+    def take(self, unit: tuple, result) -> None:
+        """One unit's result."""
+        function, args = unit
+        path = args[0]
+        if function is parse and args[4] is not None:  # pages read: a whole file
+            self.found[path] = result
+        elif function is parse:  # a split PDF's tables
+            parsed = self.found.setdefault(path, Parsed())
             parsed.tables, parsed.tables_skipped = result.tables, result.tables_skipped or result.skipped
-    for path, parts in ranges.items():
+        else:
+            parts = self.ranges.setdefault(path, [])
+            parts.append(result)
+            if len(parts) == self.expected[path]:
+                self._join(path, parts)
+
+    def _join(self, path: Path, parts: list) -> None:
+        """A split PDF's ``Parsed`` from the results of all its ranges."""
+        parsed = self.found.setdefault(path, Parsed())
         failed = [part for part in parts if isinstance(part, Parsed)]
-        parsed = found.setdefault(path, Parsed())
         if failed:
             parsed.skipped, parsed.crashed = failed[0].skipped, failed[0].crashed
-            continue
+            return
         try:
             parsed.pages = pdf.join_ranges(sorted(parts, key=lambda part: part.first))
         except UnreadableDocument as error:
             parsed.skipped = str(error)
-    return found
+            return
+        doc_id = self.doc_ids[path]
+        parsed.passages = self.chunker.chunk(doc_id, parsed.pages)
+        parsed.lines = Lines.of(doc_id, parsed.pages, parsed.passages)
 
 
-def _in_processes(units: list[tuple], workers: int, bar) -> list:
-    """``function(*args)`` of each (function, args) unit, in the order given, by ``workers`` worker processes
-    holding one unit each at a time; the results in the order of ``units``. A worker that dies is known by its
-    unit, whose result is a crashed ``Parsed``, and another worker takes its place."""
+def _in_processes(units: list[tuple], workers: int, take) -> None:
+    """``function(*args)`` of each (function, args) unit, started in the order given, by ``workers`` worker
+    processes holding one unit each at a time; ``take(unit, result)`` of each result as it comes in, once the
+    worker that gave it has its next unit. A worker that dies is known by its unit, whose result is a crashed
+    ``Parsed``, and another worker takes its place."""
     import multiprocessing
     from multiprocessing.connection import wait
 
     context = multiprocessing.get_context()
     waiting = list(reversed(range(len(units))))
-    found: list = [None] * len(units)
     busy, idle = {}, []  # busy: connection -> (process, unit index)
+    finished: list[tuple[int, object]] = []  # (unit index, result) not yet taken
     try:
-        while waiting or busy:
+        while waiting or busy or finished:
             while waiting and len(busy) < workers:
                 connection, process = idle.pop() if idle else _start_worker(context)
                 index = waiting.pop()
                 connection.send(units[index])
                 busy[connection] = (process, index)
-            for connection in wait(list(busy)):
-                process, index = busy.pop(connection)
-                try:
-                    found[index] = connection.recv()
-                    idle.append((connection, process))
-                except EOFError:  # the worker died on this unit
-                    process.join()
-                    connection.close()
-                    found[index] = Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})", crashed=True)
-                bar.set_postfix_str(units[index][1][0].name)
-                bar.update()
+            for index, result in finished:
+                take(units[index], result)
+            finished = [_received(connection, busy, idle) for connection in wait(list(busy))] if busy else []
     except BaseException:
         for process, _ in busy.values():
             process.terminate()
@@ -321,7 +380,20 @@ def _in_processes(units: list[tuple], workers: int, bar) -> list:
                 connection.send(None)  # done: the worker returns
         for process in [process for _, process in idle] + [process for process, _ in busy.values()]:
             process.join()
-    return found
+
+
+def _received(connection, busy: dict, idle: list) -> tuple[int, object]:
+    """The (unit index, result) a busy worker answered, the worker now idle; a crashed ``Parsed`` when it died
+    on its unit (it is then gone)."""
+    process, index = busy.pop(connection)
+    try:
+        result = connection.recv()
+    except EOFError:  # the worker died on this unit
+        process.join()
+        connection.close()
+        return index, Parsed(skipped=f"reading it crashed ({_ended(process.exitcode)})", crashed=True)
+    idle.append((connection, process))
+    return index, result
 
 
 def _start_worker(context) -> tuple:
@@ -422,22 +494,16 @@ def _open(path: Path, pdf_dir: Path, stored: _Stored, same_tables: bool) -> tupl
     return {**entry, "parse": True}, False
 
 
-def _write(
-    out_dir: Path, pages: list[tuple[str, Page]], passages: list[Passage], tables: list[Table], manifest: dict
-) -> None:
+def _write(out_dir: Path, corpus: Lines, tables: list[Table], manifest: dict) -> None:
     """The data files first, the manifest last: a crash in between leaves a manifest that reuses nothing new."""
-    page_records = ({"doc_id": d, "page": p.page, "page_index": p.page_index, "text": p.text} for d, p in pages)
-    files = {
-        "pages.jsonl": "".join(map(_line, page_records)),
-        "passages.jsonl": "".join(_line(dataclasses.asdict(p)) for p in passages),
-    }
+    files = {"pages.jsonl": corpus.pages, "passages.jsonl": corpus.passages}
     if manifest["tables"] is not None:
-        files["tables.jsonl"] = "".join(_line(table.record()) for table in tables)
+        files["tables.jsonl"] = "".join(_line(table.record()) for table in tables).encode()
     try:
-        for name, text in files.items():
-            write_atomic(out_dir / name, text)
+        for name, data in files.items():
+            write_atomic(out_dir / name, data)
     except NoSpace as full:  # what the whole corpus needs, not only the file that did not fit
-        raise no_space(full.path, full.kept, sum(len(text.encode("utf-8")) for text in files.values())) from full
+        raise no_space(full.path, full.kept, sum(map(len, files.values()))) from full
     if manifest["tables"] is None:  # no extractor: no tables file (one left by an earlier ingest goes)
         (out_dir / "tables.jsonl").unlink(missing_ok=True)
     write_json(out_dir / "manifest.json", manifest)
