@@ -185,10 +185,10 @@ def encoder_shapes(encoder) -> tuple[list[tuple[str, int, int]], int]:
     return [*shapes, ("down", inner, hidden)], config.num_hidden_layers
 
 
-def encode_flops(encoder, texts: list[str], batch_size: int, by_tokens: bool = False) -> dict:
+def encode_flops(encoder, texts: list[str], batch_size: int, by_tokens: bool = False, multiple: int = 1) -> dict:
     """The FLOPs of encoding ``texts`` in batches longest first, by characters as sentence-transformers sorts
     them (``by_tokens``: by word pieces, as the OpenVINO runtime sorts them), each batch padded to its longest
-    text, cut at ``max_seq_length``: the linear layers' 2 x in x out per token and attention's 4 x length x
+    text rounded up to a ``multiple`` of word pieces, cut at ``max_seq_length``: the linear layers' 2 x in x out per token and attention's 4 x length x
     hidden per token per layer; ``padding_share``: the padded tokens' share."""
     shapes, layers = encoder_shapes(encoder)
     hidden = encoder[0].auto_model.config.hidden_size
@@ -198,9 +198,10 @@ def encode_flops(encoder, texts: list[str], batch_size: int, by_tokens: bool = F
     flops = padded = 0
     for start in range(0, len(order), batch_size):
         batch = [lengths[i] for i in order[start : start + batch_size]]
-        tokens = max(batch) * len(batch)
+        width = -(-max(batch) // multiple) * multiple
+        tokens = width * len(batch)
         padded += tokens
-        flops += tokens * (per_token + 4 * layers * max(batch) * hidden)
+        flops += tokens * (per_token + 4 * layers * width * hidden)
     return {"flops": flops, "tokens": sum(lengths), "padding_share": 1 - sum(lengths) / padded}
 
 
@@ -228,6 +229,7 @@ def bench_dense(
     from mcq_throughput import linear_rates
 
     from esgexp.retrieval.dense import PRECISIONS, encoder_precision, encoder_runtime
+    from esgexp.retrieval.openvino_encoder import PAD_MULTIPLE
 
     texts = [p.text for p in passages]
     default = DenseRetriever(device="cpu")
@@ -266,7 +268,8 @@ def bench_dense(
     rates = linear_rates(shapes, rows, precisions, mm_seconds)
     runs = []
     for (side, runtime, precision, batch_size), took in seconds.items():
-        work = encode_flops(encoder, texts, batch_size, by_tokens=runtime == "openvino")
+        compiled = runtime == "openvino"
+        work = encode_flops(encoder, texts, batch_size, by_tokens=compiled, multiple=PAD_MULTIPLE if compiled else 1)
         got = vectors[(side, runtime, precision, batch_size)]
         runs.append(
             {
