@@ -11,6 +11,7 @@ from helpers import read_jsonl
 from esgexp.core.config import BUNDLED_DIR
 from esgexp.data.climretrieve import ClimRetrieveReportLevel
 from esgexp.errors import UserError
+from esgexp.retrieval.dense import DenseRetriever
 from esgexp.run import run_job
 
 CLIM = ("experiment=climretrieve_retrieval", "dataset=climretrieve_sample")
@@ -35,6 +36,10 @@ def test_climretrieve_job_reports_every_required_metric(make_cfg, tmp_path, retr
     assert run.data.tags["retriever"] == retriever and run.data.metrics["recall_at_5"] == pytest.approx(
         metrics["recall@5"]
     )
+    # what the dense encoder computed in on this machine: precision and runtime as auto resolved them
+    here = DenseRetriever(device="cpu")
+    arithmetic = None if retriever == "bm25" else f"{here.precision}, {here.runtime}"
+    assert run.data.tags.get("encoder_arithmetic") == arithmetic
 
 
 def test_oracle_is_the_upper_bound(make_cfg):

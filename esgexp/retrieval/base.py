@@ -84,6 +84,12 @@ class Retriever(ABC):
         """The encoder a retriever of config ``node`` embeds with (a run's ``encoder`` tag); None: none (bm25)."""
         return None
 
+    @classmethod
+    def encoder_arithmetic(cls, node) -> str | None:
+        """What an encoder of config ``node`` computes in on this machine (a run's ``encoder_arithmetic`` tag,
+        e.g. ``bfloat16, openvino``); None: no local encoder."""
+        return None
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.passages: list[Passage] = []

@@ -299,6 +299,13 @@ class DenseRetriever(VectorRetriever):
     def preflight(cls, node) -> list[str]:
         return encoder_problems(node, ("model", "query_model"))
 
+    @classmethod
+    def encoder_arithmetic(cls, node) -> str | None:
+        """``precision, runtime`` as this machine resolves them (auto included)."""
+        device = pick_device(str(node.get("device", "auto")))
+        precision = encoder_precision(str(node.get("precision", "auto")), device)
+        return f"{precision}, {encoder_runtime(str(node.get('runtime', 'auto')), device)}"
+
     def __init__(
         self,
         name: str = "dense",

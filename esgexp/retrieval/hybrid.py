@@ -50,6 +50,13 @@ class HybridRetriever(Retriever):
 
         return get_class(str(node.dense._target_)).encoder_label(node.dense)
 
+    @classmethod
+    def encoder_arithmetic(cls, node) -> str | None:
+        """Its dense half's."""
+        from hydra.utils import get_class
+
+        return get_class(str(node.dense._target_)).encoder_arithmetic(node.dense)
+
     def __init__(
         self, bm25: BM25Retriever, dense: DenseRetriever, name: str = "hybrid", rrf_k: float = 60, depth: int = 100
     ) -> None:

@@ -54,6 +54,7 @@ class RetrievalJob(Job):
         return {
             "retriever": cfg.retriever.name,
             "encoder": encoder_name(cfg.retriever),
+            "encoder_arithmetic": encoder_name(cfg.retriever, arithmetic=True),
             "query": cfg.query.name,
             "model": cfg.model.name if explained else None,
             "query_examples": OTHER_REPORTS if explained and cfg.query.get("examples") is not None else None,
@@ -80,16 +81,17 @@ class RetrievalJob(Job):
         return f"{self.cfg.dataset.name} | {self.cfg.retriever.name} | query={self.cfg.query.name}", rows
 
 
-def encoder_name(node) -> str | None:
+def encoder_name(node, arithmetic: bool = False) -> str | None:
     """The encoder a retriever of config ``node`` embeds with, as its class says (``encoder_label``: a hybrid
-    its dense half's); None for one without (bm25) or whose class this esgexp lacks."""
+    its dense half's), or with ``arithmetic`` what it computes in here (``encoder_arithmetic``); None for one
+    without (bm25) or whose class this esgexp lacks."""
     from hydra.utils import get_class
 
     try:
         cls = get_class(str(node._target_))
     except (ImportError, AttributeError, ValueError):  # a class an older esgexp had
         return None
-    return cls.encoder_label(node)
+    return cls.encoder_arithmetic(node) if arithmetic else cls.encoder_label(node)
 
 
 # Where an informed explanation's examples come from (tag query_examples): never the report being searched.
