@@ -439,3 +439,27 @@ def test_dense_openvino_that_cannot_convert_is_named_or_left_to_torch_under_auto
         assert "encoding in torch instead" in caplog.text
     finally:
         load_openvino_encoder.cache_clear()
+
+
+def test_dense_openvino_conversion_is_kept_and_read_back(tmp_path, monkeypatch):
+    openvino = pytest.importorskip("openvino", reason="openvino (a declared dependency) is not installed")
+    from esgexp.retrieval.dense import load_openvino_encoder
+
+    texts = [p.text for p in PASSAGES]
+    settings = {"device": "cpu", "precision": "float32", "runtime": "openvino"}
+    fresh = DenseRetriever(**settings).encode(texts)
+    kept = DenseRetriever(**settings, openvino_cache=str(tmp_path / "openvino")).encode(texts)
+    (saved,) = (tmp_path / "openvino").glob("*.xml")
+    assert saved.with_suffix(".bin").is_file() and not list((tmp_path / "openvino").glob(".*"))  # nothing staged left
+    assert np.allclose(kept, fresh, atol=1e-6)  # float32 weights kept as they are (not compressed to fp16)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(openvino, "convert_model", refuse)
+    load_openvino_encoder.cache_clear()  # as a new process would start
+    try:
+        again = DenseRetriever(**settings, openvino_cache=str(tmp_path / "openvino")).encode(texts)
+    finally:
+        load_openvino_encoder.cache_clear()
+    assert np.array_equal(again, kept)

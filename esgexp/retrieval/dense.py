@@ -106,15 +106,31 @@ def encoder_runtime(runtime: str, device: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def load_openvino_encoder(source: str, pooling: str | None, precision: str) -> tuple[Any, UserError | None]:
+def load_openvino_encoder(
+    source: str, pooling: str | None, precision: str, folder: str | None = None
+) -> tuple[Any, UserError | None]:
     """The CPU encoder of ``load_encoder`` compiled by OpenVINO in ``precision``, shared by the process, or
-    None and why OpenVINO cannot convert it."""
+    None and why OpenVINO cannot convert it; converted once per machine where ``folder`` (a folder that keeps
+    converted encoders, keyed on the model's files and the libraries' versions) is given."""
     from esgexp.retrieval.openvino_encoder import OpenVINOEncoder
 
+    saved = Path(folder) / f"{converted_key(source)}.xml" if folder else None
     try:
-        return OpenVINOEncoder(load_encoder(source, "cpu", pooling), precision), None
+        return OpenVINOEncoder(load_encoder(source, "cpu", pooling), precision, saved), None
     except UserError as error:
         return None, error
+
+
+def converted_key(source: str) -> str:
+    """A name for the converted form of encoder ``source``: its files (``source_stamp``) and the versions of
+    the libraries that trace and convert it."""
+    import hashlib
+    import json
+    from importlib.metadata import version
+
+    libraries = {name: version(name) for name in ("openvino", "torch", "transformers", "sentence-transformers")}
+    blob = json.dumps({"source": source, "files": source_stamp(source), **libraries}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 def precision_context(precision: str, device: str):
@@ -282,7 +298,8 @@ class DenseRetriever(VectorRetriever):
     Contriever and DRAGON+ were trained); ``backend``: numpy or faiss; ``device``: ``auto``, ``cpu`` or ``cuda``;
     ``precision``: one of ``PRECISIONS`` for queries and passages alike (auto: ``encoder_precision``);
     ``runtime``: one of ``RUNTIMES`` (auto: ``encoder_runtime``; under auto a model OpenVINO cannot convert
-    runs in torch, with a warning). The index depends on the passage side only (model and its files, passage
+    runs in torch, with a warning); ``openvino_cache``: the folder where OpenVINO's converted encoders are
+    kept (None: converted in every process). The index depends on the passage side only (model and its files, passage
     prompt, pooling, normalize, the precision and runtime it was embedded in).
     """
 
@@ -320,6 +337,7 @@ class DenseRetriever(VectorRetriever):
         device: str = "auto",
         precision: str = "auto",
         runtime: str = "auto",
+        openvino_cache: str | None = None,
     ) -> None:
         super().__init__(name, backend)
         self.model = resolve_source(model, name)
@@ -327,7 +345,7 @@ class DenseRetriever(VectorRetriever):
         self.query_prompt, self.passage_prompt = query_prompt or "", passage_prompt or ""
         self.pooling, self.normalize = pooling, bool(normalize)
         self.batch_size, self.device, self.precision_setting = batch_size, device, precision
-        self.runtime_setting, self._warned = runtime, False
+        self.runtime_setting, self.openvino_cache, self._warned = runtime, openvino_cache, False
 
     @cached_property
     def precision(self) -> str:
@@ -361,7 +379,8 @@ class DenseRetriever(VectorRetriever):
     def openvino_encoder(self, query: bool = False) -> Any:
         """The OpenVINO-compiled encoder for queries or for passages; None where ``runtime`` is auto and OpenVINO
         cannot convert the model (torch encodes instead)."""
-        compiled, error = load_openvino_encoder(self.query_model if query else self.model, self.pooling, self.precision)
+        source = self.query_model if query else self.model
+        compiled, error = load_openvino_encoder(source, self.pooling, self.precision, self.openvino_cache)
         if error is not None and self.runtime_setting != "auto":
             raise error
         if error is not None and not self._warned:

@@ -1,20 +1,27 @@
 """A sentence-transformers bi-encoder whose transformer runs in OpenVINO (``retriever.runtime=openvino``).
 
-The transformer (the encoder's first module) is converted once per process from the loaded torch weights
+The transformer (the encoder's first module) is converted from the loaded torch weights (once per process,
+or once per machine with a ``saved`` file: the converted model is written there and read back next time)
 and compiled for the CPU in bfloat16 or float32; sentence-transformers still tokenises (with the prompt)
 and its other modules (pooling, dense layers, normalisation) still run in torch on the float32 token
 vectors, so the vectors differ from torch's only by the arithmetic of the transformer. Batches go longest
-first by tokens (sentence-transformers sorts by characters, which pads more), through two infer requests at once (one per CPU stream).
+first by tokens (sentence-transformers sorts by characters, which pads more), through two infer requests
+at once (one per CPU stream).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from esgexp.errors import UserError
+
+log = logging.getLogger(__name__)
 
 # OpenVINO's name for each precision it runs here (float16 is a GPU precision: torch serves it).
 HINTS = {"float32": "f32", "bfloat16": "bf16"}
@@ -32,9 +39,10 @@ def installed() -> bool:
 
 class OpenVINOEncoder:
     """``encoder`` (a loaded SentenceTransformer whose first module is a transformers model) with that module
-    compiled by OpenVINO in ``precision`` (float32 or bfloat16), on as many CPU threads as torch uses."""
+    compiled by OpenVINO in ``precision`` (float32 or bfloat16), on as many CPU threads as torch uses;
+    ``saved``: where the converted model is kept (an ``.xml`` path; None: converted every time)."""
 
-    def __init__(self, encoder: Any, precision: str) -> None:
+    def __init__(self, encoder: Any, precision: str, saved: Path | None = None) -> None:
         import openvino
         import torch
 
@@ -44,16 +52,12 @@ class OpenVINOEncoder:
         # two lengths, so that the traced model takes the padded path (the attention mask) as real batches do
         sample = encoder.preprocess(["scope 1", "an example passage about scope 1 and scope 2 emissions"])
         self.input_names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in sample]
-        example = {name: sample[name] for name in self.input_names}
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks traced as constants
-                converted = openvino.convert_model(token_vectors(encoder[0].model), example_input=example)
-        except Exception as error:  # a model OpenVINO cannot trace: named, torch still serves it
-            raise UserError(
-                f"retriever.runtime=openvino: OpenVINO cannot convert {type(encoder[0].model).__name__} "
-                f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); use retriever.runtime=torch"
-            ) from error
+        if saved is not None and saved.is_file():
+            converted = openvino.Core().read_model(saved)
+        else:
+            converted = self.converted({name: sample[name] for name in self.input_names})
+            if saved is not None:
+                keep(converted, saved)
         config = {
             "INFERENCE_PRECISION_HINT": HINTS[precision],
             "PERFORMANCE_HINT": "THROUGHPUT",
@@ -61,6 +65,23 @@ class OpenVINOEncoder:
         }
         self.compiled = openvino.Core().compile_model(converted, "CPU", config)
         self.requests = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+
+    def converted(self, example: dict) -> Any:
+        """The transformer as an OpenVINO model, traced on ``example`` inputs; a UserError naming the model when
+        OpenVINO cannot convert it."""
+        import openvino
+        import torch
+
+        model = self.encoder[0].model
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks traced as constants
+                return openvino.convert_model(token_vectors(model), example_input=example)
+        except Exception as error:  # a model OpenVINO cannot trace: named, torch still serves it
+            raise UserError(
+                f"retriever.runtime=openvino: OpenVINO cannot convert {type(model).__name__} "
+                f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); use retriever.runtime=torch"
+            ) from error
 
     def encode(self, texts: list[str], prompt: str | None, batch_size: int, normalize: bool) -> np.ndarray:
         """float32 vectors, one row per text in the order given (unit vectors when ``normalize``)."""
@@ -100,6 +121,22 @@ class OpenVINOEncoder:
         if not texts:
             return np.empty((0, 0), dtype=np.float32)
         return np.ascontiguousarray(np.stack(vectors), dtype=np.float32)
+
+
+def keep(converted: Any, saved: Path) -> None:
+    """Write ``converted`` to ``saved`` (``.xml``, its weights beside it in ``.bin``) so that a reader never sees
+    half a file: written under a name of this process's own, then renamed, weights first. A folder that
+    cannot be written only costs the next process a conversion."""
+    import openvino
+
+    staged = saved.with_name(f".{saved.stem}.{os.getpid()}.xml")
+    try:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        openvino.save_model(converted, staged, compress_to_fp16=False)
+        os.replace(staged.with_suffix(".bin"), saved.with_suffix(".bin"))
+        os.replace(staged, saved)
+    except OSError as error:
+        log.warning("retriever: the converted encoder could not be kept in %s (%s)", saved.parent, error)
 
 
 def token_vectors(model: Any) -> Any:
