@@ -3,6 +3,8 @@ inner-product search."""
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 from abc import abstractmethod
 from functools import cached_property, lru_cache
@@ -119,6 +121,14 @@ def load_openvino_encoder(
         return OpenVINOEncoder(load_encoder(source, "cpu", pooling), precision, saved), None
     except UserError as error:
         return None, error
+
+
+@atexit.register
+def release_openvino_encoders() -> None:
+    """Free OpenVINO's compiled encoders while the interpreter is whole: freed during its teardown (a dropped
+    one collected late, as a test that clears the cache leaves it), a compiled model can abort the process."""
+    load_openvino_encoder.cache_clear()
+    gc.collect()
 
 
 def converted_key(source: str) -> str:
