@@ -31,7 +31,8 @@ _run: dict = {}  # in the process that started the run: its folder, and the fork
 def pytest_configure(config):
     """In the process that starts the run (the pytest-xdist controller, or the only process), before any test
     process: the run's caches in a folder of its own (requests, indexes, adapters and the datasets library's:
-    a run neither reads nor fills the user's; only the converted models, made once per machine, are shared),
+    a run neither reads nor fills the user's; only the converted models and OpenVINO's converted encoders, made
+    once per machine, are shared),
     and with pytest-xdist one fork server for every test process (tests/cli.py)."""
     if hasattr(config, "workerinput"):  # an xdist test process: its environment is the controller's
         return
@@ -40,9 +41,10 @@ def pytest_configure(config):
     folder = Path(tempfile.mkdtemp(prefix="esgexp-tests-"))
     # paths.cache_dir's default (conf/paths/default.yaml), where `make install` converted the models
     user_cache = Path(os.environ.get("ESGEXP_CACHE_DIR") or f"{os.environ.get('HOME', '.')}/.cache/esgexp")
-    (user_cache / "models").mkdir(parents=True, exist_ok=True)
     (folder / "cache").mkdir()
-    (folder / "cache" / "models").symlink_to(user_cache / "models")
+    for shared in ("models", "openvino"):
+        (user_cache / shared).mkdir(parents=True, exist_ok=True)
+        (folder / "cache" / shared).symlink_to(user_cache / shared)
     os.environ.update(ESGEXP_CACHE_DIR=str(folder / "cache"), HF_DATASETS_CACHE=str(folder / "hf-datasets"))
     _run["folder"] = folder
     if config.getoption("dist", "no") != "no":
