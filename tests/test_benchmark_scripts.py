@@ -70,8 +70,10 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
 def smoke_args(inputs: dict[str, Path]) -> dict[str, list[str]]:
     """Each script's smallest run (its --json comes on top)."""
     pdfs, none, annotations = (shlex.quote(str(inputs[key])) for key in ("pdfs", "empty", "annotations"))
+    questions = shlex.quote(str(REPO / "esgexp" / "data" / "bundled" / "esg_mcq_sample.csv"))  # not ../shared's
     commands = {
-        "api_latency.py": "--limit 4 --concurrency 2 --rounds 2 --repeats 1 --delay 0.01 --apis chat --no-lmeval",
+        "api_latency.py": f"--data {questions} --limit 4 --concurrency 2 --rounds 2 --repeats 1 --delay 0.01 "
+        "--apis chat --no-lmeval",
         "backends.py": "--limit 2 --concurrency 1 --repeats 1 --no-lmeval --server-threads 1",
         "build.py": f"--pdfs {pdfs} --candidates 1 --builders esgbench --no-server",
         "chunking.py": f"--reports {pdfs} --annotations {annotations} --pages-only {none}",
