@@ -7,7 +7,7 @@ import atexit
 import gc
 import logging
 from abc import abstractmethod
-from functools import cached_property, lru_cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -107,7 +107,9 @@ def encoder_runtime(runtime: str, device: str) -> str:
     return "openvino" if device == "cpu" and installed() else "torch"
 
 
-@lru_cache(maxsize=4)
+# Unbounded: a compiled encoder is never dropped before the process ends (one dropped, then a signal such as
+# Ctrl-C, aborted the process in OpenVINO 2026.4).
+@cache
 def load_openvino_encoder(
     source: str, pooling: str | None, precision: str, folder: str | None = None
 ) -> tuple[Any, UserError | None]:
