@@ -127,8 +127,8 @@ def load_openvino_encoder(
 
 @atexit.register
 def release_openvino_encoders() -> None:
-    """Free OpenVINO's compiled encoders while the interpreter is whole: freed during its teardown (a dropped
-    one collected late, as a test that clears the cache leaves it), a compiled model can abort the process."""
+    """Free OpenVINO's compiled encoders at exit while the interpreter is still whole: a compiled model freed
+    during its teardown can abort the process."""
     load_openvino_encoder.cache_clear()
     gc.collect()
 
@@ -311,8 +311,8 @@ class DenseRetriever(VectorRetriever):
     ``precision``: one of ``PRECISIONS`` for queries and passages alike (auto: ``encoder_precision``);
     ``runtime``: one of ``RUNTIMES`` (auto: ``encoder_runtime``; under auto a model OpenVINO cannot convert
     runs in torch, with a warning); ``openvino_cache``: the folder where OpenVINO's converted encoders are
-    kept (None: converted in every process). The index depends on the passage side only (model and its files, passage
-    prompt, pooling, normalize, the precision and runtime it was embedded in).
+    kept (None: converted in every process). The index depends on the passage side only (model and its files,
+    passage prompt, pooling, normalize, the precision and runtime it was embedded in).
     """
 
     rules: ClassVar[dict] = {
