@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from conftest import REPO, compose_config
 
 from esgexp.core.records import Passage, passages_hash
@@ -431,9 +432,14 @@ def test_dense_openvino_that_cannot_convert_is_named_or_left_to_torch_under_auto
     settings = {"device": "cpu", "precision": "float32", "openvino_cache": str(tmp_path / "never-written")}
     with pytest.raises(UserError, match=r"OpenVINO cannot convert BertModel .*custom attention.*runtime=torch"):
         DenseRetriever(**settings, runtime="openvino").encode(texts)
-    vectors = DenseRetriever(**settings, runtime="auto").encode(texts)
+    fallen_back = DenseRetriever(**settings, runtime="auto")
+    vectors = fallen_back.encode(texts)
     assert np.array_equal(vectors, DenseRetriever(device="cpu", precision="float32", runtime="torch").encode(texts))
-    assert "encoding in torch instead" in caplog.text
+    assert caplog.text.count("encoding in torch instead") == 1
+    # what ran is what the index key and the run's tag say: torch, not the openvino auto would have picked
+    assert fallen_back.runtime == "torch" and "runtime" not in fallen_back.settings()
+    node = OmegaConf.create({"_target_": "esgexp.retrieval.dense.DenseRetriever", **settings, "runtime": "auto"})
+    assert DenseRetriever.encoder_arithmetic(node) == "float32, torch"
 
 
 def test_dense_openvino_conversion_is_kept_and_read_back_by_the_next_process(tmp_path):

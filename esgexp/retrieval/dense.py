@@ -330,10 +330,12 @@ class DenseRetriever(VectorRetriever):
 
     @classmethod
     def encoder_arithmetic(cls, node) -> str | None:
-        """``precision, runtime`` as this machine resolves them (auto included)."""
-        device = pick_device(str(node.get("device", "auto")))
-        precision = encoder_precision(str(node.get("precision", "auto")), device)
-        return f"{precision}, {encoder_runtime(str(node.get('runtime', 'auto')), device)}"
+        """``precision, runtime`` as a retriever of config ``node`` resolves them here (auto included, and the
+        fall-back to torch of a model OpenVINO cannot convert)."""
+        from hydra.utils import instantiate
+
+        retriever = instantiate(node)
+        return f"{retriever.precision}, {retriever.runtime}"
 
     def __init__(
         self,
@@ -357,7 +359,7 @@ class DenseRetriever(VectorRetriever):
         self.query_prompt, self.passage_prompt = query_prompt or "", passage_prompt or ""
         self.pooling, self.normalize = pooling, bool(normalize)
         self.batch_size, self.device, self.precision_setting = batch_size, device, precision
-        self.runtime_setting, self.openvino_cache, self._warned = runtime, openvino_cache, False
+        self.runtime_setting, self.openvino_cache = runtime, openvino_cache
 
     @cached_property
     def precision(self) -> str:
@@ -366,8 +368,20 @@ class DenseRetriever(VectorRetriever):
 
     @cached_property
     def runtime(self) -> str:
-        """What runs the encoder here (``runtime`` resolved on this machine's device)."""
-        return encoder_runtime(self.runtime_setting, pick_device(self.device))
+        """What runs the encoder here: ``runtime`` resolved on this machine's device; under auto, torch when
+        OpenVINO cannot convert the passage or the query model (said once, in a warning). Resolving it to
+        OpenVINO loads and compiles the encoders (once per process)."""
+        runtime = encoder_runtime(self.runtime_setting, pick_device(self.device))
+        if runtime != "openvino":
+            return runtime
+        for source in dict.fromkeys((self.model, self.query_model)):
+            _, error = load_openvino_encoder(source, self.pooling, self.precision, self.openvino_cache)
+            if error is not None and self.runtime_setting != "auto":
+                raise error
+            if error is not None:
+                log.warning("retriever %s: %s; encoding in torch instead", self.name, error)
+                return "torch"
+        return runtime
 
     def settings(self) -> dict[str, Any]:
         settings = {
@@ -389,16 +403,9 @@ class DenseRetriever(VectorRetriever):
         return load_encoder(self.query_model if query else self.model, self.device, self.pooling)
 
     def openvino_encoder(self, query: bool = False) -> Any:
-        """The OpenVINO-compiled encoder for queries or for passages; None where ``runtime`` is auto and OpenVINO
-        cannot convert the model (torch encodes instead)."""
+        """The OpenVINO-compiled encoder for queries or for passages (``runtime`` is openvino)."""
         source = self.query_model if query else self.model
-        compiled, error = load_openvino_encoder(source, self.pooling, self.precision, self.openvino_cache)
-        if error is not None and self.runtime_setting != "auto":
-            raise error
-        if error is not None and not self._warned:
-            log.warning("retriever %s: %s; encoding in torch instead", self.name, error)
-            self._warned = True
-        return compiled
+        return load_openvino_encoder(source, self.pooling, self.precision, self.openvino_cache)[0]
 
     def encode(self, texts: list[str], query: bool = False) -> np.ndarray:
         """float32 vectors, one row per text (unit vectors when ``normalize``), computed in ``precision`` by
@@ -406,9 +413,7 @@ class DenseRetriever(VectorRetriever):
         sentence-transformers batches the texts longest first, so a batch holds texts of similar length."""
         prompt = self.query_prompt if query else self.passage_prompt
         if self.runtime == "openvino":
-            compiled = self.openvino_encoder(query)
-            if compiled is not None:
-                return compiled.encode(texts, prompt or None, self.batch_size, self.normalize)
+            return self.openvino_encoder(query).encode(texts, prompt or None, self.batch_size, self.normalize)
         encoder = self.encoder(query)
         with precision_context(self.precision, encoder.device.type):
             vectors = encoder.encode(
