@@ -9,8 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 from conftest import REPO, compose_config
+from omegaconf import OmegaConf
 
 from esgexp.core.records import Passage, passages_hash
 from esgexp.errors import UserError

@@ -4,6 +4,7 @@ line, FAILED, the run KILLED, exit 128 + the signal's number; ``resume=true`` as
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -238,3 +239,68 @@ def test_a_second_job_on_a_run_folder_in_use_is_refused_at_once(tmp_path, clean_
         first.communicate(timeout=60)
         assert server.count == PROBE + len(predictions.read_text().splitlines())  # none from the second
     assert first.returncode == 143
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_a_stop_while_openvino_embeds_a_corpus_ends_the_job_as_a_stop(tmp_path, clean_env, made_store, signum, status):
+    """Ctrl-C or SIGTERM while OpenVINO's compiled encoder embeds the passages of an ingested report (its
+    threads busy): the job ends with its ``interrupted`` line, exit 130 / 143 and a KILLED run, never an
+    abort from OpenVINO's threads, and writes no index and no metrics."""
+    pytest.importorskip("openvino", reason="openvino (a declared dependency) is not installed")
+    from esgexp.data.chunking import CharChunker
+    from esgexp.data.corpus import ingest
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    # 6,000 passages of one report: many seconds of embedding, stopped after the first
+    paragraphs = [
+        f"Site {i} reported Scope {1 + i % 3} emissions of {i * 13} tonnes of CO2e in 2024 and water use of "
+        f"{i * 7} cubic metres; its waste went to landfill for {i % 40} percent, the rest was recycled."
+        for i in range(6000)
+    ]
+    (reports / "BIG_REPORT.txt").write_text("\n\n".join(paragraphs))
+    ingest(reports, tmp_path / "corpus", CharChunker(min_chars=100, max_chars=300), progress=False)
+    gold = tmp_path / "gold.jsonl"
+    question = {
+        "company": "Big",
+        "doc_name": "BIG_REPORT",
+        "category": "Environmental",
+        "kpi_name": "Scope 1 emissions",
+        "question": "What were Site 12's Scope 1 emissions?",
+        "answer": "156",
+    }
+    evidence = {"evidence_text": paragraphs[12], "evidence_page_num": 0, "evidence_doc_name": "BIG_REPORT"}
+    gold.write_text(json.dumps({**question, "evidence": [evidence]}) + "\n")
+    run_dir = tmp_path / "run"
+    job = start_cli(
+        "esgexp",
+        "experiment=esgbench_retrieval",
+        f"dataset.path={gold}",
+        f"retrieval.corpus={tmp_path / 'corpus'}",
+        "retriever=dense",
+        "retriever.runtime=openvino",
+        f"paths.root_dir={tmp_path}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"retriever.openvino_cache={os.environ['ESGEXP_CACHE_DIR']}/openvino",  # the conversion the suite shares
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        env=clean_env,
+    )
+    log = run_dir / "esgexp.log"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and job.poll() is None:
+        if log.is_file() and "embedding 6000 passages" in log.read_text():
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)  # well inside the embedding: OpenVINO's infer requests are running
+    assert job.poll() is None, "the job ended before it was stopped"
+    job.send_signal(signum)
+    stdout, stderr = job.communicate(timeout=60)
+    output = stdout + stderr
+    assert job.returncode == status, output[-3000:]
+    assert [line for line in stderr.splitlines() if line.startswith("interrupted")] == [
+        f"interrupted ({STOP_SIGNALS[signum]})"
+    ], output[-3000:]
+    assert "terminate called" not in output and "Traceback" not in output
+    assert not (run_dir / "metrics.json").exists() and not list((tmp_path / "cache").rglob("embeddings.npy"))
+    assert mlflow_status(tmp_path) == "KILLED"

@@ -246,6 +246,7 @@ class VectorRetriever(Retriever):
         """float32 vectors, one row per text (``query``: the texts are queries, else passages)."""
 
     def build_index(self, passages: list[Passage]) -> None:
+        log.info("retriever %s: embedding %d passages", self.name, len(passages))
         self.embeddings = self.encode([p.text for p in passages])
         self._faiss = None
 
