@@ -89,7 +89,10 @@ LETTERS = "ABCD"
 MAX_NEW_TOKENS = 16
 TASK_NAME = "esgexp_bench_mcq"
 MODES = ("logprob", "generate")
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "bfloat16-checked")
+# A setting that is not a weight dtype: (model.dtype, backend.logprob_autocast); ours only (lm-eval has none such).
+AUTOCAST_SETTINGS = {"bfloat16-checked": ("float32", "bfloat16")}
+MM_DTYPES = ("float32", "bfloat16")  # the rates the roofline is measured in (bfloat16-checked: bfloat16's)
 LMEVAL_BATCH_SIZES = "1,4,8,16"
 BUSY_SHARE = 0.10  # other processes using more than this share of the CPUs during a run: measure again (--retry-busy)
 
@@ -208,7 +211,8 @@ def compose_job_config(job: dict):
         "paths.output_dir=null",  # no run folder (its default needs Hydra's runtime); a server logs to the cache
         "backend=hf",
         f"scoring={job['mode']}",
-        f"model.dtype={job['dtype']}",
+        f"model.dtype={AUTOCAST_SETTINGS.get(job['dtype'], (job['dtype'],))[0]}",
+        f"backend.logprob_autocast={AUTOCAST_SETTINGS.get(job['dtype'], (None, 'null'))[1]}",
         f"model.chat_template={'true' if job['chat_template'] else 'false'}",
         f"model.generation.max_new_tokens={MAX_NEW_TOKENS}",
         f"trainer.batch_size={job['batch_size']}",
@@ -260,6 +264,7 @@ def run_ours(job: dict) -> dict:
     ids = [item.id for item in items]
     outputs = [None if by_id[i].failed else by_id[i].output for i in ids]
     scores = [[by_id[i].scores[letter] for letter in LETTERS] if by_id[i].scores else None for i in ids]
+    rechecked = backend.stats().get("n_rechecked")
     backend.close()
     return {
         "load_s": load_s,
@@ -276,6 +281,7 @@ def run_ours(job: dict) -> dict:
         "batch_size": backend.batch_size,
         "prefix_tokens": len(common_prefix(tokens)) if backend.prefix_cache else 0,
         "n_failed": sum(1 for r in responses if r.failed),
+        "n_rechecked": rechecked,
         "prompt_hashes": [text_hash(text) for text in rendered],
         "letter_logprobs": scores if job["mode"] == "logprob" else None,
         "outputs": outputs,
@@ -677,7 +683,7 @@ def matrix_rates(args, model_dir: str, ours: dict) -> dict:
     job = {
         "side": "mm",
         "rows": round(ours["batch_size"] * suffix),
-        "dtypes": list(DTYPES),
+        "dtypes": list(MM_DTYPES),
         "seconds": args.mm_seconds,
         "threads": args.threads,
         "model_dir": model_dir,
@@ -768,7 +774,10 @@ def comparison_row(data: str, n: int, mode: str, dtype: str, ours_runs: list[dic
         "ours_model_s": ours["model_s"],
         "ours_tokenise_s": ours["tokenise_s"],
         "ours_settings": [
-            {k: run[k] for k in ("batch_size", "qps", "infer_s", "model_s", "peak_mib", "load_average_before")}
+            {
+                k: run.get(k)
+                for k in ("batch_size", "qps", "infer_s", "model_s", "peak_mib", "load_average_before", "n_rechecked")
+            }
             | {"foreign_cpu_share": run["foreign_cpu_share"]}
             for run in ours_runs
         ],
@@ -824,7 +833,7 @@ def roofline(row: dict, ours: dict, lmeval: dict | None, mm: dict) -> dict:
     token for lm-eval, which takes the logits of the whole sequence), and the share of the measured
     matrix-multiply rate that the inference seconds reach (attention's own FLOPs are left out)."""
     params, n = ours["parameters"], row["n"]
-    rate = mm["rates"].get(row["dtype"], {}).get("rate_gflops")
+    rate = mm["rates"].get(AUTOCAST_SETTINGS.get(row["dtype"], (None, row["dtype"]))[1], {}).get("rate_gflops")
     tokens = ours_tokens(ours["token_lengths"], ours["prefix_tokens"], ours["batch_size"])
     flop = 2 * params["non_embedding"] * tokens + 2 * params["lm_head"] * n
     sides = {"ours": {"tokens": tokens, "tflop": flop / 1e12, "seconds": ours["infer_s"], "model_s": ours["model_s"]}}
@@ -940,6 +949,7 @@ OURS_COLUMNS = [
     ("in model s", "model_s", "{:.1f}"),
     ("peak MiB", "peak_mib", "{:.0f}"),
     ("load avg", "load_average_before", "{:.1f}"),
+    ("rechecked in fp32", "n_rechecked", "{}"),
     ("foreign CPU", "foreign_cpu_share", "{:.0%}"),
 ]
 
@@ -1125,7 +1135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--limit", type=int, default=None, help="only the first N questions of each file (default: all)"
     )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(MM_DTYPES))
     parser.add_argument(
         "--batch-size",
         type=batch_sizes,
@@ -1206,7 +1216,7 @@ def main(argv: list[str] | None = None) -> None:
             for mode in args.modes:
                 ours, lmevals = [], []
                 # interleaved (ours, lm-eval, ours, ...) so that a change of load touches both sides
-                lmeval_batches = [] if args.no_lmeval else args.lmeval_batch_sizes
+                lmeval_batches = [] if args.no_lmeval or dtype in AUTOCAST_SETTINGS else args.lmeval_batch_sizes
                 for i in range(max(len(ours_batches), len(lmeval_batches))):
                     if i < len(ours_batches):
                         ours.append(measure(args, data, items, folder, mode, dtype, "ours", ours_batches[i]))

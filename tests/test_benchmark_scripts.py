@@ -83,7 +83,7 @@ def smoke_args(inputs: dict[str, Path]) -> dict[str, list[str]]:
         "judge_check.py": "--cases 2",
         "leaderboard.py": "--models 3 --questions 12 --repeats 1",
         "lora_step.py": "--dtypes float32 --steps 2 --warmup 0 --repeats 1 --seq-len 32 --batch-size 1 --threads 1",
-        "mcq_throughput.py": "--limit 2 --modes logprob --dtypes float32 --no-lmeval --mm-seconds 0.05 --threads 1",
+        "mcq_throughput.py": "--limit 2 --modes logprob --dtypes float32 bfloat16-checked --no-lmeval --mm-seconds 0.05 --threads 1",
         "metrics.py": "--n 10 --bertscore-n 2",
         "pdf_readers.py": f"--pdfs {pdfs} --large {none} --repeats 1",
         "reliability_sweep.py": "--only 'csv rows'",

@@ -1,5 +1,7 @@
 """Model layer on a tiny random Llama: loading, letter tokens, batched scoring, OOM retry."""
 
+import itertools
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -262,3 +264,31 @@ def test_a_local_model_with_a_chat_template_left_unused_is_warned_about(make_cfg
         with caplog.at_level("WARNING", logger="esgexp"):
             HFBackend(cfg.model, RunContext(str(tmp_path), "", 0)).tokenizer  # noqa: B018 (loads it)
         assert ("model.chat_template=true" in caplog.text) == warned, caplog.text
+
+
+def letter_gap(scores: dict) -> float:
+    """The smallest gap between two letters next to each other in the order of ``scores``."""
+    ordered = sorted(scores.values(), reverse=True)
+    return min(a - b for a, b in itertools.pairwise(ordered))
+
+
+@pytest.mark.parametrize("prefixed", [False, True], ids=["plain", "prefix-cache"])
+def test_bf16_autocast_scores_close_calls_again_in_float32(tiny, prefixed):
+    model, tokenizer = tiny
+    prompts = [("You are an expert in ESG. Answer with one letter.\n\n" if prefixed else "") + p for p in PROMPTS]
+    letters = letter_token_ids(tokenizer, prompts[0], list("ABCD"))
+    prefix = common_prefix(tokenizer(prompts)["input_ids"]) if prefixed else []
+    exact = collect(model, LogprobScorer(letters, prefix), tokenizer, prompts, batch_size=3)
+    fast = collect(model, LogprobScorer(letters, prefix, "bfloat16", 0.0), tokenizer, prompts, batch_size=3)
+    assert not any("rechecked" in r for r in fast.values())
+    assert all(fast[k]["scores"] != exact[k]["scores"] for k in exact)  # bf16 matrix products, not float32's
+    # a margin between the rows' gaps: the rows closer than it are scored again, in float32
+    gaps = sorted(letter_gap(r["scores"]) for r in fast.values())
+    margin = (gaps[0] + gaps[1]) / 2
+    checked = collect(model, LogprobScorer(letters, prefix, "bfloat16", margin), tokenizer, prompts, batch_size=3)
+    for key, result in checked.items():
+        close = letter_gap(fast[key]["scores"]) < margin
+        assert result.get("rechecked", False) == close
+        expected = exact[key] if close else fast[key]
+        assert result["scores"] == pytest.approx(expected["scores"], abs=1e-5)
+    assert sum(r.get("rechecked", False) for r in checked.values()) == 1

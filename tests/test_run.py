@@ -223,3 +223,23 @@ def test_a_setting_nobody_listed_decides_resume_and_a_declared_runtime_setting_d
     assert run_job(job("t2", "+grader.strictness=2", "resume=true"))["n_resumed"] == 0
     same = job("t3", "+grader.strictness=1", "resume=true", "trainer.batch_size=2", "stats.bootstrap=200")
     assert run_job(same)["n_resumed"] == 4
+
+
+def test_logprob_in_bf16_autocast_rechecks_close_calls_in_float32(tiny_cfg, tmp_path):
+    """The tiny random model's letters are all close calls: with a margin wider than any gap, every answer is
+    scored again in float32 and the run's scores are float32's; with margin 0 none is, and bf16's stand."""
+    common = ("scoring=logprob", "dataset.limit=6")
+    autocast = (*common, "backend.logprob_autocast=bfloat16")
+    assert "n_rechecked" not in run_job(tiny_cfg(*common, f"paths.output_dir={tmp_path}/fp32"))
+    every = run_job(tiny_cfg(*autocast, "backend.recheck_margin=1000", f"paths.output_dir={tmp_path}/all"))
+    none = run_job(tiny_cfg(*autocast, "backend.recheck_margin=0", f"paths.output_dir={tmp_path}/none"))
+    assert every["n_rechecked"] == 6 and none["n_rechecked"] == 0
+    scores = {
+        name: {r["id"]: r["scores"] for r in read_jsonl(tmp_path / name / "predictions.jsonl")}
+        for name in ("fp32", "all", "none")
+    }
+    for key, expected in scores["fp32"].items():
+        assert scores["all"][key] == pytest.approx(expected, abs=1e-5)
+    assert scores["none"] != scores["fp32"]
+    with pytest.raises(UserError, match=r"logprob_autocast=bfloat16 computes over float32 weights.*model.dtype=bf"):
+        run_job(tiny_cfg(*autocast, "model.dtype=bfloat16", f"paths.output_dir={tmp_path}/bf16"))

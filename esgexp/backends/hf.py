@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from esgexp.backends.base import OnResults, Request, Response, RunContext
 from esgexp.backends.local import LocalModelBackend, template_opening
-from esgexp.core.rules import Integer
+from esgexp.core.rules import Choice, Integer, Number
 from esgexp.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,11 @@ class HFBackend(LocalModelBackend):
     """A causal LM loaded with transformers, ``model.adapter`` merged into it."""
 
     name = "hf"
-    rules: ClassVar[dict] = {"batch_size": Integer(1)}
+    rules: ClassVar[dict] = {
+        "batch_size": Integer(1),
+        "logprob_autocast": Choice(("bfloat16",), optional=True),
+        "recheck_margin": Number(low=0),
+    }
     runtime_keys = ("batch_size", "progress_bar", "accelerator")
 
     def __init__(
@@ -39,12 +43,16 @@ class HFBackend(LocalModelBackend):
         batch_size: int = 8,
         progress_bar: bool = True,
         prefix_cache: bool = True,
+        logprob_autocast: str | None = None,
+        recheck_margin: float = 0.1,
     ):
         super().__init__(model_cfg, context)
         self.accelerator = accelerator
         self.batch_size = batch_size
         self.progress_bar = progress_bar
         self.prefix_cache = prefix_cache
+        self.logprob_autocast, self.recheck_margin = logprob_autocast, recheck_margin
+        self.n_rechecked = 0  # logprob answers scored again without autocast (close calls)
         self._model = None
 
     @property
@@ -59,7 +67,10 @@ class HFBackend(LocalModelBackend):
         from esgexp.models.loading import torch_dtype
 
         dtype = str(torch_dtype(self.model_cfg.dtype, self.on_gpu)).removeprefix("torch.")
-        return {**super().identity(), "dtype": dtype, "load_in_4bit": bool(self.model_cfg.get("load_in_4bit"))}
+        identity = {**super().identity(), "dtype": dtype, "load_in_4bit": bool(self.model_cfg.get("load_in_4bit"))}
+        if self.logprob_autocast:  # its letter scores differ from the weights' own arithmetic's
+            identity.update(logprob_autocast=self.logprob_autocast, recheck_margin=self.recheck_margin)
+        return identity
 
     def loaded_model(self):
         if self._model is None:
@@ -88,6 +99,7 @@ class HFBackend(LocalModelBackend):
             openings = {r.id: template_opening(text) if generated else "" for r, text in zip(group, texts)}
 
             def hand_over(results: list[dict], openings=openings) -> None:
+                self.n_rechecked += sum(1 for result in results if result.get("rechecked"))
                 on_results([response_of(result, openings[result["id"]]) for result in results])
 
             run_inference(self.loaded_model(), scorer, data, hand_over, self.accelerator, self.progress_bar)
@@ -101,7 +113,7 @@ class HFBackend(LocalModelBackend):
         prefix = common_prefix(token_ids) if self.prefix_cache else []
         if request.kind == "logprob":
             letters = letter_token_ids(self.tokenizer, texts[0], list(request.letters))
-            return LogprobScorer(letters, prefix)
+            return LogprobScorer(letters, prefix, self.checked_autocast(), self.recheck_margin)
         constraint = None
         if request.json_schema is not None:
             from esgexp.backends.structured import json_constraint
@@ -109,6 +121,23 @@ class HFBackend(LocalModelBackend):
             schemas = {r.id: r.json_schema for r in group}
             constraint = json_constraint(self.tokenizer, self.loaded_model().config.vocab_size, schemas)
         return GenerateScorer(self.tokenizer, request.max_new_tokens, tuple(request.stop), constraint, prefix)
+
+    def stats(self) -> dict[str, int]:
+        """``n_rechecked`` (the close calls scored again in float32) where ``logprob_autocast`` is set."""
+        return {"n_rechecked": self.n_rechecked} if self.logprob_autocast else {}
+
+    def checked_autocast(self) -> str | None:
+        """``logprob_autocast``, which runs over float32 weights only (a UserError naming the setting else)."""
+        from esgexp.models.loading import torch_dtype
+
+        dtype = str(torch_dtype(self.model_cfg.dtype, self.on_gpu)).removeprefix("torch.")
+        if self.logprob_autocast and (dtype != "float32" or self.model_cfg.get("load_in_4bit")):
+            raise UserError(
+                f"backend.logprob_autocast={self.logprob_autocast} computes over float32 weights and rechecks close "
+                f"calls in float32, but model.dtype={self.model_cfg.dtype} loads {dtype} weights here; set "
+                "model.dtype=float32, or backend.logprob_autocast=null"
+            )
+        return self.logprob_autocast
 
     def close(self) -> None:
         """Drop the model and free the GPU's cached memory for the next job of a sweep."""

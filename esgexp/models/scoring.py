@@ -163,32 +163,56 @@ class LogprobScorer:
     """One forward pass; the answer is the letter whose next token is most probable.
 
     With ``prefix_ids`` (the tokens every prompt starts with, e.g. the instruction), the prefix's
-    key/value cache is computed once and each batch runs only the rest of its prompts.
+    key/value cache is computed once and each batch runs only the rest of its prompts. With ``autocast``
+    (a torch dtype name, e.g. ``bfloat16``) the pass runs under torch's autocast to it (matrix products in
+    that type over the model's own weights), and each row whose letters lie within ``recheck_margin`` of
+    each other in log-probability (``close_calls``) runs again without it; such a row's result says
+    ``rechecked``.
     """
 
     letter_ids: dict[str, int]
     prefix_ids: list[int] = field(default_factory=list)
-    _prefix_cache: object = field(default=None, init=False, repr=False)
+    autocast: str | None = None
+    recheck_margin: float = 0.0
+    _prefix_caches: dict = field(default_factory=dict, init=False, repr=False)
 
     def __call__(self, model, ids, input_ids, attention_mask) -> list[dict]:
-        import torch
-
-        if self.prefix_ids:
-            logits = self.last_logits_after_prefix(model, input_ids, attention_mask)
-        else:
-            # Left padding puts every prompt's last token last; only that position needs logits.
-            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1).logits[:, -1, :]
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        chosen = self.letter_logprobs(model, input_ids, attention_mask, self.autocast)
+        rechecked = close_calls(chosen, self.recheck_margin if self.autocast else 0.0)
+        if rechecked.any():
+            rows = rechecked.nonzero().flatten().to(input_ids.device)
+            chosen[rechecked] = self.letter_logprobs(model, input_ids[rows], attention_mask[rows], None)
         letters = list(self.letter_ids)
-        chosen = logprobs[:, [self.letter_ids[letter] for letter in letters]].tolist()
         results = []
-        for row in chosen:
+        for row, again in zip(chosen.tolist(), rechecked.tolist()):
             scores = dict(zip(letters, row))
-            results.append({"output": max(letters, key=lambda letter: scores[letter]), "scores": scores})
+            result = {"output": max(letters, key=lambda letter: scores[letter]), "scores": scores}
+            results.append({**result, "rechecked": True} if again else result)
         return results
 
-    def last_logits_after_prefix(self, model, input_ids, attention_mask):
-        """Next-token logits of each prompt, running only the part after the cached prefix."""
+    def letter_logprobs(self, model, input_ids, attention_mask, autocast: str | None):
+        """The letters' next-token log-probabilities (float32, on the CPU), one row per prompt, the passes
+        under ``autocast`` to that dtype (None: the weights' own)."""
+        import contextlib
+
+        import torch
+
+        device = input_ids.device
+        arithmetic = (
+            torch.autocast(device.type, dtype=getattr(torch, autocast)) if autocast else contextlib.nullcontext()
+        )
+        with arithmetic:
+            if self.prefix_ids:
+                logits = self.last_logits_after_prefix(model, input_ids, attention_mask, autocast)
+            else:
+                # Left padding puts every prompt's last token last; only that position needs logits.
+                logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1).logits[:, -1, :]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        return logprobs[:, [self.letter_ids[letter] for letter in self.letter_ids]].cpu()
+
+    def last_logits_after_prefix(self, model, input_ids, attention_mask, autocast: str | None = None):
+        """Next-token logits of each prompt, running only the part after the cached prefix (one cache per
+        ``autocast``: its keys and values come out in that arithmetic)."""
         import torch
 
         suffixes = [row[len(self.prefix_ids) :] for row in prompt_rows(input_ids, attention_mask, self.prefix_ids)]
@@ -197,8 +221,18 @@ class LogprobScorer:
         batch = torch.zeros(len(suffixes), int(lengths.max()), dtype=input_ids.dtype, device=input_ids.device)
         for i, suffix in enumerate(suffixes):
             batch[i, : len(suffix)] = suffix
-        if self._prefix_cache is None:
-            self._prefix_cache = prefix_cache(model, self.prefix_ids, input_ids.device)
-        cache = repeated(self._prefix_cache, len(suffixes))
+        if autocast not in self._prefix_caches:
+            self._prefix_caches[autocast] = prefix_cache(model, self.prefix_ids, input_ids.device)
+        cache = repeated(self._prefix_caches[autocast], len(suffixes))
         last = (lengths - 1)[:, None]
         return model(input_ids=batch, cache=cache, use_cache=True, logits_to_keep=last).logits[:, 0, :]
+
+
+def close_calls(letter_logprobs, margin: float):
+    """Which rows of ``letter_logprobs`` (one row of letter log-probabilities per prompt) hold two letters,
+    next to each other in their order, less than ``margin`` apart: rows whose ranking a small change of
+    arithmetic can flip (a bool tensor)."""
+    ordered = letter_logprobs.sort(dim=1, descending=True).values
+    if ordered.shape[1] < 2:
+        return ordered.new_zeros(len(ordered)).bool()
+    return (ordered[:, :-1] - ordered[:, 1:]).min(dim=1).values < margin
