@@ -243,3 +243,13 @@ def test_logprob_in_bf16_autocast_rechecks_close_calls_in_float32(tiny_cfg, tmp_
     assert scores["none"] != scores["fp32"]
     with pytest.raises(UserError, match=r"logprob_autocast=bfloat16 computes over float32 weights.*model.dtype=bf"):
         run_job(tiny_cfg(*autocast, "model.dtype=bfloat16", f"paths.output_dir={tmp_path}/bf16"))
+
+
+def test_logprob_autocast_on_a_cpu_without_native_bf16_says_it_is_slower_there(tiny_cfg, tmp_path, monkeypatch, caplog):
+    import esgexp.models.loading
+
+    monkeypatch.setattr(
+        esgexp.models.loading, "cpu_has_fast_bf16", lambda: (False, "CPU capability AVX2 has no native bf16")
+    )
+    run_job(tiny_cfg("scoring=logprob", "dataset.limit=2", "backend.logprob_autocast=bfloat16"))
+    assert "CPU capability AVX2 has no native bf16; bf16 is emulated on this CPU and slower than float32" in caplog.text

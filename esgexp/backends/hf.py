@@ -127,15 +127,26 @@ class HFBackend(LocalModelBackend):
         return {"n_rechecked": self.n_rechecked} if self.logprob_autocast else {}
 
     def checked_autocast(self) -> str | None:
-        """``logprob_autocast``, which runs over float32 weights only (a UserError naming the setting else)."""
-        from esgexp.models.loading import torch_dtype
+        """``logprob_autocast``, which runs over float32 weights only (a UserError naming the setting else); on
+        a CPU without native bf16 a warning says it is slower there than float32."""
+        from esgexp.models.loading import cpu_has_fast_bf16, torch_dtype
 
+        if not self.logprob_autocast:
+            return None
         dtype = str(torch_dtype(self.model_cfg.dtype, self.on_gpu)).removeprefix("torch.")
-        if self.logprob_autocast and (dtype != "float32" or self.model_cfg.get("load_in_4bit")):
+        if dtype != "float32" or self.model_cfg.get("load_in_4bit"):
             raise UserError(
                 f"backend.logprob_autocast={self.logprob_autocast} computes over float32 weights and rechecks close "
                 f"calls in float32, but model.dtype={self.model_cfg.dtype} loads {dtype} weights here; set "
                 "model.dtype=float32, or backend.logprob_autocast=null"
+            )
+        native, reason = cpu_has_fast_bf16()
+        if not self.on_gpu and not native:
+            log.warning(
+                "backend.logprob_autocast=%s: %s; bf16 is emulated on this CPU and slower than float32 "
+                "(backend.logprob_autocast=null is faster here)",
+                self.logprob_autocast,
+                reason,
             )
         return self.logprob_autocast
 
