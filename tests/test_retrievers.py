@@ -466,3 +466,16 @@ def test_dense_openvino_conversion_is_kept_and_read_back_by_the_next_process(tmp
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert np.array_equal(np.load(tmp_path / "again.npy"), kept)
+
+
+def test_dense_progress_bar_counts_the_passages_it_embeds_and_not_the_queries(capsys):
+    pytest.importorskip("openvino", reason="openvino (a declared dependency) is not installed")
+    texts = [p.text for p in PASSAGES]
+    shown = DenseRetriever(device="cpu", precision="float32", runtime="openvino", progress_bar=True, batch_size=4)
+    vectors = shown.encode(texts)
+    bar = capsys.readouterr().err
+    assert "embedding: 100%" in bar and f"{len(texts)}/{len(texts)} [" in bar
+    shown.encode(["garbage disposal"], query=True)
+    assert capsys.readouterr().err == ""  # queries: no bar
+    quiet = DenseRetriever(device="cpu", precision="float32", runtime="openvino", batch_size=4)
+    assert np.array_equal(quiet.encode(texts), vectors) and capsys.readouterr().err == ""

@@ -30,6 +30,8 @@ NOT_IDENTITY = (
     "cache",  # whether answers come from the request cache (the same answers either way)
     "stats",  # how intervals are computed from the same answers (a resumed run scores again)
     "trainer.progress_bar",  # how visibly and on which devices it runs
+    "retriever.progress_bar",
+    "retriever.dense.progress_bar",  # a hybrid's dense half
     "trainer.batch_size",
     "trainer.accelerator",
     "trainer.devices",

@@ -312,7 +312,8 @@ class DenseRetriever(VectorRetriever):
     ``precision``: one of ``PRECISIONS`` for queries and passages alike (auto: ``encoder_precision``);
     ``runtime``: one of ``RUNTIMES`` (auto: ``encoder_runtime``; under auto a model OpenVINO cannot convert
     runs in torch, with a warning); ``openvino_cache``: the folder where OpenVINO's converted encoders are
-    kept (None: converted in every process). The index depends on the passage side only (model and its files,
+    kept (None: converted in every process); ``progress_bar``: a bar on stderr while passages are embedded. The
+    index depends on the passage side only (model and its files,
     passage prompt, pooling, normalize, the precision and runtime it was embedded in).
     """
 
@@ -353,6 +354,7 @@ class DenseRetriever(VectorRetriever):
         precision: str = "auto",
         runtime: str = "auto",
         openvino_cache: str | None = None,
+        progress_bar: bool = False,
     ) -> None:
         super().__init__(name, backend)
         self.model = resolve_source(model, name)
@@ -360,7 +362,7 @@ class DenseRetriever(VectorRetriever):
         self.query_prompt, self.passage_prompt = query_prompt or "", passage_prompt or ""
         self.pooling, self.normalize = pooling, bool(normalize)
         self.batch_size, self.device, self.precision_setting = batch_size, device, precision
-        self.runtime_setting, self.openvino_cache = runtime, openvino_cache
+        self.runtime_setting, self.openvino_cache, self.progress_bar = runtime, openvino_cache, progress_bar
 
     @cached_property
     def precision(self) -> str:
@@ -413,8 +415,10 @@ class DenseRetriever(VectorRetriever):
         ``runtime``;
         sentence-transformers batches the texts longest first, so a batch holds texts of similar length."""
         prompt = self.query_prompt if query else self.passage_prompt
+        progress = self.progress_bar and not query
         if self.runtime == "openvino":
-            return self.openvino_encoder(query).encode(texts, prompt or None, self.batch_size, self.normalize)
+            compiled = self.openvino_encoder(query)
+            return compiled.encode(texts, prompt or None, self.batch_size, self.normalize, progress)
         encoder = self.encoder(query)
         with precision_context(self.precision, encoder.device.type):
             vectors = encoder.encode(
@@ -423,6 +427,6 @@ class DenseRetriever(VectorRetriever):
                 batch_size=self.batch_size,
                 normalize_embeddings=self.normalize,
                 convert_to_tensor=True,
-                show_progress_bar=False,
+                show_progress_bar=progress,
             )
         return np.ascontiguousarray(vectors.float().cpu().numpy(), dtype=np.float32)

@@ -83,10 +83,14 @@ class OpenVINOEncoder:
                 f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); use retriever.runtime=torch"
             ) from error
 
-    def encode(self, texts: list[str], prompt: str | None, batch_size: int, normalize: bool) -> np.ndarray:
-        """float32 vectors, one row per text in the order given (unit vectors when ``normalize``)."""
+    def encode(
+        self, texts: list[str], prompt: str | None, batch_size: int, normalize: bool, progress: bool = False
+    ) -> np.ndarray:
+        """float32 vectors, one row per text in the order given (unit vectors when ``normalize``); ``progress``:
+        a progress bar over the texts on stderr."""
         import openvino
         import torch
+        from tqdm import tqdm
 
         tokens = self.encoder.tokenizer(texts, truncation=True)["input_ids"] if texts else []
         order = sorted(range(len(texts)), key=lambda i: -len(tokens[i]))  # batches of one length: little padding
@@ -106,16 +110,18 @@ class OpenVINOEncoder:
 
         queue = openvino.AsyncInferQueue(self.compiled, self.requests)
         queue.set_callback(pooled)
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            features = self.encoder.preprocess(
-                [texts[i] for i in rows],
-                prompt=prompt,
-                processing_kwargs={"text": {"pad_to_multiple_of": PAD_MULTIPLE}},
-            )
-            inputs = {name: features[name].numpy() for name in self.input_names}
-            queue.start_async(inputs, userdata=(rows, features))
-        queue.wait_all()
+        with tqdm(total=len(texts), desc="embedding", unit="passage", disable=not progress) as bar:
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                features = self.encoder.preprocess(
+                    [texts[i] for i in rows],
+                    prompt=prompt,
+                    processing_kwargs={"text": {"pad_to_multiple_of": PAD_MULTIPLE}},
+                )
+                inputs = {name: features[name].numpy() for name in self.input_names}
+                queue.start_async(inputs, userdata=(rows, features))  # waits while every request is busy
+                bar.update(len(rows))
+            queue.wait_all()
         if any(vector is None for vector in vectors):
             raise RuntimeError("OpenVINO returned no vector for some texts (a failed infer request)")
         if not texts:
