@@ -312,9 +312,9 @@ class DenseRetriever(VectorRetriever):
     ``precision``: one of ``PRECISIONS`` for queries and passages alike (auto: ``encoder_precision``);
     ``runtime``: one of ``RUNTIMES`` (auto: ``encoder_runtime``; under auto a model OpenVINO cannot convert
     runs in torch, with a warning); ``openvino_cache``: the folder where OpenVINO's converted encoders are
-    kept (None: converted in every process); ``progress_bar``: a bar on stderr while passages are embedded. The
-    index depends on the passage side only (model and its files,
-    passage prompt, pooling, normalize, the precision and runtime it was embedded in).
+    kept (None: converted in every process); ``progress_bar``: a bar on stderr while passages are embedded.
+    The index depends on the passage side only (model and its files, passage prompt, pooling, normalize, the
+    precision and runtime it was embedded in).
     """
 
     rules: ClassVar[dict] = {
