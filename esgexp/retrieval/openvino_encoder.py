@@ -141,7 +141,9 @@ def keep(converted: Any, saved: Path) -> None:
         openvino.save_model(converted, staged, compress_to_fp16=False)
         os.replace(staged.with_suffix(".bin"), saved.with_suffix(".bin"))
         os.replace(staged, saved)
-    except OSError as error:
+    except Exception as error:  # OSError, or OpenVINO's RuntimeError (a full disk while it writes)
+        for left in (staged, staged.with_suffix(".bin")):
+            left.unlink(missing_ok=True)
         log.warning("retriever: the converted encoder could not be kept in %s (%s)", saved.parent, error)
 
 
