@@ -435,7 +435,8 @@ def test_dense_openvino_that_cannot_convert_is_named_or_left_to_torch_under_auto
     fallen_back = DenseRetriever(**settings, runtime="auto")
     vectors = fallen_back.encode(texts)
     assert np.array_equal(vectors, DenseRetriever(device="cpu", precision="float32", runtime="torch").encode(texts))
-    assert caplog.text.count("encoding in torch instead") == 1
+    assert DenseRetriever(**settings, runtime="auto").runtime == "torch"  # a job's second instance
+    assert caplog.text.count("encoding in torch instead") == 1  # said once per process
     # what ran is what the index key and the run's tag say: torch, not the openvino auto would have picked
     assert fallen_back.runtime == "torch" and "runtime" not in fallen_back.settings()
     node = OmegaConf.create({"_target_": "esgexp.retrieval.dense.DenseRetriever", **settings, "runtime": "auto"})
@@ -479,3 +480,23 @@ def test_dense_progress_bar_counts_the_passages_it_embeds_and_not_the_queries(ca
     assert capsys.readouterr().err == ""  # queries: no bar
     quiet = DenseRetriever(device="cpu", precision="float32", runtime="openvino", batch_size=4)
     assert np.array_equal(quiet.encode(texts), vectors) and capsys.readouterr().err == ""
+
+
+def test_dense_openvino_conversion_that_cannot_be_kept_still_encodes_and_leaves_no_part_behind(
+    tmp_path, monkeypatch, caplog
+):
+    openvino = pytest.importorskip("openvino", reason="openvino (a declared dependency) is not installed")
+    save = openvino.save_model
+
+    def disk_full_after_the_xml(model, path, **kwargs):
+        save(model, path, **kwargs)  # both files written, then the disk fills (as OpenVINO reports it)
+        raise RuntimeError("Can't write weights: No space left on device")
+
+    monkeypatch.setattr(openvino, "save_model", disk_full_after_the_xml)
+    texts = [p.text for p in PASSAGES]
+    folder = tmp_path / "openvino"
+    settings = {"device": "cpu", "precision": "float32", "runtime": "openvino"}
+    vectors = DenseRetriever(**settings, openvino_cache=str(folder)).encode(texts)
+    assert np.allclose(vectors, DenseRetriever(**settings).encode(texts), atol=1e-6)
+    assert list(folder.iterdir()) == []  # no half-kept conversion, nothing staged left
+    assert "the converted encoder could not be kept" in caplog.text and "No space left" in caplog.text

@@ -133,6 +133,13 @@ def release_openvino_encoders() -> None:
     gc.collect()
 
 
+@cache
+def warn_torch_instead(name: str, error: str) -> None:
+    """The warning that retriever ``name`` encodes in torch because OpenVINO cannot convert its model
+    (``error``): once per process, though a job resolves its retriever for its tags and again for its work."""
+    log.warning("retriever %s: %s; encoding in torch instead", name, error)
+
+
 def converted_key(source: str) -> str:
     """A name for the converted form of encoder ``source``: its files (``source_stamp``) and the versions of
     the libraries that trace and convert it."""
@@ -372,7 +379,7 @@ class DenseRetriever(VectorRetriever):
     @cached_property
     def runtime(self) -> str:
         """What runs the encoder here: ``runtime`` resolved on this machine's device; under auto, torch when
-        OpenVINO cannot convert the passage or the query model (said once, in a warning). Resolving it to
+        OpenVINO cannot convert the passage or the query model (``warn_torch_instead``). Resolving it to
         OpenVINO loads and compiles the encoders (once per process)."""
         runtime = encoder_runtime(self.runtime_setting, pick_device(self.device))
         if runtime != "openvino":
@@ -382,7 +389,7 @@ class DenseRetriever(VectorRetriever):
             if error is not None and self.runtime_setting != "auto":
                 raise error
             if error is not None:
-                log.warning("retriever %s: %s; encoding in torch instead", self.name, error)
+                warn_torch_instead(self.name, str(error))
                 return "torch"
         return runtime
 
