@@ -29,6 +29,9 @@ printed and recorded: it decides how fast bfloat16 is.
 --batch-size and --lmeval-batch-sizes take lists; the two sides' runs alternate (ours, lm-eval, ours,
 ...) and each side's fastest batch size stands. In logprob mode the report adds:
 
+``--dtypes bfloat16-checked`` (ours only) is ``backend.logprob_autocast=bfloat16`` over float32 weights: a
+bf16 pass whose close calls are scored again in float32 (the runs' ``n_rechecked`` in the JSON).
+
 * against the fp32 reference (our float32 log-probabilities, when float32 is among --dtypes): per
   side and dtype the share of questions with the same answer, with the same order of all four
   letters, and the largest log-probability difference (renormalised over A-D);
@@ -90,9 +93,17 @@ MAX_NEW_TOKENS = 16
 TASK_NAME = "esgexp_bench_mcq"
 MODES = ("logprob", "generate")
 DTYPES = ("float32", "bfloat16", "bfloat16-checked")
-# A setting that is not a weight dtype: (model.dtype, backend.logprob_autocast); ours only (lm-eval has none such).
+# A setting that is not a weight dtype, ours only (lm-eval has none such): its weights' dtype and its
+# backend.logprob_autocast (the arithmetic of its pass, and so of its roofline).
 AUTOCAST_SETTINGS = {"bfloat16-checked": ("float32", "bfloat16")}
-MM_DTYPES = ("float32", "bfloat16")  # the rates the roofline is measured in (bfloat16-checked: bfloat16's)
+MM_DTYPES = ("float32", "bfloat16")  # the rates the roofline is measured in
+
+
+def weights_and_arithmetic(dtype: str) -> tuple[str, str | None]:
+    """A --dtypes value's model.dtype and backend.logprob_autocast (None: the weights' own arithmetic)."""
+    return AUTOCAST_SETTINGS.get(dtype, (dtype, None))
+
+
 LMEVAL_BATCH_SIZES = "1,4,8,16"
 BUSY_SHARE = 0.10  # other processes using more than this share of the CPUs during a run: measure again (--retry-busy)
 
@@ -211,8 +222,8 @@ def compose_job_config(job: dict):
         "paths.output_dir=null",  # no run folder (its default needs Hydra's runtime); a server logs to the cache
         "backend=hf",
         f"scoring={job['mode']}",
-        f"model.dtype={AUTOCAST_SETTINGS.get(job['dtype'], (job['dtype'],))[0]}",
-        f"backend.logprob_autocast={AUTOCAST_SETTINGS.get(job['dtype'], (None, 'null'))[1]}",
+        f"model.dtype={weights_and_arithmetic(job['dtype'])[0]}",
+        f"backend.logprob_autocast={weights_and_arithmetic(job['dtype'])[1] or 'null'}",
         f"model.chat_template={'true' if job['chat_template'] else 'false'}",
         f"model.generation.max_new_tokens={MAX_NEW_TOKENS}",
         f"trainer.batch_size={job['batch_size']}",
@@ -833,7 +844,8 @@ def roofline(row: dict, ours: dict, lmeval: dict | None, mm: dict) -> dict:
     token for lm-eval, which takes the logits of the whole sequence), and the share of the measured
     matrix-multiply rate that the inference seconds reach (attention's own FLOPs are left out)."""
     params, n = ours["parameters"], row["n"]
-    rate = mm["rates"].get(AUTOCAST_SETTINGS.get(row["dtype"], (None, row["dtype"]))[1], {}).get("rate_gflops")
+    weights, autocast = weights_and_arithmetic(row["dtype"])
+    rate = mm["rates"].get(autocast or weights, {}).get("rate_gflops")
     tokens = ours_tokens(ours["token_lengths"], ours["prefix_tokens"], ours["batch_size"])
     flop = 2 * params["non_embedding"] * tokens + 2 * params["lm_head"] * n
     sides = {"ours": {"tokens": tokens, "tflop": flop / 1e12, "seconds": ours["infer_s"], "model_s": ours["model_s"]}}
