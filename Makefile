@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install bytecode run lint format test bench bench-smoke clean
+.PHONY: install bytecode run lint format test test-isa bench bench-smoke clean
 
 $(STAMP):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -81,6 +81,21 @@ format: install
 test: bytecode lint bench-smoke
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --maxprocesses=4 --dist worksteal --durations=15 \
 		--ignore=tests/test_benchmark_scripts.py
+
+# The numerics tests (`-m numerics`: precisions, runtimes and batchings compared) once under each instruction-set cap that
+# oneDNN and OpenVINO obey (ONEDNN_MAX_CPU_ISA), so a verdict that depends on the CPU shows here and not on the next
+# machine. Under the AVX2 cap torch's own kernels are capped too (ATEN_CPU_CAPABILITY=avx2; torch takes a higher value
+# on trust, so none is set above it). A cap above what this CPU has changes nothing: each run first prints what
+# oneDNN, torch and OpenVINO really use (tests/isa_report.py). docs/testing.md has the results.
+ISA_CAPS := AVX2 AVX512_CORE AVX512_CORE_BF16 AVX512_CORE_AMX
+test-isa: bytecode
+	set -e; for isa in $(ISA_CAPS); do \
+		aten=$$(test $$isa = AVX2 && echo ATEN_CPU_CAPABILITY=avx2 || true); \
+		echo "== ONEDNN_MAX_CPU_ISA=$$isa $$aten"; \
+		env ONEDNN_MAX_CPU_ISA=$$isa $$aten $(PY) tests/isa_report.py; \
+		env ONEDNN_MAX_CPU_ISA=$$isa $$aten OMP_NUM_THREADS=1 \
+			$(PY) -m pytest -q -n auto --maxprocesses=4 -m numerics -p no:cacheprovider; \
+	done
 
 # Every benchmarks/ script at its smallest setting, without lm-eval (tests/test_benchmark_scripts.py), a step of `make test`.
 bench-smoke: bytecode

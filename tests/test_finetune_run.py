@@ -419,6 +419,7 @@ def fake_cpu(monkeypatch, capability: str, features: tuple[str, ...] = (), onedn
         ("AVX512", ("avx512_bf16",), False, False, "CPU capability AVX512 has no native bf16"),  # no oneDNN bf16
     ],
 )
+@pytest.mark.numerics
 def test_cpu_has_fast_bf16(monkeypatch, capability, features, onednn_bf16, fast, reason):
     from esgexp.models.loading import cpu_has_fast_bf16
 
@@ -438,6 +439,7 @@ def test_cpu_has_fast_bf16(monkeypatch, capability, features, onednn_bf16, fast,
         ),
     ],
 )
+@pytest.mark.numerics
 def test_precision_auto_on_the_cpu_follows_native_bf16(
     make_cfg, monkeypatch, caplog, capability, features, expected, message
 ):
@@ -453,6 +455,7 @@ def test_precision_auto_on_the_cpu_follows_native_bf16(
     assert training_precision(make_cfg().trainer, on_gpu=True) == "16-mixed"
 
 
+@pytest.mark.numerics
 def test_explicit_bf16_on_a_cpu_without_native_bf16_warns(make_cfg, monkeypatch, caplog):
     from esgexp.training.trainer import training_precision
 
@@ -471,6 +474,7 @@ def test_explicit_bf16_on_a_cpu_without_native_bf16_warns(make_cfg, monkeypatch,
     assert not caplog.records
 
 
+@pytest.mark.numerics
 def test_16_mixed_on_the_cpu_says_it_runs_bf16(make_cfg, monkeypatch, caplog):
     from esgexp.training.trainer import training_precision
 

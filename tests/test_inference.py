@@ -59,6 +59,7 @@ def test_letter_tokens_follow_the_prompt(tiny):
         assert token in (full[-1], plain[-1]) and tokenizer.decode([token]).strip() == letter
 
 
+@pytest.mark.numerics
 def test_logprob_batched_equals_one_by_one(tiny):
     model, tokenizer = tiny
     scorer = LogprobScorer(letter_token_ids(tokenizer, PROMPTS[0], list("ABCD")))
@@ -72,6 +73,7 @@ def test_logprob_batched_equals_one_by_one(tiny):
         assert batched[str(i)]["output"] in "ABCD"
 
 
+@pytest.mark.numerics
 def test_generate_batched_equals_one_by_one(tiny):
     model, tokenizer = tiny
     scorer = GenerateScorer(tokenizer, max_new_tokens=5)
@@ -124,6 +126,7 @@ def test_dtype_choice():
     assert torch_dtype("bfloat16", on_gpu=False) == torch.bfloat16
 
 
+@pytest.mark.numerics
 def test_bf16_model_loads_and_scores(tiny_model_dir):
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), model_cfg(tiny_model_dir, dtype="bfloat16"), False)
     assert next(model.parameters()).dtype == torch.bfloat16
@@ -194,6 +197,7 @@ def test_the_models_command_prints_what_a_job_loads_and_names_a_bad_folder(tiny_
         main(["model=local", f"model.path={tmp_path}"])
 
 
+@pytest.mark.numerics
 def test_prefix_cache_gives_the_same_scores(tiny):
     model, tokenizer = tiny
     shared = "You are an expert in ESG. Answer with one letter.\n\n"
@@ -226,6 +230,7 @@ def test_rows_are_laid_out_prefix_padding_rest():
         padded_after_prefix(input_ids, mask, [7, 9], pad_id=0)
 
 
+@pytest.mark.numerics
 def test_generate_with_prefix_cache_equals_without(tiny, monkeypatch):
     model, tokenizer = tiny
     shared = "You are an expert in ESG. Answer with one letter.\n\n"
@@ -272,6 +277,7 @@ def letter_gap(scores: dict) -> float:
     return min(a - b for a, b in itertools.pairwise(ordered))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("prefixed", [False, True], ids=["plain", "prefix-cache"])
 def test_bf16_autocast_scores_close_calls_again_in_float32(tiny, prefixed):
     model, tokenizer = tiny

@@ -225,6 +225,7 @@ def test_a_setting_nobody_listed_decides_resume_and_a_declared_runtime_setting_d
     assert run_job(same)["n_resumed"] == 4
 
 
+@pytest.mark.numerics
 def test_logprob_in_bf16_autocast_rechecks_close_calls_in_float32(tiny_cfg, tmp_path):
     """The tiny random model's letters are all close calls: with a margin wider than any gap, every answer is
     scored again in float32 and the run's scores are float32's; with margin 0 none is, and bf16's stand."""
@@ -245,6 +246,7 @@ def test_logprob_in_bf16_autocast_rechecks_close_calls_in_float32(tiny_cfg, tmp_
         run_job(tiny_cfg(*autocast, "model.dtype=bfloat16", f"paths.output_dir={tmp_path}/bf16"))
 
 
+@pytest.mark.numerics
 def test_logprob_autocast_on_a_cpu_without_native_bf16_says_it_is_slower_there(tiny_cfg, tmp_path, monkeypatch, caplog):
     import esgexp.models.loading
 

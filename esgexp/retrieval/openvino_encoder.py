@@ -64,6 +64,14 @@ class OpenVINOEncoder:
             "INFERENCE_NUM_THREADS": torch.get_num_threads(),
         }
         self.compiled = openvino.Core().compile_model(converted, "CPU", config)
+        ran = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        if precision == "bfloat16" and "bf16" not in ran:  # OpenVINO keeps f32 on a CPU without bf16 instructions
+            raise UserError(
+                f"OpenVINO computes no bfloat16 on this CPU (it would run {ran} under retriever.precision=bfloat16; "
+                "its CPU capabilities: "
+                f"{' '.join(openvino.Core().get_property('CPU', 'OPTIMIZATION_CAPABILITIES'))}): set "
+                "retriever.runtime=torch for bf16 (emulated here, slower than float32) or retriever.precision=float32"
+            )
         self.requests = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
 
     def converted(self, example: dict) -> Any:
