@@ -3,8 +3,10 @@ no traceback, and the run folder says it failed."""
 
 import json
 import logging
+import re
 
 import pytest
+import torch
 from cli import run_cli
 
 from esgexp.cli.overrides import did_you_mean
@@ -235,3 +237,28 @@ def test_each_unreadable_document_is_reported_once_and_the_rest_ingested(tmp_pat
     assert not (tmp_path / "FAILED").exists()  # ingestion has no run folder: nothing lands in the launch folder
     passages = (tmp_path / "data" / "corpora" / "c" / "paragraphs" / "passages.jsonl").read_text().splitlines()
     assert [json.loads(line)["doc_id"] for line in passages] == ["notes"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible here")
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (("trainer=gpu",), "trainer.accelerator=gpu needs a CUDA GPU, but no CUDA GPU is visible here"),
+        (("model.load_in_4bit=true",), "model.load_in_4bit=true (QLoRA) needs a CUDA GPU"),
+        (
+            ("trainer=gpu", "model.load_in_4bit=true"),
+            "trainer.accelerator=gpu and model.load_in_4bit=true (QLoRA) need a CUDA GPU, but no CUDA GPU is visible "
+            "here; nothing was loaded: run it on a GPU machine, or set trainer.accelerator=cpu (or auto) and "
+            "model.load_in_4bit=false",
+        ),
+    ],
+)
+def test_a_gpu_setting_without_a_gpu_is_refused_before_the_gguf_is_converted(make_cfg, tmp_path, overrides, message):
+    """The packaged GGUF model (about 30 s to convert into a fresh cache) is never converted: the check comes first."""
+    from esgexp.run import run_job
+
+    cfg = make_cfg(*overrides, f"paths.cache_dir={tmp_path}/cache", "dataset.limit=1")
+    assert cfg.model.get("gguf")
+    with pytest.raises(UserError, match=re.escape(message)):
+        run_job(cfg)
+    assert not (tmp_path / "cache" / "models").exists() and not (tmp_path / "run" / "config.yaml").exists()

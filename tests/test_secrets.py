@@ -58,6 +58,10 @@ def assert_refused(result, root, *told: str) -> None:
         (["retriever=text-embedding-3-small", f"retriever.api_key_env={KEY}"], "retriever.api_key_env names"),
         ([f"+judge.api_key_env={KEY}"], "judge.api_key_env names an environment variable"),
         ([f"experiment_name={KEY}"], "set it in the environment variable the setting names"),
+        (
+            ["backend=openai", f"backend.base_url={KEY}"],
+            "backend.base_url must be a URL (http(s)://host:port/v1), and what was given looks like an API key",
+        ),
     ],
 )
 def test_a_key_in_a_setting_is_refused_before_any_file_is_written(tmp_path, args, told):
@@ -131,4 +135,22 @@ def test_did_you_mean_never_repeats_a_key():
     assert (
         message
         == "backend.api_key is not a setting: did you mean backend.api_key_env? (backend.api_key_env=sk-proj-…redacted)"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, setting, variable",
+    [
+        (["backend=openai", f"backend.base_url={KEY}"], "backend.api_key_env", "OPENAI_API_KEY"),
+        (["model=deepseek-v3", f"model.api.base_url={KEY}"], "model.api.api_key_env", "DEEPSEEK_API_KEY"),
+    ],
+)
+def test_a_key_given_as_a_base_url_is_told_the_setting_takes_a_url_and_where_keys_go(args, setting, variable):
+    with pytest.raises(UserError) as refused:
+        refuse_secrets("config", args)
+    key = args[1].split("=")[0]
+    assert str(refused.value) == (
+        f"{key} must be a URL (http(s)://host:port/v1), and what was given looks like an API key "
+        f"(sk-proj-…redacted): esgexp never writes keys to disk. A key goes in an environment variable that "
+        f"{setting} names: export {variable}=... (and {setting}={variable})"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import threading
@@ -320,3 +321,22 @@ def test_a_sweep_folder_stands_for_its_job_folders(offline_run, tmp_path, synced
     out = capsys.readouterr().out
     assert [line.split(":")[0] for line in out.splitlines()] == [str(sweep / "0"), str(sweep / "1")]
     assert all((sweep / job / tracking.SYNCED_FILE).is_file() for job in ("0", "1"))
+
+
+def test_a_store_folder_names_the_store_under_it_and_another_setting_is_refused(
+    offline_run, tmp_path, empty_db, capsys
+):
+    """``paths.root_dir=DIR`` (an existing folder) is the store DIR/mlruns/mlflow.db, as for a job; not a run folder."""
+    root = tmp_path / "project"
+    (root / "mlruns").mkdir(parents=True)
+    shutil.copy(empty_db, root / "mlruns" / "mlflow.db")
+    run = shutil.copytree(offline_run, tmp_path / "run")
+    assert sync.main([str(run), f"paths.root_dir={root}"]) == 0
+    assert f"{run}: synced to run " in capsys.readouterr().out
+    assert len(synced_runs(f"sqlite:///{root}/mlruns/mlflow.db", offline_run)) == 1
+    with pytest.raises(UserError, match=re.escape(f"paths.root_dir={tmp_path}/gone: no such file or folder")):
+        sync.main([str(run), f"paths.root_dir={tmp_path}/gone"])
+    with pytest.raises(
+        UserError, match=re.escape("dataset.limit=3: esgexp-sync takes run folders, tracking.KEY=VALUE")
+    ):
+        sync.main([str(run), "dataset.limit=3"])

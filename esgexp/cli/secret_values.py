@@ -2,8 +2,9 @@
 
 Every console command calls ``refuse_secrets(config, args)`` on its command line before Hydra runs (so
 before a run folder, ``.hydra/*.yaml`` or a log exists). A value that looks like a key is a UserError that
-shows it redacted (``sk-proj-…redacted``) and names the environment variable to put it in. ``redacted``
-hides such values in any other message.
+shows it redacted (``sk-proj-…redacted``) and names the environment variable to put it in; one given for a
+URL (``backend.base_url=sk-...``) is also told that the setting takes a URL. ``redacted`` hides such values
+in any other message.
 
 What looks like a key: ``sk-`` (``sk-proj-``, ``sk-ant-``) or ``hf_`` followed by a part of 16 or more
 letters and digits that mixes two of upper case, lower case and digits; or a word of 32 or more letters,
@@ -103,6 +104,8 @@ def configured_variable(config: str, overrides: list[str], setting: str) -> str 
 def refusal(argument: str, secret: str, config: str, overrides: list[str]) -> str:
     """Why ``argument`` (holding ``secret``) is refused, with the key redacted and where it belongs."""
     key = argument.split("=", 1)[0].lstrip("+~") if "=" in argument else ""
+    if key.endswith("url") and "://" not in argument:
+        return url_refusal(key, secret, config, overrides)
     what = f"{key}: a setting value" if key else "an argument"
     general = f"{what} looks like a secret key ({redact(secret)}): esgexp never writes keys to disk"
     setting = variable_setting(key)
@@ -112,6 +115,19 @@ def refusal(argument: str, secret: str, config: str, overrides: list[str]) -> st
     return (
         f"{general}. {setting} names an environment variable (e.g. {variable}); put the key in that "
         f"variable: export {variable}=... (and {setting}={variable})"
+    )
+
+
+def url_refusal(key: str, secret: str, config: str, overrides: list[str]) -> str:
+    """A key given where an address belongs (``backend.base_url=sk-...``): the setting takes a URL, and the
+    key goes in the variable that the sibling ``api_key_env`` setting names."""
+    parent = key.rpartition(".")[0]
+    setting = f"{parent}.api_key_env" if parent else "api_key_env"
+    variable = configured_variable(config, overrides, setting) or usual_variable(secret)
+    return (
+        f"{key} must be a URL (http(s)://host:port/v1), and what was given looks like an API key "
+        f"({redact(secret)}): esgexp never writes keys to disk. A key goes in an environment variable that "
+        f"{setting} names: export {variable}=... (and {setting}={variable})"
     )
 
 

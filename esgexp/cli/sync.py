@@ -1,9 +1,10 @@
-"""``python -m esgexp.sync RUN_DIR [RUN_DIR ...] [tracking.uri=URI]``: log finished run folders that were
-not tracked while they ran (``tracking.offline=true``, or a tracking server that went away) to MLflow.
-A sweep's folder (``-m``) stands for its job folders.
+"""``python -m esgexp.sync RUN_DIR [RUN_DIR ...] [tracking.uri=URI | paths.root_dir=DIR]``: log finished run
+folders that were not tracked while they ran (``tracking.offline=true``, or a tracking server that went away)
+to MLflow. A sweep's folder (``-m``) stands for its job folders.
 
 Each folder's ``tracking_pending.json`` (params, tags, metrics, artifact paths) goes to the run's own
-``tracking.uri`` (from its config.yaml; ``tracking.KEY=VALUE`` arguments override it). Into the run the job
+``tracking.uri`` (from its config.yaml; ``tracking.KEY=VALUE`` arguments override it, and ``paths.root_dir=DIR``
+or ``paths.mlruns_dir=DIR`` names the default store under that folder, as for a job). Into the run the job
 had opened there, when it still exists, goes what is pending; any other store gets the whole run (what
 reached the job's store before it stopped answering, kept under ``sent``, and what is pending) in a new
 run, or in the one a sync cut short had made. What a run already holds is not logged twice.
@@ -39,7 +40,8 @@ from esgexp.core.tracking import (
 from esgexp.errors import UserError
 from esgexp.jobs.settings import check_settings
 
-OVERRIDE = re.compile(r"^tracking\.(\w+)=(.*)$")
+SETTING = re.compile(r"^([\w.]+)=(.*)$")  # KEY=VALUE (an existing folder of that name is a folder)
+STORE_FOLDERS = ("paths.root_dir", "paths.mlruns_dir")  # the default store under them: conf/tracking/mlflow.yaml
 
 
 def read_json(path: Path) -> dict:
@@ -233,6 +235,48 @@ def log_pending(run_dir: Path, pending: dict, uri: str, artifact_location: str |
     )
 
 
+def store_under(folders: dict[str, str]) -> dict[str, str]:
+    """``tracking.uri`` and ``tracking.artifact_location`` of the default store (conf/tracking/mlflow.yaml)
+    under ``{"paths.root_dir": DIR}`` or ``{"paths.mlruns_dir": DIR}`` (``~`` expanded, made absolute); a
+    root_dir that is not a folder is a UserError."""
+    from esgexp.core.config import CONF_DIR, register_resolvers
+    from esgexp.data.text_files import existing_folder
+
+    folders = {key: Path(value).expanduser().absolute() for key, value in folders.items()}
+    if "paths.root_dir" in folders:
+        existing_folder(folders["paths.root_dir"], "paths.root_dir")
+    register_resolvers()
+    cfg = OmegaConf.create(
+        {
+            "paths": OmegaConf.load(CONF_DIR / "paths/default.yaml"),
+            "tracking": OmegaConf.load(CONF_DIR / "tracking/mlflow.yaml"),
+        }
+    )
+    cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={value}" for key, value in folders.items()]))
+    return {"uri": str(cfg.tracking.uri), "artifact_location": str(cfg.tracking.artifact_location)}
+
+
+def split_items(items: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The run folders among ``items`` and the tracking settings the others give (``tracking.KEY=VALUE``
+    over the store ``paths.root_dir=DIR`` or ``paths.mlruns_dir=DIR`` names); a UserError for another
+    ``KEY=VALUE``."""
+    folders, tracking, paths = [], {}, {}
+    for item in items:
+        setting = SETTING.match(item)
+        if setting is None or Path(item).is_dir():
+            folders.append(item)
+        elif setting.group(1).startswith("tracking."):
+            tracking[setting.group(1).removeprefix("tracking.")] = setting.group(2)
+        elif setting.group(1) in STORE_FOLDERS:
+            paths[setting.group(1)] = setting.group(2)
+        else:
+            raise UserError(
+                f"{item}: esgexp-sync takes run folders, tracking.KEY=VALUE and the store's folder "
+                f"({'=DIR or '.join(STORE_FOLDERS)}=DIR), not {setting.group(1)}"
+            )
+    return folders, {**(store_under(paths) if paths else {}), **tracking}
+
+
 def parse_args(argv: list[str] | None) -> tuple[list[Path], dict[str, str]]:
     parser = argparse.ArgumentParser(
         prog="python -m esgexp.sync",
@@ -242,13 +286,13 @@ def parse_args(argv: list[str] | None) -> tuple[list[Path], dict[str, str]]:
     parser.add_argument(
         "items",
         nargs="+",
-        metavar="RUN_DIR | tracking.KEY=VALUE",
+        metavar="RUN_DIR | tracking.KEY=VALUE | paths.root_dir=DIR",
         help="run folders (or a sweep's folder) to log; tracking.uri=URI (or another tracking.KEY=VALUE) "
-        "overrides their config",
+        "overrides their config; paths.root_dir=DIR (or paths.mlruns_dir=DIR) logs into the store under DIR "
+        "(DIR/mlruns/mlflow.db), as a job run with it would",
     )
-    items = parser.parse_args(argv).items
-    overrides = {m.group(1): m.group(2) for m in map(OVERRIDE.match, items) if m}
-    run_dirs = [job for item in items if not OVERRIDE.match(item) for job in job_folders(Path(item))]
+    folders, overrides = split_items(parser.parse_args(argv).items)
+    run_dirs = [job for item in folders for job in job_folders(Path(item))]
     if not run_dirs:
         parser.error("name at least one RUN_DIR")
     return run_dirs, overrides

@@ -95,9 +95,10 @@ def run_steps(job: Job) -> dict:
 
 
 def check_config(cfg: DictConfig) -> Path:
-    """Fail early on a mandatory value left unset, a bad setting (esgexp/jobs/settings.py) or a tracking server
-    that does not answer; return the run folder."""
-    from esgexp.jobs.settings import check_settings
+    """Fail early on a mandatory value left unset, a bad setting (esgexp/jobs/settings.py), a setting that needs
+    a GPU this machine lacks (before any weights are converted or loaded) or a tracking server that does not
+    answer; return the run folder."""
+    from esgexp.jobs.settings import check_device, check_settings
 
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
@@ -105,6 +106,7 @@ def check_config(cfg: DictConfig) -> Path:
             f"Missing mandatory value: {', '.join(missing)} (set it on the command line, e.g. {missing[0]}=...)"
         )
     check_settings(cfg)
+    check_device(cfg)
     tracking.check_tracking(cfg.tracking, offline_hint=True)
     return Path(cfg.paths.output_dir)
 

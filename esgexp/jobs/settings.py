@@ -151,6 +151,37 @@ def check_settings(cfg: DictConfig) -> None:
         raise UserError("; ".join(found))
 
 
+def check_device(cfg: DictConfig) -> None:
+    """Settings that need a CUDA GPU (``trainer.accelerator=gpu|cuda``, ``model.load_in_4bit=true``) for a
+    job that loads its model here (fine-tuning, or a backend on this machine: one with an ``accelerator``),
+    on a machine without one: one UserError before any weights are found, converted or loaded. Not part of
+    ``check_settings``: ``dry_run=true`` plans a GPU job on any machine."""
+    kind = KINDS.get(OmegaConf.select(cfg, "task"))
+    backend = OmegaConf.select(cfg, "backend.accelerator")
+    if kind is None or not (kind.trains or (backend is not None and kind.uses_model(cfg))):
+        return
+    # backend.accelerator is ${trainer.accelerator} unless set apart: name the setting the user gave
+    own = not kind.trains and str(backend) != str(cfg.trainer.accelerator)
+    key = "backend.accelerator" if own else "trainer.accelerator"
+    accelerator = str(backend if own else cfg.trainer.accelerator)
+    needs, fixes = [], []
+    if accelerator in ("gpu", "cuda"):
+        needs.append(f"{key}={accelerator}")
+        fixes.append(f"{key}=cpu (or auto)")
+    if OmegaConf.select(cfg, "model.load_in_4bit"):
+        needs.append("model.load_in_4bit=true (QLoRA)")
+        fixes.append("model.load_in_4bit=false (bitsandbytes 4-bit weights do not run on the CPU)")
+    if not needs:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(
+            f"{' and '.join(needs)} {'needs' if len(needs) == 1 else 'need'} a CUDA GPU, but no CUDA GPU is "
+            f"visible here; nothing was loaded: run it on a GPU machine, or set {' and '.join(fixes)}"
+        )
+
+
 def trains(task: str | None) -> bool:
     """Whether ``task`` names a training kind (an unknown name is refused by its own rule, not here)."""
     return task in KINDS and KINDS[task].trains
