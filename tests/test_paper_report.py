@@ -216,11 +216,28 @@ def test_a_rescored_value_against_a_published_range_reads_inside_the_published_r
     our interval")."""
     ranged = one_cell_grid(text="70–80", rescored=True)
     inside, outside = entry_of(ranged, {"m": 75.0}), entry_of(ranged, {"m": 81.0})
-    assert (inside["verdict"], inside["verdict_note"]) == ("inside the published range", "ours inside 70–80")
+    assert (inside["verdict"], inside["verdict_note"]) == (
+        "inside the published range",
+        "ours inside 70–80; the paper's figure is a range, not a value ours could equal",
+    )
     assert outside["verdict"] == "outside the published range"
     assert cell_text(inside, 1).endswith(
         "→ 75.0 [interval n/a: the run's metrics.json has no interval for it] inside the published range"
     )
+
+
+def test_esgbench_recall_in_the_published_range_says_the_authors_scorer_computes_none(tmp_path):
+    """ESGBench's Recall@5: the paper prints 70–80 and its scorer (evaluate_esgbench.py) computes no recall, so
+    the verdict says both; a metric the scorer prints says neither."""
+    grid = load_grid(paper_cfg("table=esgbench", f"paths.root_dir={tmp_path}"), check=False)
+    metrics = {"em": 0.21, "f1": 0.554, "numeric_accuracy": 0.453, "recall@5": 0.75}
+    entries = {e["column"]: e for e in compare(grid, {grid.jobs[0].id: metrics}, {})}
+    assert entries["Recall@5"]["verdict"] == "inside the published range"
+    assert entries["Recall@5"]["verdict_note"] == (
+        "ours inside 70–80; the paper's figure is a range, not a value ours could equal, and the repository's "
+        "scorer (scripts/evaluate_esgbench.py) computes no Recall@5: no value of the authors' to re-score"
+    )
+    assert entries["EM"]["verdict"] == "exact"
 
 
 def test_a_paper_print_shorter_than_its_own_scorers_is_exact_to_the_scorer():
