@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import mlflow
@@ -93,6 +94,12 @@ def test_esgbench_score_on_our_sample(make_cfg, tmp_path):
     assert metrics["n_items"] == 13
     records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     assert metrics["em"] == pytest.approx(sum(r["em"] for r in records) / 13)
+    # the scored file is known by its bytes, as the gold file is: its sha256 (no registry entry: our own sample)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    tags = mlflow.search_runs(search_all_experiments=True, output_format="list")[0].data.tags
+    preds = BUNDLED_DIR / "esgbench" / "preds_sample.jsonl"
+    assert tags["predictions_sha256"] == hashlib.sha256(preds.read_bytes()).hexdigest()
+    assert "data_sha256" in tags and "predictions_registry" not in tags
 
 
 def test_esgbench_score_on_the_real_sample(make_cfg, shared_samples):

@@ -278,6 +278,11 @@ def run_lines(run: dict) -> list[str]:
     if run.get("data"):
         sha = run["data"].get("sha256")
         lines.append(f"  - data {run['data']['path']}" + (f" (sha256 {sha})" if sha else ""))
+    if run.get("predictions"):
+        scored = run["predictions"]
+        known = [f"sha256 {scored['sha256']}"] if scored.get("sha256") else []
+        known += [f"the registry's {scored['registry']}"] if scored.get("registry") else []
+        lines.append(f"  - predictions scored {scored['path']}" + (f" ({'; '.join(known)})" if known else ""))
     for key, files in (run.get("published") or {}).items():
         lines += [f"  - {key}: the paper's {file}" for file in files or []]
     if "n" in run:
