@@ -1,10 +1,12 @@
 import csv
 
 import pytest
-from conftest import SAMPLE_CSV
+from conftest import REPO, SAMPLE_CSV
+from omegaconf import OmegaConf
 
 from esgexp.data.esgenius import ESGeniusCSV
 from esgexp.errors import UserError
+from esgexp.strategies.mcq import MCQPrompter
 
 HEADER = ["query_id", "new_id", "query", "answer", "A", "B", "C", "D", "Z"]
 
@@ -43,6 +45,32 @@ def test_full_esgenius_file_loads_with_cycling_answers(shared_samples):
     loaded = ESGeniusCSV(name="esgenius", path=str(shared_samples / "esgenius" / "ESGenius_1136q.csv")).load()
     assert len(loaded.items) == 1136 and not loaded.skipped
     assert "".join(item.answer for item in loaded.items[:8]) == "ABCDABCD"
+
+
+def test_fields_are_kept_as_published(tmp_path):
+    # ESGenius id 50224 ends its question with "EXCEPT: ": the prompt carries that space, as the authors' does
+    question = "Organizations should consider all of the following EXCEPT: "
+    path = write_csv(tmp_path / "q.csv", [["50224", "531", question, " c ", " lead", "b ", "c", "d", "Not sure"]])
+    item = ESGeniusCSV(name="x", path=str(path)).load().items[0]
+    assert item.question == question and item.options["A"] == " lead" and item.options["B"] == "b "
+    assert item.answer == "C" and item.id == "50224"
+    prompt = MCQPrompter(template=OmegaConf.load(REPO / "conf/template/esgenius.yaml").text).build(item)
+    assert (
+        "Question: Organizations should consider all of the following EXCEPT: \nOptions:\nA:  lead\nB: b \n" in prompt
+    )
+
+
+def test_a_field_of_spaces_is_empty(tmp_path):
+    path = write_csv(tmp_path / "q.csv", [row("1"), ["2", "2", "  ", "A", "a", "b", "c", "d", "Not sure"]])
+    loaded = ESGeniusCSV(name="x", path=str(path)).load()
+    assert [item.id for item in loaded.items] == ["1"]
+    assert "field 'query': empty question (id 2)" in loaded.skipped[0]
+
+
+def test_published_question_50224_keeps_its_trailing_space(shared_samples):
+    loaded = ESGeniusCSV(name="esgenius", path=str(shared_samples / "esgenius" / "ESGenius_1136q.csv")).load()
+    item = next(item for item in loaded.items if item.id == "50224")
+    assert item.question.endswith("should consider all of the following EXCEPT: ")
 
 
 def test_w_ref_columns_become_context_and_meta(tmp_path):

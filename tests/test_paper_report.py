@@ -163,6 +163,36 @@ def test_another_model_and_a_limit_make_a_cell_not_comparable_and_say_so(tmp_pat
     assert "items asked n=100 (dataset.limit=100" in text and "MLflow run " + "a" * 32 in text
 
 
+def test_the_scored_predictions_file_is_known_by_its_hash(tmp_path):
+    """ESGBench re-scores a predictions file: the table's .json and .md give its sha256 beside the gold file's."""
+    import hashlib
+
+    from esgexp.core.config import BUNDLED_DIR
+
+    gold, preds = BUNDLED_DIR / "esgbench" / "gold_sample.jsonl", BUNDLED_DIR / "esgbench" / "preds_sample.jsonl"
+    grid = load_grid(
+        paper_cfg("table=esgbench", f"paths.root_dir={tmp_path}", f"data.gold={gold}", f"data.predictions={preds}")
+    )
+    (job,) = grid.jobs
+    folder = tmp_path / "run"
+    write_run(folder, job.cfg, job.overrides)
+    run = run_provenance(job, grid, folder, {"n_items": 13}, "a" * 32)
+    sha = hashlib.sha256(preds.read_bytes()).hexdigest()
+    assert run["predictions"] == {"path": str(preds), "sha256": sha, "registry": None}  # our sample: no registry file
+    entries = compare(grid, {job.id: {"em": 0.2}}, {}, {job.id: run})
+    text = to_markdown(table_json(grid, entries, [run]))
+    assert f"  - predictions scored {preds} (sha256 {sha})\n" in text
+
+
+def test_a_registry_file_is_described_by_its_entry(shared_samples):
+    from esgexp.data.registry import published_as
+
+    described = published_as(shared_samples / "esgenius" / "ESGenius_1136q.csv")
+    assert described.startswith("esgenius/ESGenius_1136q.csv: github ANGEL-NTU/ESGenius data/ESGenius_1136q.csv at ")
+    assert described.endswith("sha256 1d02bc6142b8a8b29e28a78f4b262e6d371a74eb68d405cf4e09a4e01379f759")
+    assert published_as(shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv") is None
+
+
 def test_the_papers_own_file_substitutes_nothing_and_a_sample_does(tmp_path, shared_samples):
     """By hash only (the registry's, conf/data/): the published file renamed is the paper's; a sample, renamed
     as the published file or not, and our bundled sample are not."""
@@ -216,11 +246,28 @@ def test_a_rescored_value_against_a_published_range_reads_inside_the_published_r
     our interval")."""
     ranged = one_cell_grid(text="70–80", rescored=True)
     inside, outside = entry_of(ranged, {"m": 75.0}), entry_of(ranged, {"m": 81.0})
-    assert (inside["verdict"], inside["verdict_note"]) == ("inside the published range", "ours inside 70–80")
+    assert (inside["verdict"], inside["verdict_note"]) == (
+        "inside the published range",
+        "ours inside 70–80; the paper's figure is a range, not a value ours could equal",
+    )
     assert outside["verdict"] == "outside the published range"
     assert cell_text(inside, 1).endswith(
         "→ 75.0 [interval n/a: the run's metrics.json has no interval for it] inside the published range"
     )
+
+
+def test_esgbench_recall_in_the_published_range_says_the_authors_scorer_computes_none(tmp_path):
+    """ESGBench's Recall@5: the paper prints 70–80 and its scorer (evaluate_esgbench.py) computes no recall, so
+    the verdict says both; a metric the scorer prints says neither."""
+    grid = load_grid(paper_cfg("table=esgbench", f"paths.root_dir={tmp_path}"), check=False)
+    metrics = {"em": 0.21, "f1": 0.554, "numeric_accuracy": 0.453, "recall@5": 0.75}
+    entries = {e["column"]: e for e in compare(grid, {grid.jobs[0].id: metrics}, {})}
+    assert entries["Recall@5"]["verdict"] == "inside the published range"
+    assert entries["Recall@5"]["verdict_note"] == (
+        "ours inside 70–80; the paper's figure is a range, not a value ours could equal, and the repository's "
+        "scorer (scripts/evaluate_esgbench.py) computes no Recall@5: no value of the authors' to re-score"
+    )
+    assert entries["EM"]["verdict"] == "exact"
 
 
 def test_a_paper_print_shorter_than_its_own_scorers_is_exact_to_the_scorer():

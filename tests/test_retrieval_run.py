@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import mlflow
@@ -93,6 +94,12 @@ def test_esgbench_score_on_our_sample(make_cfg, tmp_path):
     assert metrics["n_items"] == 13
     records = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     assert metrics["em"] == pytest.approx(sum(r["em"] for r in records) / 13)
+    # the scored file is known by its bytes, as the gold file is: its sha256 (no registry entry: our own sample)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    tags = mlflow.search_runs(search_all_experiments=True, output_format="list")[0].data.tags
+    preds = BUNDLED_DIR / "esgbench" / "preds_sample.jsonl"
+    assert tags["predictions_sha256"] == hashlib.sha256(preds.read_bytes()).hexdigest()
+    assert "data_sha256" in tags and "predictions_registry" not in tags
 
 
 def test_esgbench_score_on_the_real_sample(make_cfg, shared_samples):
@@ -176,3 +183,70 @@ def test_esgbench_score_with_a_limit_sets_the_other_rows_aside(make_cfg):
         )
     )
     assert metrics["n_items"] == 5 and metrics["n_unjoined_predictions"] == 0 and metrics["n_missing_predictions"] == 0
+
+
+# A published ClimRetrieve run's rankings (Experiments/Embedding_Search_Results/<embedding>__<K>.csv): the
+# report-level columns, then one 0/1 column per query setup (1: among the K retrieved); an empty flag is a row the
+# paper's analysis drops.
+RANKINGS = (
+    ",paragraph,report,question,relevant_text,relevance,relevant_text_sim,sim_text_relevance,"
+    "question__question_with_IR_150len,IR_all__question_with_IR_150len\n"
+    "0,p1,R1.pdf,Q1,,3.0,0.5,1.0,1,1\n"
+    "1,p2,R1.pdf,Q1,,2.0,0.5,1.0,0,1\n"
+    "2,p3,R1.pdf,Q1,,0.0,0.5,1.0,1,0\n"
+    "3,p4,R1.pdf,Q1,,1.0,0.5,1.0,1,0\n"
+    "4,p1,R1.pdf,Q2,,0.0,0.5,1.0,1,1\n"
+    "5,p2,R1.pdf,Q2,,2.0,0.5,1.0,1,\n"
+    "6,p5,R2.pdf,Q1,,3.0,0.5,1.0,0,1\n"
+    "7,p6,R2.pdf,Q1,,0.0,0.5,1.0,0,0\n"
+)
+
+
+def test_climretrieve_score_gives_the_papers_metric_of_published_rankings(make_cfg, tmp_path):
+    """By hand, relevance >= 2 and every row one prediction (sklearn's P/R/F1 over rows, allMetrics_allThreholds):
+    question__: 5 rows flagged, 4 relevant, 2 both: P 2/5, R 2/4, F1 4/9. IR_all__: its empty flag drops row 5;
+    4 flagged, 3 relevant, 3 both: P 3/4, R 1, F1 6/7."""
+    path = tmp_path / "text-embedding-3-small__5.csv"
+    path.write_text(RANKINGS)
+    common = ("experiment=climretrieve_score", f"dataset.path={path}")
+    question = run_job(make_cfg(*common, "dataset.column=question__question_with_IR_150len"))
+    assert (question["n_queries"], question["n_rows"], question["n_rows_without_flag"]) == (3, 8, 0)
+    assert question["climretrieve/precision@5"] == pytest.approx(2 / 5)
+    assert question["climretrieve/recall@5"] == pytest.approx(2 / 4)
+    assert question["climretrieve/f1@5"] == pytest.approx(4 / 9)
+    assert question["headline_metric"] == "climretrieve/f1@5" and "climretrieve/f1@5/ci_low" in question
+    records = read_jsonl(tmp_path / "run" / "rankings.jsonl")
+    assert records[0]["metrics"] == {"tp@5": 1, "retrieved@5": 3, "n_relevant": 2} and records[0]["doc"] == "R1.pdf"
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert run.data.tags["task"] == "climretrieve_score" and run.data.tags["k"] == "5"
+    assert run.data.tags["data_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert run.data.metrics["climretrieve/f1_at_5"] == pytest.approx(4 / 9)
+    informed = run_job(
+        make_cfg(*common, "dataset.column=IR_all__question_with_IR_150len", f"paths.output_dir={tmp_path}/b")
+    )
+    assert (informed["n_rows"], informed["n_rows_without_flag"]) == (7, 1)
+    assert informed["climretrieve/precision@5"] == pytest.approx(3 / 4)
+    assert informed["climretrieve/recall@5"] == 1.0
+    assert informed["climretrieve/f1@5"] == pytest.approx(6 / 7)
+
+
+def test_climretrieve_rankings_name_their_setup_columns_and_k(tmp_path):
+    from esgexp.data.climretrieve import ClimRetrieveRankings
+
+    path = tmp_path / "text-embedding-3-small__15.csv"
+    path.write_text(RANKINGS)
+    with pytest.raises(UserError, match=r"choose the query setup to score with dataset\.column=NAME") as chosen:
+        ClimRetrieveRankings(name="x", path=str(path)).load()
+    assert str(chosen.value).endswith("question__question_with_IR_150len, IR_all__question_with_IR_150len")
+    with pytest.raises(UserError, match=r"dataset\.column=IR__x: .* has no such column"):
+        ClimRetrieveRankings(name="x", path=str(path), column="IR__x").load()
+    loaded = ClimRetrieveRankings(name="x", path=str(path), column="IR_all__question_with_IR_150len").load()
+    assert loaded.k == 15 and [q.id for q in loaded.queries] == ["R1#q1", "R1#q2", "R2#q1"]
+    other = tmp_path / "mine.csv"
+    other.write_text(RANKINGS)
+    with pytest.raises(UserError, match=r"dataset.k: .*mine.csv is not named <embedding>__<K>.csv"):
+        ClimRetrieveRankings(name="x", path=str(other), column="IR_all__question_with_IR_150len").load()
+    assert (
+        ClimRetrieveRankings(name="x", path=str(other), column="IR_all__question_with_IR_150len", k=10).load().k == 10
+    )

@@ -15,6 +15,10 @@
   holds at least ``min_overlap`` of the source's distinct word tokens. A source with a blank page is matched
   by containment only. The annotated pages are 1-based (the sample has no page 0); whether they are PDF page
   numbers or printed page labels cannot be told from the CSV, which is why the page only gates the fuzzy match.
+* Rankings (``Experiments/Embedding_Search_Results/<embedding>__<K>.csv``, a published run): the report-level
+  columns and one 0/1 column per query setup (``IR_all__question_with_IR_150len``: 1 when the row's paragraph was
+  among the K retrieved for that setup). ``ClimRetrieveRankings`` reads, per (report, question), each row's grade
+  and flag in one setup column: what the paper's metric scores.
 * Core questions (``Core_Questions_with_Explanations``): ``query_texts`` builds the query formulations of the
   paper's experiment for the 16 core questions (see ``QUERY_MODES``).
 
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from esgexp.core.records import LoadedDataset, Passage, RetrievalQuery
-from esgexp.core.rules import Flag, Number, Rule
+from esgexp.core.rules import Flag, Integer, Number, Rule
 from esgexp.data.base import Dataset
 from esgexp.data.text_files import SETTING, csv_records, decoding, existing_file, open_text
 from esgexp.errors import UserError
@@ -46,6 +50,9 @@ from esgexp.errors import UserError
 log = logging.getLogger(__name__)
 
 REPORT_LEVEL_COLUMNS = ("paragraph", "report", "question", "relevance")
+# Every report-level column of a rankings file; its other named columns are query setups.
+REPORT_LEVEL_FIELDS = (*REPORT_LEVEL_COLUMNS, "relevant_text", "relevant_text_sim", "sim_text_relevance")
+RANKINGS_K = re.compile(r"__(\d+)$")  # <embedding>__<K>.csv
 BASE_COLUMNS = ("Document", "Question", "Relevant", "Page", "Source From", "Source Relevance Score", "Core 16 Question")
 CORE_COLUMNS = ("question", "Definition", "Information Retrieval Background")
 QUERY_MODES = ("question", "definition", "concepts")
@@ -171,6 +178,105 @@ def report_level_dataset(
     if not dataset.queries:
         raise UserError(f"{source}: no usable row (rows skipped: {len(skipped)})")
     return dataset
+
+
+@dataclass(frozen=True)
+class RankedQuery:
+    """One (report, question) of a rankings file: the (grade, flag) of each of its rows (flag 1: retrieved)."""
+
+    id: str
+    report: str
+    question: str
+    rows: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class PublishedRankings:
+    """The ``column`` of a rankings file at its ``k``: counts per query, rows scored, rows without a flag (left
+    out, as the paper's analysis drops them), and skipped rows."""
+
+    column: str
+    k: int
+    queries: list[RankedQuery]
+    n_rows: int
+    n_unflagged: int
+    skipped: list[str] = field(default_factory=list)
+
+    def sample(self, limit: int | None, seed: int) -> PublishedRankings:
+        """``limit`` queries drawn by a seeded shuffle (kept in file order); this one where ``limit`` is None."""
+        if limit is None:
+            return self
+        shuffled = list(self.queries)
+        random.Random(seed).shuffle(shuffled)
+        keep = {query.id for query in shuffled[:limit]}
+        queries = [query for query in self.queries if query.id in keep]
+        return PublishedRankings(self.column, self.k, queries, self.n_rows, self.n_unflagged, self.skipped)
+
+
+@dataclass
+class ClimRetrieveRankings(Dataset):
+    """A published run's rankings file (``<embedding>__<K>.csv``): ``column``, the query setup scored (None: the
+    file's only one); ``k``, the K it was retrieved at (None: read from the file name)."""
+
+    column: str | None = None
+    k: int | None = None
+
+    rules: ClassVar[dict[str, Rule]] = {**Dataset.rules, "k": Integer(1, optional=True)}
+
+    def load(self) -> PublishedRankings:
+        skipped: list[str] = []
+        rows = read_rows(self.path, REPORT_LEVEL_COLUMNS, "dataset.path", self.encoding, skipped=skipped)
+        column = self.setup_column(rows)
+        return rankings_counts(rows, str(self.path), column, self.rankings_k(), skipped).sample(self.limit, self.seed)
+
+    def setup_column(self, rows: Rows) -> str:
+        """The query setup scored: ``column``, or the file's only setup column; a UserError naming the file's."""
+        setups = [name for name in (rows[0][1] if rows else {}) if name and name not in REPORT_LEVEL_FIELDS]
+        if self.column in setups or (self.column is None and len(setups) == 1):
+            return self.column or setups[0]
+        found = ", ".join(setups) or "none"
+        if self.column is None:
+            raise UserError(
+                f"{self.path}: choose the query setup to score with dataset.column=NAME (several: -m "
+                f"dataset.column=A,B); its setup columns: {found}"
+            )
+        raise UserError(f"dataset.column={self.column}: {self.path} has no such column; its setup columns: {found}")
+
+    def rankings_k(self) -> int:
+        """``k``, or the K of a file named ``<embedding>__<K>.csv``."""
+        named = RANKINGS_K.search(Path(str(self.path)).stem)
+        if self.k is None and named is None:
+            raise UserError(f"dataset.k: {self.path} is not named <embedding>__<K>.csv; give its K with dataset.k=K")
+        return self.k if self.k is not None else int(named.group(1))
+
+
+def rankings_counts(rows: Rows, source: str, column: str, k: int, skipped: list[str]) -> PublishedRankings:
+    """Per (report, question), in file order, the grade and the ``column`` flag of each row. A row with an empty
+    flag is left out (the paper's analysis drops it); a bad flag or grade skips the row."""
+    queries: dict[tuple[str, str], RankedQuery] = {}
+    numbers: dict[str, int] = {}
+    scored = unflagged = 0
+    for number, row in rows:
+        if not (row.get(column) or "").strip():
+            unflagged += 1
+            continue
+        try:
+            report, question = (required_text(row, name) for name in ("report", "question"))
+            grade = parse_whole(row.get("relevance"), "relevance", 0, 3, "a grade 0-3")
+            flag = parse_whole(row.get(column), column, 0, 1, "0 or 1")
+        except ValueError as problem:
+            note(skipped, f"{source} {number}: {problem}; row skipped")
+            continue
+        query = queries.get((report, question))
+        if query is None:
+            doc_id = doc_id_for(report)
+            numbers[doc_id] = numbers.get(doc_id, 0) + 1
+            query = queries[(report, question)] = RankedQuery(f"{doc_id}#q{numbers[doc_id]}", report, question)
+        query.rows.append((grade, flag))
+        scored += 1
+    if not queries:
+        raise UserError(f"{source}: no row with a value in column {column!r} (rows skipped: {len(skipped)})")
+    return PublishedRankings(column, k, list(queries.values()), scored, unflagged, skipped)
 
 
 @dataclass(frozen=True)

@@ -99,30 +99,32 @@ def rows_to_items(
 
 
 def row_to_item(row: Mapping[str, str]) -> MCQItem:
-    """One CSV row to an MCQItem; raises ValueError naming the bad field."""
-    item_id = cell(row, "query_id") or cell(row, "new_id")
+    """One CSV row to an MCQItem; raises ValueError naming the bad field. The question, options and source text
+    are kept as published (a trailing space included: they go into prompts character for character); ids, the
+    answer letters and the reference fields are read stripped, and a field of only spaces counts as empty."""
+    item_id = cell(row, "query_id").strip() or cell(row, "new_id").strip()
     if not item_id:
         raise ValueError("field 'query_id': empty id")
     question = cell(row, "query")
-    if not question:
+    if not question.strip():
         raise ValueError(f"field 'query': empty question (id {item_id})")
     options = {}
     for letter in OPTION_LETTERS:
         text = cell(row, letter)
-        if not text:
+        if not text.strip():
             raise ValueError(f"field '{letter}': empty option (id {item_id})")
         options[letter] = text
-    answer = cell(row, "answer").upper()
+    answer = cell(row, "answer").strip().upper()
     if not answer or not set(answer) <= VALID_ANSWER_LETTERS or ("Z" in answer and answer != "Z"):
         raise ValueError(f"field 'answer': {row.get('answer')!r} is not one of A-D or Z (id {item_id})")
     source_text = cell(row, "source_text")
-    meta = {key: cell(row, key) for key in ("new_id", "ref_doc", "ref_page") if cell(row, key)}
+    meta = {key: cell(row, key).strip() for key in ("new_id", "ref_doc", "ref_page") if cell(row, key).strip()}
     return MCQItem(
         id=item_id,
         question=question,
         options=options,
         answer="".join(sorted(set(answer))),
-        context=(source_text,) if source_text else (),
+        context=(source_text,) if source_text.strip() else (),
         meta=meta,
         doc_id=meta.get("ref_doc"),
         page=int(meta["ref_page"]) if meta.get("ref_page", "").isdigit() else None,
@@ -130,10 +132,10 @@ def row_to_item(row: Mapping[str, str]) -> MCQItem:
 
 
 def cell(row: Mapping[str, str], field: str) -> str:
-    """The stripped text of ``row[field]`` ("" when absent); ValueError naming the field when it is not text."""
+    """The text of ``row[field]`` as published ("" when absent); ValueError naming the field when it is not text."""
     value = row.get(field)
     if value is None:
         return ""
     if not isinstance(value, str):
         raise ValueError(f"field {field!r}: expected text, got {type(value).__name__}")
-    return value.strip()
+    return value

@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from esgexp.core.config import CONF_DIR
-from esgexp.data.hashing import FileHashes
+from esgexp.data.hashing import FileHashes, file_hashes
 from esgexp.errors import UserError
 
 REGISTRY_DIR = CONF_DIR / "data"
@@ -79,6 +79,13 @@ class RegistryFile:
     @property
     def label(self) -> str:
         return f"{self.benchmark}/{self.name}"
+
+    @property
+    def described(self) -> str:
+        """``esgbench/esgbench_preds.jsonl: github sherinegeorge21/ESGbench data/... at commit 687dd57…, sha256 …``."""
+        source = self.sources[0]
+        origin = source.url or f"{source.kind} {source.repo} {source.path}"
+        return f"{self.label}: {origin} at {source.pinned}, {self.hash_text}"
 
 
 @dataclass(frozen=True)
@@ -185,3 +192,10 @@ def serving(use: str) -> list[RegistryFile]:
 def identify(hashes: FileHashes, among: list[RegistryFile] | None = None) -> RegistryFile | None:
     """The registry file (of ``among``, default all) with these bytes; None when the bytes are no published file's."""
     return next((f for f in (all_files() if among is None else among) if f.matches(hashes)), None)
+
+
+def published_as(path: str | Path) -> str | None:
+    """The registry entry (``RegistryFile.described``) of the file at ``path``, by its bytes; None for a file no
+    registry entry has, or no file."""
+    entry = identify(file_hashes(Path(path))) if Path(path).is_file() else None
+    return entry.described if entry else None

@@ -177,18 +177,20 @@ def climretrieve_counts(
     }
 
 
-def climretrieve_values(sums: Sequence[float]) -> dict[str, float]:
-    """The paper's metrics from pooled counts (``climretrieve_counts`` summed): ``precision@K``, ``recall@K``,
-    ``f1@K`` = 2 hits / (retrieved + relevant) as scikit-learn computes them (0 with nothing to divide), and
-    ``f1``, their mean over K (a Table R.1 cell); keys prefixed ``climretrieve/``."""
+def climretrieve_values(sums: Sequence[float], ks: Sequence[int] = PAPER_KS) -> dict[str, float]:
+    """The paper's metrics from pooled counts (hits and retrieved at each of ``ks``, then relevant: summed
+    ``climretrieve_counts``): ``precision@K``, ``recall@K``, ``f1@K`` = 2 hits / (retrieved + relevant) as
+    scikit-learn computes them (0 with nothing to divide), and, over the paper's K = 5, 10, 15, ``f1``, their mean
+    (a Table R.1 cell); keys prefixed ``climretrieve/``."""
     relevant = sums[-1]
     out: dict[str, float] = {}
-    for i, k in enumerate(PAPER_KS):
+    for i, k in enumerate(ks):
         tp, retrieved = sums[2 * i], sums[2 * i + 1]
         out[f"{PAPER_PREFIX}precision@{k}"] = tp / retrieved if retrieved else 0.0
         out[f"{PAPER_PREFIX}recall@{k}"] = tp / relevant if relevant else 0.0
         out[f"{PAPER_PREFIX}f1@{k}"] = 2 * tp / (retrieved + relevant) if retrieved + relevant else 0.0
-    out[f"{PAPER_PREFIX}f1"] = sum(out[f"{PAPER_PREFIX}f1@{k}"] for k in PAPER_KS) / len(PAPER_KS)
+    if tuple(ks) == PAPER_KS:
+        out[f"{PAPER_PREFIX}f1"] = sum(out[f"{PAPER_PREFIX}f1@{k}"] for k in PAPER_KS) / len(PAPER_KS)
     return out
 
 
@@ -202,18 +204,25 @@ def climretrieve_metrics(
     """The ClimRetrieve paper's metrics (``climretrieve_values``) with a percentile bootstrap interval each
     (queries resampled, or whole ``clusters``; ``settings``: an esgexp.eval.stats.StatsSettings). The rankings must
     go down to K = 15 (``searched_k``: how deep they were searched)."""
-    from esgexp.eval.stats import statistic_interval
-
     if searched_k < max(PAPER_KS):
         raise UserError(
             f"the ClimRetrieve metric (retrieval.climretrieve_metric) needs rankings down to K = {max(PAPER_KS)}: "
             f"set retrieval.ks to include {max(PAPER_KS)} (they reach {searched_k})"
         )
     counts = climretrieve_counts(rankings, qrels)
-    rows = [counts[qid] for qid in rankings]
+    return pooled_climretrieve([counts[qid] for qid in rankings], clusters, settings)
+
+
+def pooled_climretrieve(
+    rows: Sequence[Sequence[float]], clusters: Sequence[str] | None, settings, ks: Sequence[int] = PAPER_KS
+) -> dict:
+    """``climretrieve_values`` of the summed per-query ``rows`` (hits and retrieved at each of ``ks``, then
+    relevant), each with a percentile bootstrap interval (queries resampled, or whole ``clusters``)."""
+    from esgexp.eval.stats import statistic_interval
+
     metrics: dict = {}
-    for key in climretrieve_values([0.0] * (2 * len(PAPER_KS) + 1)):
-        found = statistic_interval(rows, lambda sums, key=key: climretrieve_values(sums)[key], clusters, settings)
+    for key in climretrieve_values([0.0] * (2 * len(ks) + 1), ks):
+        found = statistic_interval(rows, lambda sums, key=key: climretrieve_values(sums, ks)[key], clusters, settings)
         metrics[key] = found.estimate
         metrics.update(found.as_metrics(key))
     return metrics

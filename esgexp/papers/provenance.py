@@ -1,6 +1,7 @@
 """What ran for each job of a paper table: its run folder (matched by the run's composed config, never by
 override strings), the model, backend and data actually used (each data file the paper's only when its hash is
-the registry's: its source, revision and hash recorded), the items asked, what was substituted for the paper's
+the registry's: its source, revision and hash recorded), the predictions file a scoring job scored (its sha256,
+and its registry entry when it is one), the items asked, what was substituted for the paper's
 setup (another model, a ``dataset.limit``, data that is not the paper's), the MLflow run and the command that
 reruns it."""
 
@@ -15,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from esgexp.core.tracking import PENDING_FILE
 from esgexp.data.hashing import file_hashes
-from esgexp.data.registry import identify, serving
+from esgexp.data.registry import identify, published_as, serving
 from esgexp.jobs.identity import identity
 from esgexp.jobs.lifecycle import data_sha256
 from esgexp.papers.grid import Grid, Job
@@ -125,9 +126,7 @@ def published(path: str, grid: Grid, key: str) -> list[str] | None:
         hashes = file_hashes(file)
         entry = identify(hashes, known)
         if entry is not None:
-            source = entry.sources[0]
-            origin = source.url or f"{source.kind} {source.repo} {source.path}"
-            found.append(f"{entry.label}: {origin} at {source.pinned}, {entry.hash_text}")
+            found.append(entry.described)
         elif hashes.sha256 in digests:
             found.append(f"{file.name}: sha256 {hashes.sha256}, in the grid's own list")
         else:
@@ -189,6 +188,9 @@ def run_provenance(job: Job, grid: Grid, folder: Path | None, metrics: dict | No
         run_id=run_id or pending_note(folder),
         published={f"data.{k}": published(grid.data[k], grid, k) for k in job.data_keys if grid.data.get(k)},
     )
+    scored = scored_file(ran)
+    if scored:
+        out["predictions"] = scored
     fallback = generic_fallback(metrics)
     if fallback:
         out.update(generic_fallback=fallback, collapsed=metrics["query/n_uninformed"] == metrics.get("n_queries"))
@@ -197,6 +199,15 @@ def run_provenance(job: Job, grid: Grid, folder: Path | None, metrics: dict | No
     unpinned = moving_alias(ran, metrics) if job_uses_model(ran) else ""
     out["substitutions"] = changed + data_substitutions(job, grid) + [text for text in (fallback, unpinned) if text]
     return out
+
+
+def scored_file(ran: DictConfig) -> dict | None:
+    """The predictions file a scoring job scored (``predictions``, its kind's input): its path, sha256 and, when
+    its bytes are a registry file's, that entry (``registry``); None for a job that scores none."""
+    path = ran.get("predictions") if "predictions" in kind_of(ran.task).inputs(ran) else None
+    if not path:
+        return None
+    return {"path": str(path), "sha256": digest(str(path)), "registry": published_as(str(path))}
 
 
 def moving_alias(ran: DictConfig, metrics: dict | None) -> str:

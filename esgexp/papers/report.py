@@ -162,14 +162,24 @@ def verdict(cell: Cell, entry: dict, grid: Grid, changes: list[str]) -> dict:
         return {"verdict": "not comparable", "verdict_note": "; ".join(changes)}
     value = entry["ours"]
     if grid.rescored and cell.value is None:
-        where = "inside" if cell.low <= value <= cell.high else "outside"
-        return {"verdict": f"{where} the published range", "verdict_note": f"ours {where} {cell.text}"}
+        return range_verdict(cell, value, grid.scorer)
     if grid.rescored:
         return rescored_verdict(cell, value, grid.scorer)
     if "ci_low" not in entry:
         return {"verdict": "no interval", "verdict_note": interval_na(entry["ci_note"])}
     inside = cell.low <= entry["ci_high"] and cell.high >= entry["ci_low"]
     return {"verdict": "within" if inside else "outside"}
+
+
+def range_verdict(cell: Cell, value: float, scorer: dict) -> dict:
+    """A re-scored value against a published range: ``inside`` / ``outside the published range``, the note saying
+    that the paper's figure is a range, not a value ours could equal, and, for a metric the paper's own scorer
+    (``scorer``) does not compute (ESGBench's Recall@5), that it computes none."""
+    where = "inside" if cell.low <= value <= cell.high else "outside"
+    note = f"ours {where} {cell.text}; the paper's figure is a range, not a value ours could equal"
+    if scorer and not any(fnmatch(cell.metric, pattern) for pattern in scorer.get("metrics") or ()):
+        note += f", and {scorer['name']} computes no {cell.column}: no value of the authors' to re-score"
+    return {"verdict": f"{where} the published range", "verdict_note": note}
 
 
 def rescored_verdict(cell: Cell, value: float, scorer: dict) -> dict:
@@ -268,6 +278,11 @@ def run_lines(run: dict) -> list[str]:
     if run.get("data"):
         sha = run["data"].get("sha256")
         lines.append(f"  - data {run['data']['path']}" + (f" (sha256 {sha})" if sha else ""))
+    if run.get("predictions"):
+        scored = run["predictions"]
+        known = [f"sha256 {scored['sha256']}"] if scored.get("sha256") else []
+        known += [f"the registry's {scored['registry']}"] if scored.get("registry") else []
+        lines.append(f"  - predictions scored {scored['path']}" + (f" ({'; '.join(known)})" if known else ""))
     for key, files in (run.get("published") or {}).items():
         lines += [f"  - {key}: the paper's {file}" for file in files or []]
     if "n" in run:

@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 from esgexp.core.outputs import PredictionLog
 from esgexp.core.records import QAItem
 from esgexp.data.esgbench import join, load_predictions
+from esgexp.data.registry import published_as
 from esgexp.errors import UserError
 from esgexp.eval.esgbench_metrics import other_rules, score_esgbench
 from esgexp.eval.stats import (
@@ -21,7 +22,7 @@ from esgexp.eval.stats import (
     scored,
     with_interval,
 )
-from esgexp.jobs.lifecycle import Job
+from esgexp.jobs.lifecycle import Job, data_sha256
 
 # The headline metric (higher is better): numeric accuracy over all items, as the ESGBench paper reports it.
 HEADLINE = "numeric_accuracy"
@@ -59,7 +60,13 @@ class ScoringJob(Job):
         return self.loaded.skipped + self.predictions.skipped + self.joined.unjoined + self.joined.missing
 
     def tags(self) -> dict:
-        return {"model": "external", "strategy": "external", "predictions": str(self.cfg.predictions)}
+        return {
+            "model": "external",
+            "strategy": "external",
+            "predictions": str(self.cfg.predictions),
+            "predictions_sha256": data_sha256(self.cfg.predictions),
+            "predictions_registry": published_as(self.cfg.predictions),
+        }
 
     def work(self, run) -> tuple[dict, dict]:
         items = self.loaded.items

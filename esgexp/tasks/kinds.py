@@ -193,6 +193,17 @@ register(
 )
 register(
     TaskKind(
+        "climretrieve_score",
+        "esgexp.tasks.climretrieve_score:RankingsScoringJob",
+        label=("query", "k"),
+        prefix=("score",),
+        scoring=Scoring(records="rankings.jsonl", item_scores="esgexp.tasks.climretrieve_score:item_scores"),
+        uses_model=never,
+        without_model="scores a published run's rankings",
+    )
+)
+register(
+    TaskKind(
         "finetune",
         "esgexp.tasks.finetune:FinetuneJob",
         label=("model",),
