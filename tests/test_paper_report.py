@@ -193,6 +193,71 @@ def test_a_registry_file_is_described_by_its_entry(shared_samples):
     assert published_as(shared_samples / "esgenius" / "ESGenius_1136q_sample40.csv") is None
 
 
+def esgenius_grid(tmp_path, *args: str, overrides: tuple[str, ...] = (), questions: bool = True):
+    """ESGenius Table 2's grid for ``args`` (rows= ...): its questions our bundled ones (they have ``source_text``)
+    or, without ``questions``, not there; ``overrides``: the command's ``overrides=`` list."""
+    from esgexp.core.config import BUNDLED_DIR
+
+    given = [f"data.esgenius={BUNDLED_DIR / 'esg_mcq_sample.csv'}"] if questions else []
+    return load_grid(
+        paper_cfg(
+            "table=esgenius_table2",
+            f"paths.root_dir={tmp_path}",
+            f"paths.data_dir={tmp_path / 'no-data'}",
+            *given,
+            *args,
+            "overrides=[" + ",".join(f"'{o}'" for o in overrides) + "]",
+        )
+    )
+
+
+def test_a_substituted_model_keeps_the_grids_protocol_and_names_what_it_does_not(tmp_path, make_cfg, monkeypatch):
+    """SmolLM2's own config sends its chat template; the grid's open rows are raw, so in their cells it runs raw
+    (0.2767 with its template where the paper's raw protocol gives 0.0000), and an API reasoning row keeps its
+    budget. A protocol setting the override names runs as named, and the cell says so."""
+    from types import SimpleNamespace
+
+    from esgexp.papers.provenance import command_line
+    from esgexp.tasks.generation import make_requests
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rows = ("rows=['Qwen2.5 0.5B I-T',o3]", "columns=[Zero-Shot]")
+    grid = esgenius_grid(tmp_path, *rows, overrides=("model=smollm2-135m",))
+    jobs = {job.row: job for job in grid.jobs}
+    qwen, o3 = jobs["Qwen2.5 0.5B I-T"], jobs["o3"]
+    assert qwen.cfg.model.name == "smollm2-135m" and qwen.cfg.model.chat_template is False
+    assert qwen.kept == ["model.chat_template=false"]
+    item = SimpleNamespace(id="q1")
+    (request,) = make_requests(o3.cfg, [item], {"q1": "Question: ...\n\nAnswer:"})
+    assert (o3.cfg.model.name, o3.cfg.model.reasoning, request.max_new_tokens) == ("smollm2-135m", True, 8192)
+    argv = shlex.split(command_line(qwen, grid))
+    assert argv[-2:] == ["model=smollm2-135m", "model.chat_template=false"]
+    assert identity(make_cfg(*argv[3:])) == identity(qwen.cfg)  # the command reruns exactly this job
+    write_run(tmp_path / "run", qwen.cfg, qwen.overrides)
+    run = run_provenance(qwen, grid, tmp_path / "run", {"n_items": 3}, None)
+    assert run["kept"] == ["model.chat_template=false"]
+    assert [t for t in run["substitutions"] if t.startswith("model")] == [
+        "model smollm2-135m instead of qwen2.5-0.5b-instruct"
+    ]
+    # named in the override: SmolLM2 through its chat template, and the cell and the .json say so
+    named = esgenius_grid(tmp_path, *rows, overrides=("model=smollm2-135m", "model.chat_template=true"))
+    qwen = next(job for job in named.jobs if job.row == "Qwen2.5 0.5B I-T")
+    assert qwen.kept == [] and qwen.cfg.model.chat_template is True
+    write_run(tmp_path / "named", qwen.cfg, qwen.overrides)
+    run = run_provenance(qwen, named, tmp_path / "named", {"n_items": 3}, None)
+    assert [t for t in run["substitutions"] if t.startswith("model")] == [
+        "model smollm2-135m instead of qwen2.5-0.5b-instruct",
+        "model.chat_template=true instead of false",
+    ]
+    metrics = {"accuracy": 0.3, "accuracy/ci_low": 0.2, "accuracy/ci_high": 0.4}
+    entries = compare(named, {qwen.id: metrics}, {}, {qwen.id: run})
+    entry = next(e for e in entries if e["row"] == "Qwen2.5 0.5B I-T")
+    assert entry["verdict"] == "not comparable" and "model.chat_template=true instead of false" in entry["verdict_note"]
+    table = table_json(named, entries, [run])
+    assert "model.chat_template=true instead of false" in json.dumps(table)
+    assert "substituted: model.chat_template=true instead of false" in to_markdown(table)
+
+
 def test_the_papers_own_file_substitutes_nothing_and_a_sample_does(tmp_path, shared_samples):
     """By hash only (the registry's, conf/data/): the published file renamed is the paper's; a sample, renamed
     as the published file or not, and our bundled sample are not."""
@@ -349,6 +414,48 @@ def test_a_missing_split_file_is_named_and_its_requests_not_counted(tmp_path, mo
     assert "3 job(s) not estimated: data missing" in text4
     assert "0 model requests" not in text4 and "$0" not in text4
     assert text4.count("[not estimated: data missing]") == 3
+
+
+def test_the_dry_run_makes_the_runs_input_checks(tmp_path, monkeypatch):
+    """A RAG job whose file has no source_text fails its run's first step: the dry run says so, not "runnable"."""
+    import csv
+
+    from esgexp.cli.paper import dry_run
+    from esgexp.core.config import BUNDLED_DIR
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with (BUNDLED_DIR / "esg_mcq_sample.csv").open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))[:3]
+    bare = tmp_path / "no_passages.csv"
+    with bare.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, ["query_id", "new_id", "query", "answer", *"ABCDZ"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    grid = esgenius_grid(
+        tmp_path, "rows=['Qwen2.5 0.5B I-T']", f"data.esgenius_w_ref={bare}", overrides=("model=smollm2-135m",)
+    )
+    jobs = {job.cells[0][1]: job for job in grid.jobs}
+    assert jobs["Zero-Shot"].runnable
+    rag = jobs["RAG"]
+    assert not rag.runnable and rag.unusable_data == rag.problems
+    assert rag.problems[0].startswith(
+        "inputs: strategy=context needs each question's source passage (column source_text)"
+    )
+    text = dry_run(grid)
+    assert "[not estimated: data unusable]" in text and "1 job(s) not estimated: data missing or unusable" in text
+
+
+def test_a_misspelt_override_is_named_whether_the_data_is_there_or_not(tmp_path):
+    import pytest
+
+    from esgexp.errors import UserError
+
+    said = (
+        r"overrides=\[dataset.limt=3\]: no job of table esgenius_table2 takes them: Could not override 'dataset.limt'"
+    )
+    for questions in (True, False):
+        with pytest.raises(UserError, match=said):
+            esgenius_grid(tmp_path, "rows=['Qwen2.5 0.5B I-T']", overrides=("dataset.limt=3",), questions=questions)
 
 
 def test_a_missing_data_file_is_shown_by_its_setting_not_as_null(tmp_path, shared_samples):

@@ -561,7 +561,8 @@ def test_the_dry_run_shows_each_command_as_it_will_run_and_random_writes_no_quer
     )
     text = dry_run(load_grid(cfg))
     (command,) = [line.strip() for line in text.splitlines() if line.strip().startswith("python -m esgexp ")]
-    assert "model=qwen2.5-0.5b-instruct experiment=esgenius_zero_shot" in command and command.endswith(" model=gpt-4o")
+    assert "model=qwen2.5-0.5b-instruct experiment=esgenius_zero_shot" in command
+    assert command.endswith(" model=gpt-4o model.chat_template=false")  # the grid's setting kept (docs/papers.md)
     assert "API key not set (environment variable OPENAI_API_KEY)" in text  # gpt-4o's key: what runs
     sample = shared_samples / "climretrieve" / "report_level_sample.csv"
     cfg = paper_cfg(

@@ -53,7 +53,7 @@ def job_line(job: Job, grid: Grid, extra: str = "") -> str:
 
 def dry_run(grid: Grid) -> str:
     """The job list with each job's requests, estimated prompt tokens and cost (nothing is sent); a job whose
-    data is missing is not estimated (its requests are unknown, not 0)."""
+    data is missing, or fails the run's input checks, is not estimated (its requests are unknown, not 0)."""
     from esgexp.papers.estimate import CHARS_PER_TOKEN, dollars, estimate
 
     loaded: dict = {}
@@ -61,9 +61,9 @@ def dry_run(grid: Grid) -> str:
     live_only: set[str] = set()  # models without a batch price: the batch total holds their live cost
     for job in grid.jobs:
         extra = ""
-        if job.missing_data:
+        if job.missing_data or job.unusable_data:
             unknown += 1
-            extra = "  [not estimated: data missing]"
+            extra = f"  [not estimated: data {'missing' if job.missing_data else 'unusable'}]"
         elif job.cfg is not None:
             found = estimate(job.cfg, loaded)
             requests += found.requests
@@ -103,7 +103,8 @@ def dry_run(grid: Grid) -> str:
             "budget)"
         )
     if unknown:
-        tail += f"{';' if estimated else ''} {unknown} job(s) not estimated: data missing (requests and cost unknown)"
+        why = "missing or unusable" if any(job.unusable_data for job in grid.jobs) else "missing"
+        tail += f"{';' if estimated else ''} {unknown} job(s) not estimated: data {why} (requests and cost unknown)"
     return "\n".join([head, *lines, tail])
 
 

@@ -58,11 +58,11 @@ def estimate(cfg: DictConfig, loaded_cache: dict) -> Estimate:
         return Estimate(note=f"task={cfg.task}: not estimated")
     if cfg.strategy.name == "rag":
         return Estimate(note="strategy=rag: prompts depend on retrieval, not estimated")
-    from esgexp.tasks.generation import make_requests, make_task
+    from esgexp.tasks.generation import asked_items, make_requests, make_task
 
     try:
         task = make_task(cfg)
-        items = task.prepare(list(loaded(cfg, loaded_cache).items))
+        items = asked_items(cfg, task, loaded(cfg, loaded_cache))
         prompts = {item.id: task.prompt(item, None) for item in items}
     except UserError as error:
         return Estimate(note=f"not estimated: {error}")

@@ -13,8 +13,10 @@ table: the paper's own scorer's ``name``, the ``digits`` it prints and the ``met
 equal overrides share it. Jobs that serve only cells the paper does not publish are left out unless ``rows=`` or
 ``columns=`` name them.
 
-Each job is composed (as ``python -m esgexp`` would) and checked: its configs exist, its data files, model
-weights (in the Hugging Face cache), API keys; a job that cannot run here says why and the rest run.
+Each job is composed (as ``python -m esgexp`` would) and checked: its configs exist, its data files and the
+run's input checks on them, model weights (in the Hugging Face cache), API keys; a job that cannot run here says
+why and the rest run. A model the command's ``overrides=`` substitute keeps the grid job's PROTOCOL settings
+unless those overrides name them; an override no job takes is a UserError.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ from esgexp.tasks.kinds import kind_of
 
 DATA_REF = re.compile(r"\$\{data\.(\w+)\}")
 PLAIN_VALUE = re.compile(r"^[\w/.\-+@:~]*$")
+# The model settings that are the grid's protocol, not the model's own: how the prompt is sent (raw or as a turn of
+# the chat template), whether a <think> turn is expected and its budget. A model that ``overrides=[model=...]``
+# substitutes runs with the grid's values of these unless the override names them.
+PROTOCOL = ("model.chat_template", "model.reasoning", "model.generation.max_new_tokens")
 
 
 @dataclass(eq=False)
@@ -55,6 +61,9 @@ class Job:
     data_keys: list[str] = field(default_factory=list)  # the table's data files the job reads
     missing_data: list[str] = field(default_factory=list)  # the data problems among ``problems``
     grid_cfg: DictConfig | None = None  # composed without the user's overrides: what the paper's cell asks for
+    unusable_data: list[str] = field(default_factory=list)  # data there that fails the run's input checks
+    refused: str = ""  # why the job does not compose with the command's overrides (Hydra's message)
+    kept: list[str] = field(default_factory=list)  # the grid's PROTOCOL settings a substituted model is given
 
     @property
     def runnable(self) -> bool:
@@ -198,6 +207,7 @@ def load_grid(cfg: DictConfig, check: bool = True) -> Grid:
     if Path(cfg.paths.root_dir).resolve() != Path.cwd().resolve():  # the jobs run there (esgexp/cli/paper.py)
         paths.append(f"paths.root_dir={quote(str(cfg.paths.root_dir))}")
     compose_jobs(grid.jobs, [*grid.extra, *paths], paths if grid.extra else None)
+    refused_overrides(grid)
     return grid
 
 
@@ -269,9 +279,11 @@ def data_problem(key: str, resolved: dict, hint: str | None) -> str:
 
 def compose_jobs(jobs: list[Job], extra: list[str], plain: list[str] | None = None) -> None:
     """Compose each job's config as ``python -m esgexp`` would (with ``extra``) and record why it cannot run
-    here; with ``plain`` (the overrides that change nothing the cell measures) also its ``grid_cfg``."""
+    here; with ``plain`` (the overrides that change nothing the cell measures) also its ``grid_cfg``, and the
+    command's overrides (``extra`` less ``plain``) that a job cannot take are its ``refused``."""
     from hydra import compose, initialize_config_dir
 
+    loaded: dict = {}  # each dataset read once for the input checks
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for job in jobs:
             missing = missing_configs(job.overrides)
@@ -279,15 +291,79 @@ def compose_jobs(jobs: list[Job], extra: list[str], plain: list[str] | None = No
                 job.problems += missing
                 continue
             try:
-                job.cfg = compose("config", overrides=[*job.overrides, *extra])
-                job.grid_cfg = job.cfg if plain is None else compose("config", overrides=[*job.overrides, *plain])
-            except Exception as error:  # a bad override: Hydra's message names it
+                job.grid_cfg = compose("config", overrides=[*job.overrides, *(extra if plain is None else plain)])
+            except Exception as error:  # a bad override of the grid's: Hydra's message names it
                 job.problems.append(f"config: {str(error).splitlines()[0]}")
+                continue
+            try:
+                job.cfg = job.grid_cfg if plain is None else compose("config", overrides=[*job.overrides, *extra])
+                kept = kept_protocol(job.grid_cfg, job.cfg, extra)
+                if kept:  # the substituted model under the grid's protocol: these join the job's overrides
+                    job.overrides, job.kept = [*job.overrides, *kept], kept
+                    job.cfg = compose("config", overrides=[*job.overrides, *extra])
+            except Exception as error:  # one of the command's overrides does not fit this job
+                job.cfg, job.refused = None, hydra_message(error)
+                job.problems.append(f"config: {job.refused}")
                 continue
             if not job.problems:
                 found = missing_files(job.cfg)
                 job.missing_data += found
-                job.problems += found + job_problems(job.cfg)
+                job.problems += found
+            if not job.problems:
+                job.unusable_data = input_problems(job.cfg, loaded)
+                job.problems += job.unusable_data + job_problems(job.cfg)
+
+
+def hydra_message(error: Exception) -> str:
+    """Hydra's composition error in one line, with its cause (``Could not override 'dataset.limt' (Key 'limt'
+    is not in struct)``)."""
+    text = str(error).splitlines()[0].rstrip(".")
+    cause = str(error.__cause__).splitlines()[0] if error.__cause__ else ""
+    return f"{text} ({cause})" if cause else text
+
+
+def refused_overrides(grid: Grid) -> None:
+    """A UserError when no job of the table takes the command's ``overrides=`` (a misspelt key, an option
+    that is not there) though some compose without them; whether the table's data is there or not."""
+    tried = [job for job in grid.jobs if job.grid_cfg is not None or job.refused]
+    if grid.extra and tried and all(job.refused for job in tried):
+        raise UserError(
+            f"overrides=[{', '.join(grid.extra)}]: no job of table {grid.name} takes them: {tried[0].refused}"
+        )
+
+
+def input_problems(cfg: DictConfig, loaded: dict) -> list[str]:
+    """Why the job's data, though there, cannot serve it: the input checks its run makes before it asks
+    anything (the dataset reads; a generation job's items suit its task and strategy, esgexp/tasks/generation.py
+    ``asked_items``); ``loaded`` keeps each dataset read once."""
+    from esgexp.papers.estimate import loaded as load_dataset
+
+    kind = kind_of(cfg.task)
+    try:
+        data = load_dataset(cfg, loaded)
+        if kind.prompts:
+            from esgexp.tasks.generation import asked_items, make_task
+
+            asked_items(cfg, make_task(cfg), data)
+    except UserError as error:
+        return [f"inputs: {error}"]
+    return []
+
+
+def kept_protocol(asked: DictConfig, cfg: DictConfig, extra: list[str]) -> list[str]:
+    """The overrides that give ``cfg`` (the job with the command's ``extra`` overrides) the PROTOCOL settings of
+    ``asked`` (the grid's job) where ``extra`` changed them without naming them (``model=smollm2-135m`` brings
+    its own ``chat_template: true``); none for a job that asks no model."""
+    if not kind_of(cfg.task).uses_model(cfg):
+        return []
+    named = [o.lstrip("+~").partition("=")[0] for o in extra]
+    named = [key for key in named if not (CONF_DIR / key).is_dir()]  # a group choice (model=...) names no setting
+    kept = []
+    for key in PROTOCOL:
+        want = OmegaConf.select(asked, key)
+        if want != OmegaConf.select(cfg, key) and not any(key == n or key.startswith(n + ".") for n in named):
+            kept.append(f"{key}={json.dumps(want)}")
+    return kept
 
 
 def missing_configs(overrides: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from esgexp.data.hashing import file_hashes
 from esgexp.data.registry import identify, published_as, serving
 from esgexp.jobs.identity import identity
 from esgexp.jobs.lifecycle import data_sha256
-from esgexp.papers.grid import Grid, Job
+from esgexp.papers.grid import PROTOCOL, Grid, Job
 from esgexp.tasks.kinds import kind_of
 
 # Settings that change how a value's interval is computed, not the value itself.
@@ -51,8 +51,10 @@ def match_folders(jobs: list[Job], sweep_dir: Path) -> dict[Job, Path | None]:
 
 def substitutions(asked: DictConfig, ran: DictConfig, items: int | None = None) -> list[str]:
     """How the run differs from what the paper's cell asks for (``asked``: the grid job without the user's
-    overrides), e.g. ``model smollm2-135m instead of qwen2.5-0.5b-instruct``; ``items``: the paper's item count.
-    The model and backend of a job that asks no model (retriever=random with LLM-written queries) are none."""
+    overrides), e.g. ``model smollm2-135m instead of qwen2.5-0.5b-instruct`` and, where the run did not keep the
+    grid's PROTOCOL settings, each one (``model.chat_template=true instead of false``); ``items``: the paper's
+    item count. The model and backend of a job that asks no model (retriever=random with LLM-written queries)
+    are none."""
     want, got = identity(asked), identity(ran)
     unused = () if job_uses_model(ran) else ("model", "backend")
     found = []
@@ -62,6 +64,8 @@ def substitutions(asked: DictConfig, ran: DictConfig, items: int | None = None) 
             continue
         if isinstance(a, dict) and isinstance(b, dict) and a.get("name") != b.get("name"):
             found.append(f"{key} {b.get('name')} instead of {a.get('name')}")
+            # another model's own settings aside, each grid protocol setting it does not keep is named too
+            found += [leaf_change(n, was, now, got, items) for n, was, now in leaf_diff(a, b, key) if n in PROTOCOL]
             continue
         found += [leaf_change(name, was, now, got, items) for name, was, now in leaf_diff(a, b, key)]
     return [text for text in found if text]
@@ -135,9 +139,9 @@ def published(path: str, grid: Grid, key: str) -> list[str] | None:
 
 
 def command_line(job: Job, grid: Grid) -> str:
-    """The command that reruns the job alone (its overrides, a missing data file as ``${data.KEY}``, and the
-    user's)."""
-    return shlex.join(["python", "-m", "esgexp", *(job.shown or job.overrides), *grid.extra])
+    """The command that reruns the job alone (its overrides, a missing data file as ``${data.KEY}``, the user's,
+    and the grid's protocol settings the user's model substitution keeps)."""
+    return shlex.join(["python", "-m", "esgexp", *(job.shown or job.overrides), *grid.extra, *job.kept])
 
 
 def mlflow_run_ids(uri: str, sweep_dir: Path) -> dict[str, str]:
@@ -169,6 +173,7 @@ def run_provenance(job: Job, grid: Grid, folder: Path | None, metrics: dict | No
         "overrides": job.overrides,
         "extra": grid.extra,
         "command": command_line(job, grid),
+        "kept": job.kept,
         "run_dir": str(folder) if folder else "",
     }
     ran = run_config(folder) if folder else None

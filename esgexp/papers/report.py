@@ -291,6 +291,8 @@ def run_lines(run: dict) -> list[str]:
         )
     if run.get("extra"):
         lines.append(f"  - overrides beyond the grid's: {' '.join(run['extra'])}")
+    if run.get("kept"):
+        lines.append(f"  - the grid's protocol kept for the model substituted: {' '.join(run['kept'])}")
     for change in run.get("substitutions") or []:
         lines.append(f"  - substituted: {change}")
     if run.get("run_dir"):

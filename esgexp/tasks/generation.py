@@ -27,6 +27,14 @@ def make_task(cfg: DictConfig):
     return kind_of(cfg.task).prompts_class()(cfg)
 
 
+def asked_items(cfg: DictConfig, task, loaded) -> list:
+    """The items a job asks (MCQ with scoring.circular: one per option rotation), after the input checks of a
+    run: the dataset has usable items and suits the task and strategy (``task.prepare``); else a UserError."""
+    if not loaded.items:
+        raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(loaded.skipped)})")
+    return task.prepare(loaded.items)
+
+
 class GenerationJob(Job):
     """task=mcq|qa: prompt a model with every item, keep each output as it comes, then score them all."""
 
@@ -36,10 +44,7 @@ class GenerationJob(Job):
         cfg = self.cfg
         self.task = self.kind.prompts_class()(cfg)
         self.loaded = instantiate(cfg.dataset).load()
-        if not self.loaded.items:
-            raise UserError(f"dataset {cfg.dataset.name!r} has no usable items (skipped: {len(self.loaded.skipped)})")
-        # The questions to ask (MCQ with scoring.circular: one per option rotation).
-        self.items = self.task.prepare(self.loaded.items)
+        self.items = asked_items(cfg, self.task, self.loaded)
         # The judge's config (judge=...) and then the model come before any retrieval index or answer: a wrong
         # model config fails in seconds.
         self.judge = None
