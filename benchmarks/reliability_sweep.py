@@ -43,6 +43,7 @@ class Case:
     bad: str | None = None  # a pattern of the defect
     timeout: float = 120
     check: object = None  # a callable(output) -> str | None: why the outcome is bad, run after the command
+    within: float | None = None  # seconds: a right outcome that takes longer is bad (the defect is the wait)
     result: dict = field(default_factory=dict)
 
 
@@ -71,6 +72,8 @@ def run(case: Case, env: dict, cwd: Path) -> dict:
         code, output = None, f"(timed out after {case.timeout:g} s) {expired.stdout or ''}{expired.stderr or ''}"
     seconds = time.monotonic() - started
     why_bad = case.check(output) if case.check else None
+    if not why_bad and case.within is not None and seconds > case.within:
+        why_bad = f"took {seconds:.1f} s, more than {case.within:g} s"
     if why_bad or (case.bad and re.search(case.bad, output)):
         verdict = "bad"
     elif code in case.exit and all(re.search(p, output) for p in expected(case)) and "Traceback" not in output:
@@ -258,6 +261,7 @@ def cases(tmp: Path, servers: dict) -> list[Case]:
                     (2,), r"error: one adapter at a time, got a, b"))  # fmt: skip
     # --- fifth round: paper tables, locks, batch files, floods, full disks, a second Ctrl-C ---------------
     out += fifth_round(tmp, servers, common)
+    out += faults(tmp, servers, common)
     # --- newcomer ---------------------------------------------------------------------------------------
     out.append(Case("newcomer", "papers/ and compare/ are git-ignored", f"cd {ROOT} && git check-ignore papers/x.md compare/y.md",
                     (0,), r"papers/x.md\s+compare/y.md"))  # fmt: skip
@@ -382,6 +386,57 @@ def fifth_round(tmp: Path, servers: dict, common: tuple[str, ...]) -> list[Case]
     return out
 
 
+def faults(tmp: Path, servers: dict, common: tuple[str, ...]) -> list[Case]:
+    """Issue 55's fault cases: files esgexp-data cannot get (each says what mends it, the command fails), a
+    judge's server gone on a rerun answered from the cache, a busy server whose health check times out, a
+    server that fails every request from the first."""
+    out: list[Case] = []
+    get = ("get", "esgenius", "files=ESGenius_1136q.csv", "data.retries=0", "progress=false")
+    again = r"run the same command again to retry"  # the old advice, wrong for these
+    mirror = tmp / "data_mirror"
+    (mirror / "esgenius").mkdir(parents=True, exist_ok=True)
+    (mirror / "esgenius" / "ESGenius_1136q.csv").write_text("id,question\n1,another file\n")
+    for name, args, said in (
+        ("a 404 at the source", (f"data.hosts.github={servers['no_files']}",),
+         (r"HTTP 404 Not Found: the file is not at that address \(set data.mirror", r"cannot get it")),
+        ("other bytes in the mirror", (f"data.mirror={mirror}",),
+         (r"The file there is not the pinned one, so getting it from there again cannot mend it", r"cannot get it")),
+        ("an unreachable host", ("data.hosts.github=http://127.0.0.1:9",),
+         (r"the host 127.0.0.1:9 cannot be reached \(\[Errno 111\] Connection refused\).*data.mirror", r"cannot get it")),
+    ):  # fmt: skip
+        command = esgexp(*get, f"paths.data_dir={tmp}/data_{len(out)}", *args, module="esgexp.data_cli")
+        out.append(Case("data get", f"esgexp-data get: {name}", command, (1,), said,
+                        bad=rf"{again}|Max retries exceeded|Downloading file"))  # fmt: skip
+
+    # the judge's server gone on a rerun whose answers and verdicts are all in the request cache
+    verdict = '{"reason": "It matches.", "verdict": "correct"}'
+    job = [*esgexp("experiment=sustainableqa_factoid", "dataset=sustainableqa_sample", "dataset.limit=2",
+                   "backend=openai", f"backend.base_url={servers['fake']}", "judge=default", "judge.backend=openai",
+                   *common, f"paths.request_cache={tmp}/judge_cache.sqlite")]  # fmt: skip
+    rerun = (
+        "import subprocess, sys; sys.path.insert(0, sys.argv[1]); from openai_server import FakeOpenAI; "
+        f"judge = FakeOpenAI(answer={verdict!r}); job = sys.argv[2:] + ['+judge.backend_overrides.base_url=' + judge.base_url]; "
+        "first = subprocess.run(job, capture_output=True); judge.close(); print('first=%d' % first.returncode, flush=True); "
+        "sys.exit(subprocess.run(job).returncode)"
+    )  # fmt: skip
+    out.append(Case("judge", "a rerun answered from the cache, the judge's server gone", [PY, "-c", rerun, str(ROOT / "tests"), *job],
+                    (0,), (r"first=0", r"judge/accuracy"), bad=r"does not answer"))  # fmt: skip
+
+    openai = ("backend=openai", "backend.max_concurrency=1", "dataset.limit=6", "cache=off", *common)
+    out.append(Case("failing servers", "3 connections dropped while /v1/models is too busy to answer",
+                    esgexp(*openai, f"backend.base_url={servers['busy']}", "backend.connect_timeout_s=1"),
+                    (0,), r"lost 3 connections in a row, but it is up: its health check \(GET /v1/models\) took the connection and did not answer within 1 s \(busy\)",
+                    bad=r"stopped answering"))  # fmt: skip
+    for name, url, said in (
+        ("HTTP 500", servers["all500"], r"answers a generate request .* with errors \(HTTP 500: .*gave up after 2 retries"),
+        ("dropped", servers["alldrop"], r"drops it before answering \(connection dropped: .*gave up after 2 retries"),
+    ):  # fmt: skip
+        out.append(Case("failing servers", f"every request {name}, the probe too (defaults)",
+                        esgexp("backend=openai", f"backend.base_url={url}", "dataset.limit=4", "cache=off", *common),
+                        (2,), said, bad=r"is it running, and is this machine online", within=15, timeout=90))  # fmt: skip
+    return out
+
+
 def start_servers(tmp: Path) -> tuple[dict, list]:
     """The servers the cases use; the objects to close."""
     from openai_server import FakeOpenAI, FaultProxy, free_port
@@ -394,7 +449,16 @@ def start_servers(tmp: Path) -> tuple[dict, list]:
         proxy.fail_when(lambda request: "Hello" not in request.text, kind, path="/v1/chat/completions")
     late = FaultProxy(fake.base_url)
     late.fail_when(lambda request, late=late: late.answered >= 6, "500", path="/v1/chat/completions")
-    closing = [slow, slower, fake, *proxies.values(), late]
+    busy = FaultProxy(fake.base_url)  # 3 connections dropped in a row, and a /v1/models too slow to answer
+    busy.fail_when(lambda request: "Hello" not in request.text, "drop", times=3, path="/v1/chat/completions")
+    busy.fail_when(None, "delay", path="/v1/models", delay=5)
+    every = {
+        kind: FaultProxy(fake.base_url).fail_when(None, kind, path="/v1/chat/completions") for kind in ("500", "drop")
+    }
+    from data_server import DataServer
+
+    no_files = DataServer({}).__enter__()  # every path a 404
+    closing = [slow, slower, fake, *proxies.values(), late, busy, *every.values(), no_files]
     servers = {
         "slow": slow.base_url,
         "slower": slower.base_url,
@@ -403,6 +467,10 @@ def start_servers(tmp: Path) -> tuple[dict, list]:
         "proxy500": proxies["500"].base_url,
         "proxydrop": proxies["drop"].base_url,
         "late500": late.base_url,
+        "busy": busy.base_url,
+        "all500": every["500"].base_url,
+        "alldrop": every["drop"].base_url,
+        "no_files": no_files.url,
         "other_port": free_port(),
         "free_port": free_port(),
     }

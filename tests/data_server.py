@@ -77,6 +77,9 @@ class DataServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
 

@@ -126,6 +126,47 @@ def test_a_hash_mismatch_is_refused_with_both_hashes_and_nothing_kept(tmp_path, 
     assert files_in(data) == []  # no file, no partial download, no temporary file
 
 
+def test_each_file_not_got_says_what_mends_it_and_the_command_fails(tmp_path):
+    """Three files, three faults: other bytes at the pinned address, a 404, a transfer cut off. The command exits
+    1; each FAILED line says what mends it (the file is not the pinned one; not at that address, naming the URL
+    and data.mirror), the last line offers running it again only for the cut one, and progress=false prints
+    none of pooch's lines. A host that cannot be reached is named as such, not as "Max retries exceeded"."""
+    other, partial = tmp_path / "other.csv", tmp_path / "partial.json"
+    other.write_text("id,question\n1,not the published file\n")
+    partial.write_bytes(b"{" + b" " * 4000 + b"}")
+    commit = "/ANGEL-NTU/ESGenius/66d6e5fc089d2b97af354a3a00d96596aa495456/data"
+    data = tmp_path / "data"
+    with DataServer({ESGENIUS: other, f"{commit}/ESGenius_1136q.json": partial}) as served:
+        served.cut[f"{commit}/ESGenius_1136q.json"] = 1000
+        got = data_cli(tmp_path, "get", "esgenius", f"paths.data_dir={data}", "data.retries=0", *served.hosts())
+    assert got.returncode == 1, got.stdout + got.stderr
+    failed = {line.split(":")[0].strip(): line for line in got.stdout.splitlines() if ": FAILED: " in line}
+    assert set(failed) == {"ESGenius_1136q.csv", "ESGenius_w_ref_1136q.csv", "ESGenius_1136q.json"}
+    assert (
+        "The file there is not the pinned one, so getting it from there again cannot mend it"
+        in failed["ESGenius_1136q.csv"]
+    )
+    assert (
+        f"{served.url}{commit}/ESGenius_w_ref_1136q.csv: HTTP 404 Not Found: the file is not at that address (set "
+        "data.mirror to a folder or URL that holds esgenius/ESGenius_w_ref_1136q.csv"
+        in failed["ESGenius_w_ref_1136q.csv"]
+    )
+    assert got.stdout.rstrip().endswith(
+        "3 of 3 file(s) not got; running the same command again cannot get 2 of them: each FAILED line above says "
+        "what mends it; it retries the other 1 (a cut-off one resumes)"
+    )
+    assert "Downloading file" not in got.stdout + got.stderr
+    offline = data_cli(tmp_path, "get", "esgenius", "files=ESGenius_1136q.csv", f"paths.data_dir={data}",
+                       "data.hosts.github=http://127.0.0.1:9", "data.retries=0")  # fmt: skip
+    assert offline.returncode == 1 and "Max retries exceeded" not in offline.stdout
+    assert (
+        "the host 127.0.0.1:9 cannot be reached ([Errno 111] Connection refused): check this machine's network"
+        in offline.stdout
+    )
+    assert "set data.mirror to a folder or internal URL that holds the files" in offline.stdout
+    assert "running the same command again cannot get it" in offline.stdout
+
+
 def test_a_cut_download_resumes_where_it_stopped(tmp_path, server):
     data, size = tmp_path / "data", (SAMPLES / "esgenius" / "ESGenius_1136q.csv").stat().st_size
     server.cut[ESGENIUS] = 300_000

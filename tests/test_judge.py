@@ -275,6 +275,32 @@ def test_a_judge_behind_an_openai_compatible_server(make_cfg, llama_server):
     assert again["judge/accuracy"] == metrics["judge/accuracy"]
 
 
+@pytest.mark.usefixtures("made_store")
+def test_a_rerun_answered_from_the_cache_needs_no_judge_server(make_cfg, tmp_path):
+    """The judge on a server is probed only when something will be asked: a first run probes it (a server check
+    and a judge request), then asks it 2 verdicts (after its run's own server check); the same run again, every answer and verdict in the request cache, asks
+    nothing and runs with both servers gone (before: the probe failed it). A rerun whose answers are cached but
+    whose verdicts are not (another prompt version) probes the judge first, and is told it is down."""
+    from openai_server import FakeOpenAI
+
+    from esgexp.run import run_job
+
+    verdict = json.dumps({"reason": "It matches.", "verdict": "correct"})
+    with FakeOpenAI(answer="18.6%") as model, FakeOpenAI(answer=verdict) as judge:
+        args = (
+            *FACTOID, "dataset.limit=2", "backend=openai", f"backend.base_url={model.base_url}", "judge=default",
+            "judge.backend=openai", f"+judge.backend_overrides.base_url={judge.base_url}",
+            "+judge.backend_overrides.backoff_s=0.01", "backend.backoff_s=0.01",
+        )  # fmt: skip
+        first = run_job(make_cfg(*args, f"paths.output_dir={tmp_path}/r1"))
+        assert first["judge/n_requests"] == 2 and judge.count == 2 + 1 + 2
+    again = run_job(make_cfg(*args, f"paths.output_dir={tmp_path}/r2"))
+    assert again["judge/n_cached"] == 2 and again["judge/n_requests"] == 0 and again["n_cached"] == 2
+    assert again["judge/accuracy"] == first["judge/accuracy"] == 1.0
+    with pytest.raises(UserError, match=r"^judge smollm2-135m: the server at http://127.0.0.1:\d+/v1 does not answer"):
+        run_job(make_cfg(*args, "judge.evidence=false", f"paths.output_dir={tmp_path}/r3"))
+
+
 def test_a_judge_through_the_batch_api(make_cfg, llama_server, tmp_path):
     """The judge's requests as one batch (the stand-in Batch API in front of llama.cpp's server): the verdict is
     the live judge's."""
@@ -342,18 +368,21 @@ def test_a_judge_grades_an_external_esgbench_predictions_file(make_cfg, tmp_path
 
 
 def test_the_judge_is_checked_before_the_first_item(make_cfg, llama_server, monkeypatch):
-    """The judge's key, server and response format are found wrong by one request at the start, before any
-    answer is generated: llama-cpp-python's server fails the default json_schema form (HTTP 500) and the error
-    names json_object; the judge's key unset and its server down are one line each."""
+    """The judge's key is checked at the start, and its server and response format by one request before the
+    first thing it is asked: llama-cpp-python's server fails the default json_schema form (HTTP 500) and the
+    error names json_object; the judge's key unset and its server down are one line each."""
     from openai_server import free_port
 
-    from esgexp.eval.judge import check_judge
+    from esgexp.eval.judge import check_judge, probe_judge
+
+    def probed(cfg) -> None:
+        probe_judge(cfg, check_judge(cfg))
 
     served = ("judge=default", "judge.backend=openai", f"+judge.backend_overrides.base_url={llama_server}")
     quick = "+judge.backend_overrides.backoff_s=0.05"
     with pytest.raises(UserError, match=r"for it, \+judge.backend_overrides.response_format=json_object$"):
-        check_judge(make_cfg(*FACTOID, *served, quick, "cache=off"))
-    check_judge(make_cfg(*FACTOID, *served, "+judge.backend_overrides.response_format=json_object", "cache=off"))
+        probed(make_cfg(*FACTOID, *served, quick, "cache=off"))
+    probed(make_cfg(*FACTOID, *served, "+judge.backend_overrides.response_format=json_object", "cache=off"))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(
         UserError, match=r"^judge: model gpt-4o: API key not set \(environment variable OPENAI_API_KEY\)"
@@ -361,7 +390,7 @@ def test_the_judge_is_checked_before_the_first_item(make_cfg, llama_server, monk
         check_judge(make_cfg(*FACTOID, "judge=default", "judge.model=gpt-4o"))
     down = f"+judge.backend_overrides.base_url=http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(UserError, match=r"^judge smollm2-135m: the server at http://127.0.0.1:\d+/v1 does not answer"):
-        check_judge(make_cfg(*FACTOID, "judge=default", "judge.backend=openai", down))
+        probed(make_cfg(*FACTOID, "judge=default", "judge.backend=openai", down))
 
 
 def test_failed_judge_requests_make_the_run_incomplete():

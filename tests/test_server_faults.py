@@ -106,6 +106,53 @@ def test_a_server_that_starts_failing_every_item_ends_the_run_in_seconds(
     assert time.monotonic() - started < 20
 
 
+def test_a_busy_server_whose_health_check_times_out_is_not_taken_for_stopped(fake_proxy, tmp_path, caplog):
+    """Three connections dropped in a row while the server is too busy to answer its /models within
+    connect_timeout_s: it took the health check's connection, so it is up. One warning says so, the items are
+    retried and answered; before, every item failed as "stopped answering after 0 items"."""
+    fake_proxy.fail_when(lambda request: "Hello" not in request.text, "drop", times=3, path="/v1/chat/completions")
+    fake_proxy.fail_when(None, "delay", path="/v1/models", delay=3)
+    answers: list = []
+    with backend(fake_proxy.base_url, tmp_path, backoff_s=0.01, connect_timeout_s=0.3, max_concurrency=1) as client:
+        client.run([GenerationRequest(f"q{i}", f"Question {i}") for i in range(4)], answers.extend)
+    assert len(answers) == 4 and not any(a.failed for a in answers), [a.error for a in answers]
+    assert fake_proxy.count_path("/v1/models") == 1 and "stopped answering" not in caplog.text
+    assert (
+        f"the server at {fake_proxy.base_url} lost 3 connections in a row, but it is up: its health check (GET "
+        "/v1/models) took the connection and did not answer within 0.3 s (busy); not taken for stopped"
+    ) in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        (
+            "500",
+            "answers a generate request for model 'smollm2-135m' with errors (HTTP 500: Internal server error "
+            "(injected by FaultProxy) (gave up after 2 retries: the server has not answered any request well)): "
+            "the server fails on its side",
+        ),
+        (
+            "drop",
+            "takes the connection of a generate request for model 'smollm2-135m' but drops it before answering "
+            "(connection dropped: Remote end closed connection without response (gave up after 2 retries: the "
+            "server has not answered any request well)): look at its log",
+        ),
+    ],
+)
+def test_a_server_that_fails_every_request_from_the_first_is_one_error_after_three_tries(
+    fake_proxy, tmp_path, kind, said
+):
+    """Every request fails, the start-up probe too (its /models answers): the probe is tried 3 times, not
+    max_retries + 1 = 6 (45-47 s at the default backoff before), and the error says what the server did."""
+    fake_proxy.fail_when(None, kind, path="/v1/chat/completions")
+    with backend(fake_proxy.base_url, tmp_path, backoff_s=0.05) as client:
+        with pytest.raises(UserError) as refused:
+            client.run([GenerationRequest("q", "Question")], [].extend)
+    assert f"the server at {fake_proxy.base_url} {said}" in str(refused.value)
+    assert fake_proxy.count_path("/v1/chat/completions") == 3
+
+
 def test_a_prompt_longer_than_the_context_is_a_permanent_error_of_its_item(llama_server, tmp_path, caplog):
     """The real llama.cpp server's 400 (context 2,048): the item's error says its tokens, the context and the
     settings that shorten it, never resume; it is not retried."""

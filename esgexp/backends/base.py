@@ -171,6 +171,11 @@ class Backend(ABC):
             return json.dumps([list(m) for m in request.messages])
         return request.prompt or ""
 
+    def to_ask(self, requests: Sequence[Request]) -> list[Request]:
+        """The ``requests`` that ``run`` would send to the model (all; behind the request cache, those it holds
+        no answer for)."""
+        return list(requests)
+
     def stats(self) -> dict[str, int]:
         """Counts of this run worth reporting (requests sent, retries, failures, ...)."""
         return {}

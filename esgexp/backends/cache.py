@@ -224,6 +224,14 @@ class CachedBackend(Backend):
     def rendered(self, request: Request) -> str:
         return self.inner.rendered(request)
 
+    def to_ask(self, requests: Sequence[Request]) -> list[Request]:
+        identity = self.inner.identity()
+        return [
+            r
+            for r in requests
+            if not r.cacheable() or self.cache.get(cache_key(identity, self.inner.rendered(r), r)) is None
+        ]
+
     def run(self, requests: Sequence[Request], on_results: OnResults) -> None:
         identity = self.inner.identity()
         keys = {r.id: cache_key(identity, self.inner.rendered(r), r) if r.cacheable() else None for r in requests}

@@ -10,7 +10,9 @@ it; a prompt longer than the model's context says its size and the settings that
 whose retries run out is answered ``failed`` (recorded, never dropped), so ``resume=true`` redoes only it.
 A server that stops answering mid-run, or fails every request for ``give_up_after`` requests in a row (the
 client's ``ServerGone``), fails every item not yet answered at once, with one warning: ``the server at URL
-stopped answering (failed every request) after N items``. Ctrl-C stops sending: the answers of the requests in flight are
+stopped answering (failed every request) after N items``; a busy server (its ``/models`` takes the connection
+but does not answer in time) is said to be up, and the items go on; a server that fails the start-up probe itself
+is one error after 3 tries (openai_client.py). Ctrl-C stops sending: the answers of the requests in flight are
 awaited and handed over before ``KeyboardInterrupt`` (a second Ctrl-C stops at once).
 
 ``model.api.params: reasoning`` is the parameter rule of OpenAI's o-series reasoning models (o3, o4-mini), which

@@ -12,11 +12,14 @@ A reply cut off after its headers (``IncompleteRead``, a reset mid-body) is a dr
 other: retried and counted. After ``DOWN_AFTER`` connections lost in a row (refused, reset; HTTP errors
 do not count) the client asks the server's ``/models`` once; when that fails too the server is gone:
 every request waiting or retrying ends at once with ``ServerGone``, so a server that dies mid-run costs
-seconds, not every item's retries. A server that answers but fails every request (HTTP 5xx, a dropped
-connection, a reply that is not JSON; not a 429 or a timeout) trips a circuit breaker: once ``give_up_after``
-requests in a row have failed with no answer in between, at least one of them after a retry, every
-request ends with ``ServerGone`` too (``failing`` says so), and while one request has already used up its
-retries in such a run of failures the next ones are not retried. The key is read from the environment variable
+seconds, not every item's retries. A ``/models`` that takes the connection but does not answer in time is a
+busy server, not a gone one: said once, and the requests go on. A server that answers but fails every
+request (HTTP 5xx, a dropped connection, a reply that is not JSON; not a 429 or a timeout) trips a circuit
+breaker: once ``give_up_after`` requests in a row have failed with no answer in between, at least one of them
+after a retry, every request ends with ``ServerGone`` too (``failing`` says so), and while one request has
+already used up its retries in such a run of failures the next ones are not retried. Before the server's
+first good answer (the probe, alone), a request that fails so ``FIRST_TRIES`` times is not tried again: a
+server that fails every request from the start is one error in seconds. The key is read from the environment variable
 ``api_key_env`` names and goes into the ``Authorization`` header only. Retries and failed requests are
 counted (``stats()``).
 
@@ -55,6 +58,9 @@ LONG_WAIT_S = 10.0
 MAX_TIMEOUT_FACTOR = 16
 #: This many connections lost in a row (refused or reset, any request) make the client look at the server.
 DOWN_AFTER = 3
+#: Before the server's first good answer, a request whose tries fail this many times (the circuit breaker's kinds
+#: of failure) is not tried again.
+FIRST_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,8 @@ class OpenAIClient:
         self._lock = threading.Lock()
         self._counts = {"n_retries": 0, "n_failed_requests": 0}
         self.answered = False  # whether the server has replied at least once (any status)
+        self.answered_well = False  # whether it has given one good answer
+        self._said_busy = False  # a health check that timed out has been logged
         self.gate = Gate(max_concurrency, self.timeout_s, self.base_url)
         self._stopped = threading.Event()
         self._resume_at = 0.0  # time.monotonic() before which no request is sent (a Retry-After)
@@ -259,6 +267,11 @@ class OpenAIClient:
                     f"the server at {self.base_url} answers {what} with errors ({error}): "
                     f"{ERROR_ADVICE.get(error.status, ERROR_ADVICE[500])}"
                 ) from None
+            if error.lost and not error.unreachable:
+                raise UserError(
+                    f"the server at {self.base_url} takes the connection of {what} but drops it before answering "
+                    f"({error}): look at its log, or at a proxy in front of it"
+                ) from None
             raise UserError(
                 f"the server at {self.base_url} does not answer ({error}); is it running, and is this machine online?"
             ) from None
@@ -314,12 +327,15 @@ class OpenAIClient:
                 if attempt == self.max_retries or failing_run:
                     with self._lock:
                         self._exhausted_in_streak = self._exhausted_in_streak or bool(self._failed_calls)
-                    tries = (
-                        f"{self.max_retries} retries"
-                        if attempt == self.max_retries
-                        else "no retry: every request fails"
-                    )
-                    raise RetryableError(f"{error} (gave up after {tries})", status=error.status) from None
+                    if attempt == self.max_retries:
+                        tries = f"{self.max_retries} retries"
+                    elif not self.answered_well:
+                        tries = f"{attempt} retries: the server has not answered any request well"
+                    else:
+                        tries = "no retry: every request fails"
+                    raise RetryableError(
+                        f"{error} (gave up after {tries})", status=error.status, lost=error.lost
+                    ) from None
                 self.count("n_retries")
                 if error.wait is not None:
                     self._pause(error)
@@ -338,11 +354,13 @@ class OpenAIClient:
         with self._lock:
             self._failed_calls.clear()
             self._retried_in_streak = self._exhausted_in_streak = False
+            self.answered_well = True
 
     def _failed(self, serial: int, attempt: int, error: RetryableError) -> bool:
         """Count a failed try for the circuit breaker; the ``give_up_after``-th request failed in a row (one of
         them after a retry) takes the server for failing: every request ends (``ServerGone``). True when this
-        request is not worth retrying: another one already used up its retries since the last good answer."""
+        request is not worth retrying: another one already used up its retries since the last good answer, or
+        the server has given no good answer yet and this request failed ``FIRST_TRIES`` times."""
         if self.give_up_after is None or error.timed_out or error.status == 429:
             return False
         with self._lock:
@@ -354,7 +372,7 @@ class OpenAIClient:
                     f"{len(self._failed_calls)} requests in a row failed, none answered in between; the last: {error}"
                 )
                 self.failing = True
-            exhausted = self._exhausted_in_streak
+            exhausted = self._exhausted_in_streak or (not self.answered_well and attempt + 1 >= FIRST_TRIES)
         if tripped:
             self.stop()
         return exhausted
@@ -377,8 +395,9 @@ class OpenAIClient:
             self.stop()
 
     def unanswered(self) -> str | None:
-        """Why the server's ``/models`` gives no reply (None: it replied, whatever its status), asked once on a
-        new connection, with ``connect_timeout_s`` to connect and as long to answer."""
+        """Why the server's ``/models`` gives no reply (None: it replied, whatever its status, or it took the
+        connection and is busy: no answer within the time, logged once), asked once on a new connection, with
+        ``connect_timeout_s`` to connect and as long to answer."""
         import urllib3
 
         pool = urllib3.connection_from_url(self.base_url, maxsize=1)
@@ -391,6 +410,18 @@ class OpenAIClient:
                 retries=False,
                 redirect=False,
             )
+        except urllib3.exceptions.ReadTimeoutError:
+            if not self._said_busy:
+                self._said_busy = True
+                log.warning(
+                    "the server at %s lost %d connections in a row, but it is up: its health check (GET %s/models) "
+                    "took the connection and did not answer within %g s (busy); not taken for stopped, the requests "
+                    "go on with their retries",
+                    self.base_url,
+                    DOWN_AFTER,
+                    self._base_path,
+                    self.connect_timeout_s,
+                )
         except (urllib3.exceptions.HTTPError, OSError) as error:
             return f"GET {self._base_path}/models: {connection_cause(error)}"
         finally:

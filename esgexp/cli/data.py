@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from esgexp.cli.command import run_command
 from esgexp.core.outputs import human
-from esgexp.data.fetch import FetchSettings, copy_verified, fetch, get_command, hydra_value
+from esgexp.data.fetch import FetchSettings, NotGot, copy_verified, fetch, get_command, hydra_value
 from esgexp.data.hashing import file_hashes, lfs_pointer
 from esgexp.data.registry import Benchmark, RegistryFile, benchmark, benchmarks
 from esgexp.errors import UserError
@@ -101,7 +101,7 @@ def get(cfg: DictConfig, name: str, group: str | None) -> int:
     home = Path(str(cfg.paths.data_dir))
     settings = FetchSettings.of(cfg, data_dir=cfg.to, progress=bool(cfg.progress))
     print(f"{bench.name}: {len(files)} file(s) to {settings.data_dir}", flush=True)
-    failed = 0
+    failed: list[NotGot] = []
     for file in files:
         target = file.local(settings.data_dir)
         try:
@@ -109,14 +109,26 @@ def get(cfg: DictConfig, name: str, group: str | None) -> int:
             if ready and not (target.is_file() and file.matches(file_hashes(target))):
                 copy_verified(file, file.local(home), target)  # a verified copy here: no network
             fetch(file, settings)
-        except UserError as error:
-            failed += 1
+        except NotGot as error:
+            failed.append(error)
             print(f"  {file.name}: FAILED: {error}", flush=True)
             continue
         print(f"  {file.name}  {human(target.stat().st_size)}  verified ({file.hash_text})", flush=True)
     if failed:
-        print(f"{failed} of {len(files)} file(s) not got; run the same command again to retry (a cut-off one resumes)")
-    return failed
+        print(not_got_line(failed, len(files)), flush=True)
+    return len(failed)
+
+
+def not_got_line(failed: list[NotGot], chosen: int) -> str:
+    """The last line of a ``get`` that did not get ``failed`` of its ``chosen`` files: running it again is
+    offered only for the files it may get then."""
+    again = sum(error.again for error in failed)
+    line = f"{len(failed)} of {chosen} file(s) not got; "
+    if again == len(failed):
+        return line + "run the same command again to retry (a cut-off one resumes)"
+    stuck = ("it" if len(failed) == 1 else "them") if not again else f"{len(failed) - again} of them"
+    line += f"running the same command again cannot get {stuck}: each FAILED line above says what mends it"
+    return line + (f"; it retries the other {again} (a cut-off one resumes)" if again else "")
 
 
 def verify(cfg: DictConfig, name: str | None, group: str | None) -> int:

@@ -5,13 +5,18 @@ pooch (a kept library for cached, hash-checked downloads, with retries) and ``Re
 transfer resumes with an HTTP Range request from its ``.<name>.part`` file); hub datasets through
 huggingface_hub (its cache, ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT``); a mirror folder is copied. Every file's
 bytes are checked against the registry's sha256 or git blob id before they are moved into place: a mismatch
-is refused with both hashes and nothing is left behind. ``check_inputs`` is what a job does first: a missing
+is refused with both hashes and nothing is left behind. A file none of its origins gave is ``NotGot``: each
+origin's line says what mends it (a 404: not at that address; other bytes: not the pinned file; a host not
+reached), and ``again`` says whether running the same command may get it (a cut-off transfer, a timeout, a
+server error). With ``progress`` off nothing but the result is printed (pooch's own lines included). ``check_inputs`` is what a job does first: a missing
 input that is a registry file's place is downloaded (``data.download=true``) or named with the command that
 gets it; a Git LFS pointer given as data is refused."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -28,6 +33,19 @@ class NotServed(OSError):
 
 class HashMismatch(Exception):
     """Bytes that are not the registry's file (not a ValueError: pooch retries those; a mismatch is final)."""
+
+
+class HubOffline(FileNotFoundError):
+    """A hub file not in the Hugging Face cache while the hub is offline (``HF_HUB_OFFLINE=1``)."""
+
+
+class NotGot(UserError):
+    """A registry file none of its origins gave; ``again``: whether the same command may get it next time (one
+    origin failed in a way that can pass: a transfer cut off, a timeout, a server error)."""
+
+    def __init__(self, message: str, again: bool):
+        super().__init__(message)
+        self.again = again
 
 
 # The keys of the ``data`` settings (conf/downloads/default.yaml), beside a paper table's ``data.<key>`` files
@@ -64,14 +82,14 @@ class FetchSettings:
 
 def fetch(file: RegistryFile, settings: FetchSettings) -> Path:
     """``file`` in ``settings.data_dir``, verified: kept when already there, else read from the mirror (when
-    one is set) or from its sources in order. A UserError says what each source gave."""
+    one is set) or from its sources in order. ``NotGot`` says what each origin gave and what mends it."""
     target = file.local(settings.data_dir)
     if target.is_file() and file.matches(file_hashes(target)):
         return target
     if target.is_file():  # another file in the data folder's place of this one: the cache's copy is replaced
         print(f"{target}: not the registry's bytes ({file.hash_text}); removed, getting it again", flush=True)
         target.unlink()
-    tried = []
+    tried, again = [], False
     for origin in origins(file, settings):
         try:
             if isinstance(origin, Source) and origin.kind == "hub":
@@ -81,11 +99,72 @@ def fetch(file: RegistryFile, settings: FetchSettings) -> Path:
             else:
                 copy_verified(file, Path(origin), target)
             return target
-        except HashMismatch as error:
-            tried.append(str(error))
-        except (OSError, ValueError) as error:  # network errors are OSErrors (requests' too)
-            tried.append(f"{where(origin, settings)}: {type(error).__name__}: {first_line(error)}")
-    raise UserError(f"{file.label} could not be got: {'; '.join(tried)}")
+        except (HashMismatch, OSError, ValueError) as error:  # network errors are OSErrors (requests' too)
+            line, passing = failure(error, where(origin, settings), file, settings)
+            tried.append(line)
+            again = again or passing
+    raise NotGot(f"{file.label} could not be got: {'; '.join(tried)}", again)
+
+
+def failure(error: Exception, place: str, file: RegistryFile, settings: FetchSettings) -> tuple[str, bool]:
+    """The line for ``place`` (a URL, a mirror folder's path, a hub file) that failed with ``error``, saying what
+    mends it, and whether trying it again may get the file."""
+    from_mirror = bool(settings.mirror)
+    if isinstance(error, HashMismatch):
+        fix = (
+            f"data.mirror={settings.mirror} holds another file under {file.benchmark}/{file.name}: replace it with "
+            f"the pinned one (`{get_command([file])} --to DIR` on a machine that reaches the source)"
+            if from_mirror
+            else "the source (or a proxy in data.hosts) serves other bytes at the pinned address: set data.mirror "
+            "to a folder or URL that holds the pinned file"
+        )
+        return (
+            f"{error}. The file there is not the pinned one, so getting it from there again cannot mend it: {fix}",
+            False,
+        )
+    if isinstance(error, HubOffline):
+        return f"{place}: {error}", False
+    host = unreached(error, place)
+    if host:
+        fix = (
+            f"data.mirror's host {host} cannot be reached ({host_cause(error)}): check this machine's network, or "
+            "point data.mirror at a folder or URL this machine reaches"
+            if from_mirror
+            else f"the host {host} cannot be reached ({host_cause(error)}): check this machine's network (or "
+            "data.hosts, for a proxy), or set data.mirror to a folder or internal URL that holds the files (docs/data.md)"
+        )
+        return f"{place}: {fix}", False
+    if isinstance(error, (NotServed, FileNotFoundError)):
+        fix = (
+            f"data.mirror={settings.mirror} has no {file.benchmark}/{file.name}: put it there "
+            f"(`{get_command([file])} --to DIR` on a machine that reaches the source), or unset data.mirror"
+            if from_mirror
+            else f"set data.mirror to a folder or URL that holds {file.benchmark}/{file.name}, or check data.hosts"
+        )
+        said = f"{error}: the file is not at that address" if isinstance(error, NotServed) else "no such file"
+        return f"{place}: {said} ({fix})", False
+    return f"{place}: {type(error).__name__}: {first_line(error)}", True
+
+
+def unreached(error: Exception, url: str) -> str | None:
+    """The host of ``url`` when ``error`` is a connection to it that could not be made (a name not found,
+    refused, timed out connecting), else None (requests wraps urllib3's reason in "Max retries exceeded")."""
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+    if not isinstance(error, requests.ConnectionError) or not error.args:
+        return None
+    if not isinstance(getattr(error.args[0], "reason", None), (ConnectTimeoutError, NewConnectionError)):
+        return None
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).netloc
+
+
+def host_cause(error: Exception) -> str:
+    """The OS's reason inside a connection error (``[Errno 111] Connection refused``), else that it timed out."""
+    found = re.search(r"\[Errno -?\d+\] [^'\")]*", str(error))
+    return found.group(0).strip() if found else "no connection in time"
 
 
 def origins(file: RegistryFile, settings: FetchSettings) -> list:
@@ -150,7 +229,7 @@ class ResumingDownloader:
                 response.close()
             else:
                 if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
-                    raise NotServed(f"HTTP {response.status_code} {response.reason} for {url}")
+                    raise NotServed(f"HTTP {response.status_code} {response.reason}")
                 response.raise_for_status()
                 if response.status_code != 206:
                     have = 0
@@ -175,13 +254,20 @@ def by_pooch(file: RegistryFile, url: str, target: Path, settings: FetchSettings
         retry_if_failed=settings.retries,
     )  # fmt: skip
     target.parent.mkdir(parents=True, exist_ok=True)
-    fetcher.fetch(target.name, downloader=ResumingDownloader(file, part_file(target), settings.progress))
+    logger = pooch.get_logger()  # its "Downloading file ..." and retry lines: progress, shown only with it
+    level = logger.level
+    if not settings.progress:
+        logger.setLevel(logging.WARNING)
+    try:
+        fetcher.fetch(target.name, downloader=ResumingDownloader(file, part_file(target), settings.progress))
+    finally:
+        logger.setLevel(level)
 
 
 def copy_verified(file: RegistryFile, source: Path, target: Path) -> None:
     """``source`` (a mirror folder's copy) copied beside ``target``, verified, then moved into place."""
     if not source.is_file():
-        raise FileNotFoundError(f"not in the mirror folder: {source}")
+        raise FileNotFoundError(f"no such file: {source}")
     part = part_file(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, part)
@@ -202,7 +288,7 @@ def from_hub(file: RegistryFile, source: Source, target: Path, hosts: dict) -> N
     except LocalEntryNotFoundError:
         if not constants.HF_HUB_OFFLINE:
             raise
-        raise FileNotFoundError(
+        raise HubOffline(
             "not in the Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE=1; HF_HUB_OFFLINE=0 lets "
             "huggingface_hub download it)"
         ) from None

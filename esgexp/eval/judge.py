@@ -14,6 +14,9 @@ What goes in and comes out:
 - ``run_judge(cfg, items, records)``: all of it for a generation job: asks the judge model (built from
   ``cfg.judge`` through the request cache) about every answered item, writes the verdicts into the records
   and returns the metrics.
+- ``check_judge(cfg)`` before anything runs (its config, packages and key), and ``probe_if_asked``: a judge on a
+  server is sent one known judge request only when something will be asked (a new answer to judge, a verdict
+  not in the request cache), so a rerun answered wholly from the cache needs no judge server.
 
 The prompt text of a version never changes once runs were made with it: a change is a new version.
 """
@@ -217,8 +220,8 @@ def judge_model_config(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
 
 def check_judge(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
     """The judge's (backend node, model node), checked before a run asks anything: its model config exists,
-    its backend's optional packages are installed, its key is set (``preflight``), and a judge on a server
-    answers one judge request with a verdict (``probe_judge``); a UserError names what is wrong."""
+    its backend's optional packages are installed, its key is set (``preflight``); a UserError names what is
+    wrong. A judge on a server is probed later, when something will be asked (``probe_if_asked``)."""
     from esgexp.backends import backend_class
 
     backend_cfg, model_cfg = judge_model_config(cfg)
@@ -226,15 +229,23 @@ def check_judge(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
     problems = cls.missing_requirements() or cls.preflight(backend_cfg, model_cfg, cfg.paths.cache_dir)
     if problems:
         raise UserError(f"judge: {problems[0]} (judge.model={cfg.judge.model})")
-    if backend_cfg.name == "openai":
-        probe_judge(cfg, (backend_cfg, model_cfg))
     return backend_cfg, model_cfg
+
+
+def probe_if_asked(cfg: DictConfig, config: tuple[DictConfig, DictConfig], backend, requests: list) -> bool:
+    """``probe_judge`` for a judge on a server when ``backend`` will send some of ``requests`` to its model
+    (the run's model: new answers to judge; the judge's own backend: verdicts not in the request cache);
+    whether it did. An answer or verdict that every request finds in the cache asks the judge's server nothing."""
+    if config[0].name != "openai" or not backend.to_ask(requests):
+        return False
+    probe_judge(cfg, config)
+    return True
 
 
 def probe_judge(cfg: DictConfig, config: tuple[DictConfig, DictConfig]) -> None:
     """One judge request (a known question and answer) to a judge on a server, past the request cache, before
-    the run's first item: a server that is down, refuses the model or the structured output's form is one
-    UserError now, not after every answer was generated. A reply that is not a verdict is a warning."""
+    the first thing it is asked: a server that is down, refuses the model or the structured output's form is
+    one UserError now, not after every answer was generated. A reply that is not a verdict is a warning."""
     from esgexp.backends.base import GenerationRequest, schema_text
 
     backend = make_judge_backend(cfg, config)
@@ -297,12 +308,15 @@ def judge_tags(cfg: DictConfig) -> dict[str, str]:
     return {"judge_model": cfg.judge.model, "judge_backend": backend, "judge_prompt": cfg.judge.prompt_version}
 
 
-def run_judge(cfg: DictConfig, items: list, records: list[dict], backend=None, config=None) -> dict:
+def run_judge(
+    cfg: DictConfig, items: list, records: list[dict], backend=None, config=None, probe: bool = False
+) -> dict:
     """Ask the judge about every answered item of ``records`` (one per item of ``items``, in order), write
     each verdict into its record (``record["judge"]``, ``record["metrics"]["judge_accuracy"|"judge_credit"]``)
     and return the judge metrics with the judge backend's counts (``judge/n_cached``, ``judge/n_requests``).
     ``backend``: the judge's backend (made from ``config``, :func:`check_judge`'s, or else from ``cfg.judge``
-    when None; closed here either way)."""
+    when None; closed here either way). ``probe``: a judge on a server not probed yet is, first, when some
+    verdict is not in the request cache (``probe_if_asked``)."""
     by_id = {item.id: item for item in items}
     asked = {}
     for record in records:
@@ -314,6 +328,8 @@ def run_judge(cfg: DictConfig, items: list, records: list[dict], backend=None, c
     replies: dict = {}
     backend = backend or (make_judge_backend(cfg, config) if asked else None)
     try:
+        if asked and probe:
+            probe_if_asked(cfg, config or judge_model_config(cfg), backend, list(asked.values()))
         if asked:
             log.info("judge %s grades %d answers", cfg.judge.model, len(asked))
             backend.run(list(asked.values()), lambda responses: replies.update({r.id: r for r in responses}))

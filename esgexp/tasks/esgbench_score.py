@@ -92,7 +92,7 @@ class ScoringJob(Job):
             | {"metrics": {"em": r["em"], "f1": r["f1"]}}
             for r in records
         ]
-        metrics = run_judge(self.cfg, self.loaded.items, views, config=self.judge)
+        metrics = run_judge(self.cfg, self.loaded.items, views, config=self.judge, probe=True)
         for record, view in zip(records, views):
             record["judge"] = view["judge"]
             record.update({key: view["metrics"][key] for key in ("judge_accuracy", "judge_credit")})

@@ -46,8 +46,9 @@ class GenerationJob(Job):
         self.loaded = instantiate(cfg.dataset).load()
         self.items = asked_items(cfg, self.task, self.loaded)
         # The judge's config (judge=...) and then the model come before any retrieval index or answer: a wrong
-        # model config fails in seconds.
-        self.judge = None
+        # model config fails in seconds. A judge's server is probed once the prompts are known, when new answers
+        # will be asked (else the judge's run probes it, when a verdict is not in the request cache).
+        self.judge, self.judge_probed = None, False
         if cfg.get("judge"):
             from esgexp.eval.judge import check_judge
 
@@ -59,6 +60,11 @@ class GenerationJob(Job):
         self.predictions = PredictionLog(self.output_dir / "predictions.jsonl")
         resumed = resume_predictions(cfg, self.output_dir, self.predictions, self.fingerprints)
         self.done = {record["id"] for record in resumed}
+        if self.judge is not None:
+            from esgexp.eval.judge import probe_if_asked
+
+            todo = make_requests(cfg, [item for item in self.items if item.id not in self.done], self.prompts)
+            self.judge_probed = probe_if_asked(cfg, self.judge, self.backend, todo)
         return self.loaded.skipped
 
     def tags(self) -> dict:
@@ -95,7 +101,7 @@ class GenerationJob(Job):
         if cfg.get("judge"):  # an LLM judge beside the string metrics (kinds with open answers: TaskKind.judged)
             from esgexp.eval.judge import run_judge
 
-            metrics.update(run_judge(cfg, items, self.records, config=self.judge))
+            metrics.update(run_judge(cfg, items, self.records, config=self.judge, probe=not self.judge_probed))
         predictions.rewrite(self.records)
         for name, report in self.task.reports.items():
             write_json(self.output_dir / name, report)
