@@ -37,6 +37,13 @@ def installed() -> bool:
     return find_spec("openvino") is not None
 
 
+def computes_bf16() -> bool:
+    """Whether OpenVINO's CPU plugin has bf16 kernels here (AMX or AVX512-BF16); elsewhere it compiles float32."""
+    import openvino
+
+    return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
 class OpenVINOEncoder:
     """``encoder`` (a loaded SentenceTransformer whose first module is a transformers model) with that module
     compiled by OpenVINO in ``precision`` (float32 or bfloat16), on as many CPU threads as torch uses;
@@ -64,8 +71,8 @@ class OpenVINOEncoder:
             "INFERENCE_NUM_THREADS": torch.get_num_threads(),
         }
         self.compiled = openvino.Core().compile_model(converted, "CPU", config)
-        ran = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
-        if precision == "bfloat16" and "bf16" not in ran:  # OpenVINO keeps f32 on a CPU without bf16 instructions
+        ran = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        if precision == "bfloat16" and ran != "bf16":  # OpenVINO keeps f32 on a CPU without bf16 instructions
             raise UserError(
                 f"OpenVINO computes no bfloat16 on this CPU (it would run {ran} under retriever.precision=bfloat16; "
                 "its CPU capabilities: "
