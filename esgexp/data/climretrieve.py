@@ -66,6 +66,14 @@ CONCEPT_MARKUP = re.compile(r"^\s*(?:\[\[C\d+\]\])?\s*(?:\|[\s|]*(?:Co|La)[\s|]*
 Rows = list[tuple[str, Mapping[str, str]]]
 
 
+def seeded_draw(queries: list, limit: int, seed: int) -> list:
+    """``limit`` of ``queries`` (each with an ``id``) drawn by a seeded shuffle, kept in their order here."""
+    shuffled = list(queries)
+    random.Random(seed).shuffle(shuffled)
+    keep = {query.id for query in shuffled[:limit]}
+    return [query for query in queries if query.id in keep]
+
+
 @dataclass
 class RetrievalDataset:
     """Passages to search, graded queries, the number of candidate passages per query, and skipped rows."""
@@ -80,10 +88,7 @@ class RetrievalDataset:
         this one where ``limit`` is None."""
         if limit is None:
             return self
-        shuffled = list(self.queries)
-        random.Random(seed).shuffle(shuffled)
-        keep = {query.id for query in shuffled[:limit]}
-        queries = [query for query in self.queries if query.id in keep]
+        queries = seeded_draw(self.queries, limit, seed)
         docs = {query.doc_scope for query in queries}
         return RetrievalDataset(
             passages=[passage for passage in self.passages if passage.doc_id in docs],
@@ -206,10 +211,7 @@ class PublishedRankings:
         """``limit`` queries drawn by a seeded shuffle (kept in file order); this one where ``limit`` is None."""
         if limit is None:
             return self
-        shuffled = list(self.queries)
-        random.Random(seed).shuffle(shuffled)
-        keep = {query.id for query in shuffled[:limit]}
-        queries = [query for query in self.queries if query.id in keep]
+        queries = seeded_draw(self.queries, limit, seed)
         return PublishedRankings(self.column, self.k, queries, self.n_rows, self.n_unflagged, self.skipped)
 
 
